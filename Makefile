@@ -1,0 +1,41 @@
+# Two commands set everything up on a machine that has only python3:
+#   make run   — a full offline ACP session (no API key)
+#   make test  — lint, type check and the test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint typecheck pytest bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# Compile once at install time: this machine may set PYTHONDONTWRITEBYTECODE,
+	# which would otherwise recompile the editable sources at every start.
+	$(BIN)/python -m compileall -q defect_core defect_acp >/dev/null
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python scripts/demo_client.py
+
+test: $(STAMP) lint typecheck pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python scripts/bench_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,148 @@
+"""Conversation history: the source of truth of a session, plus its token accounting.
+
+Owns the `History` protocol and `VecHistory`, a list of messages behind a lock.
+
+Invariants:
+- `snapshot()` is a faithful copy of what was appended: nothing is repaired or injected here.
+  An orphan `tool_use` stays an orphan in history, in storage and in the UI replay; only the
+  copy sent to a provider is patched, by `integrity.repair_outbound` (seed 000 explains why a
+  repair in `snapshot` would leak synthetic blocks into the truth through `replace`).
+- Compaction is not done here (it needs a model call). The turn runner reads a snapshot,
+  summarises, and writes back with `replace` (whole list) or `splice_prefix` (background
+  write-back that keeps messages appended while the summary was in flight).
+- Token estimate = the real input size of the last model call (`record_input_tokens`) plus a
+  chars/4 estimate of what was appended since; with no baseline (new, or just rewritten) the
+  whole list is estimated by characters; `None` when empty. Images count a fixed 2,000.
+
+Every method takes the lock, so one history may be shared by the turn, a background
+compaction and the store's subscriber, from tasks or threads.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Protocol
+
+from defect_core.model import (
+    ImageBlock,
+    JsonPart,
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+IMAGE_TOKEN_ESTIMATE = 2_000
+"""Images cannot be estimated by characters; a conservative constant is used instead."""
+
+CHARS_PER_TOKEN = 4
+
+
+class History(Protocol):
+    def append(self, message: Message) -> None: ...
+
+    def snapshot(self) -> list[Message]: ...
+
+    def replace(self, messages: list[Message]) -> None: ...
+
+    def splice_prefix(self, drop_count: int, summary: Message) -> int: ...
+
+    def record_input_tokens(self, tokens: int) -> None: ...
+
+    def token_estimate(self) -> int | None: ...
+
+    def __len__(self) -> int: ...
+
+
+class VecHistory:
+    """A `History` backed by a list and a lock."""
+
+    def __init__(self, messages: list[Message] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._messages: list[Message] = list(messages or [])
+        self._last_real_input: int | None = None
+        self._est_since_baseline = 0
+
+    def append(self, message: Message) -> None:
+        with self._lock:
+            if self._last_real_input is not None:
+                self._est_since_baseline += estimate_message_tokens(message)
+            self._messages.append(message)
+
+    def snapshot(self) -> list[Message]:
+        with self._lock:
+            return list(self._messages)
+
+    def replace(self, messages: list[Message]) -> None:
+        with self._lock:
+            self._messages = list(messages)
+            # The real size of the new list is unknown until the next model call reports it.
+            self._last_real_input = None
+            self._est_since_baseline = 0
+
+    def splice_prefix(self, drop_count: int, summary: Message) -> int:
+        """Replace the first `drop_count` messages of the *current* list with `summary`.
+
+        `drop_count` comes from an earlier snapshot; since then the list may only have grown
+        at the tail (single-flight compaction guarantees no mid-list deletion). Clamped to
+        the current length as a safety net. Returns how many messages were dropped.
+        """
+        with self._lock:
+            drop = max(0, min(drop_count, len(self._messages)))
+            self._messages = [summary, *self._messages[drop:]]
+            self._last_real_input = None
+            self._est_since_baseline = 0
+            return drop
+
+    def record_input_tokens(self, tokens: int) -> None:
+        with self._lock:
+            self._last_real_input = tokens
+            self._est_since_baseline = 0
+
+    def token_estimate(self) -> int | None:
+        with self._lock:
+            if self._last_real_input is not None:
+                return self._last_real_input + self._est_since_baseline
+            if not self._messages:
+                return None
+            return sum(estimate_message_tokens(m) for m in self._messages)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._messages)
+
+
+def estimate_message_tokens(message: Message) -> int:
+    """chars/4 per block, images a fixed cost. Compaction uses the same ruler."""
+    total = 0
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            total += len(block.text) // CHARS_PER_TOKEN
+        elif isinstance(block, ThinkingBlock):
+            total += (len(block.thinking) + len(block.signature or "")) // CHARS_PER_TOKEN
+        elif isinstance(block, RedactedThinkingBlock):
+            total += len(block.data) // CHARS_PER_TOKEN
+        elif isinstance(block, ToolUseBlock):
+            total += (len(block.name) + len(json.dumps(block.input))) // CHARS_PER_TOKEN
+        elif isinstance(block, ToolResultBlock):
+            total += _result_tokens(block)
+        elif isinstance(block, ImageBlock):
+            total += IMAGE_TOKEN_ESTIMATE
+    return total
+
+
+def _result_tokens(block: ToolResultBlock) -> int:
+    if isinstance(block.content, str):
+        return len(block.content) // CHARS_PER_TOKEN
+    total = 0
+    for part in block.content:
+        if isinstance(part, TextBlock):
+            total += len(part.text) // CHARS_PER_TOKEN
+        elif isinstance(part, JsonPart):
+            total += len(json.dumps(part.value)) // CHARS_PER_TOKEN
+        else:
+            total += IMAGE_TOKEN_ESTIMATE
+    return total

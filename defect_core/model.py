@@ -1,0 +1,180 @@
+"""The message model: what a conversation is made of, independent of any wire.
+
+Owns the roles (`user`, `assistant`), the content blocks a message can carry (text, image,
+thinking, redacted thinking, tool use, tool result) and their JSON form.
+
+Invariants:
+- Values are immutable (frozen models, tuples for sequences). A `ToolUseBlock.input` is a
+  plain dict because tool arguments are arbitrary JSON; nothing in defect mutates it.
+- The JSON round trip is lossless: `message_from_json(message_to_json(m)) == m`. Storage and
+  replay rely on that.
+- Unknown fields in stored data are ignored, so a database written by a newer defect still
+  loads; data that cannot be understood raises `MessageFormatError` naming what is wrong.
+
+Why a model of our own: the core must not depend on the ACP SDK nor on a provider SDK
+(DESIGN.md, rule 1). The ACP bridge converts ACP content into these blocks on the way in;
+each provider encodes them for its wire on the way out, after `repair_outbound`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+Role = Literal["user", "assistant"]
+
+
+class _Value(BaseModel):
+    """Base of every model value: immutable, tolerant of fields it does not know."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class TextBlock(_Value):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImageBlock(_Value):
+    """An image, either inline (`data` is base64, `media_type` e.g. `image/png`) or by URL."""
+
+    type: Literal["image"] = "image"
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ImageBlock:
+        if (self.data is None) == (self.url is None):
+            raise ValueError("an image needs exactly one of `data` (base64) or `url`")
+        if self.data is not None and not self.media_type:
+            raise ValueError("an inline image needs a `media_type`")
+        return self
+
+
+class ThinkingBlock(_Value):
+    """Model reasoning. A `signature` means the provider must get it back byte-exact."""
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str | None = None
+
+
+class RedactedThinkingBlock(_Value):
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+
+
+class ToolUseBlock(_Value):
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class JsonPart(_Value):
+    """A structured tool output; encoded for the model as its JSON text."""
+
+    type: Literal["json"] = "json"
+    value: Any = None
+
+
+ResultPart = Annotated[TextBlock | ImageBlock | JsonPart, Field(discriminator="type")]
+
+
+class ToolResultBlock(_Value):
+    """The outcome of one tool call: plain text, or a sequence of text/JSON/image parts."""
+
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str | tuple[ResultPart, ...] = ""
+    is_error: bool = False
+
+
+ContentBlock = Annotated[
+    TextBlock | ImageBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock,
+    Field(discriminator="type"),
+]
+
+
+class Message(_Value):
+    role: Role
+    content: tuple[ContentBlock, ...]
+
+    # Convenience views used by the repair, the turn runner and the projections.
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    def tool_results(self) -> list[ToolResultBlock]:
+        return [b for b in self.content if isinstance(b, ToolResultBlock)]
+
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+def user(*blocks: ContentBlock | str) -> Message:
+    """A user message; bare strings become text blocks."""
+    return Message(role="user", content=tuple(_block(b) for b in blocks))
+
+
+def assistant(*blocks: ContentBlock | str) -> Message:
+    """An assistant message; bare strings become text blocks."""
+    return Message(role="assistant", content=tuple(_block(b) for b in blocks))
+
+
+def _block(b: ContentBlock | str) -> ContentBlock:
+    return TextBlock(text=b) if isinstance(b, str) else b
+
+
+class MessageFormatError(ValueError):
+    """Stored or received data that is not a message. The text says what is wrong and where."""
+
+
+_MESSAGE = TypeAdapter(Message)
+_MESSAGES = TypeAdapter(list[Message])
+
+
+def message_to_json(message: Message) -> str:
+    return message.model_dump_json()
+
+
+def message_to_dict(message: Message) -> dict[str, Any]:
+    return message.model_dump(mode="json")
+
+
+def message_from_json(data: str | bytes) -> Message:
+    try:
+        return _MESSAGE.validate_json(data)
+    except ValidationError as exc:
+        raise MessageFormatError(_describe(exc)) from None
+
+
+def message_from_dict(data: Any) -> Message:
+    try:
+        return _MESSAGE.validate_python(data)
+    except ValidationError as exc:
+        raise MessageFormatError(_describe(exc)) from None
+
+
+def messages_to_json(messages: list[Message]) -> str:
+    return json.dumps([message_to_dict(m) for m in messages])
+
+
+def messages_from_json(data: str | bytes) -> list[Message]:
+    try:
+        return _MESSAGES.validate_json(data)
+    except ValidationError as exc:
+        raise MessageFormatError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    """One line naming each problem and its location, e.g. `content.0.text: Field required`."""
+    parts = []
+    for err in exc.errors(include_url=False)[:5]:
+        loc = ".".join(str(p) for p in err["loc"]) or "message"
+        parts.append(f"{loc}: {err['msg']}")
+    more = exc.error_count() - len(parts)
+    suffix = f" (and {more} more)" if more > 0 else ""
+    return "not a valid message: " + "; ".join(parts) + suffix
