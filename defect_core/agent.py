@@ -1,0 +1,466 @@
+"""`DefaultAgentCore` and `DefaultSession`: the runtime behind the `AgentCore`/`Session` doors.
+
+Owns session state (history, event bus, tools, mode, model, reasoning effort, remembered
+permissions, title), the one-turn-at-a-time rule, cancellation and the permission hand-off
+between the turn and whoever answers `PermissionRequested` (the ACP bridge).
+
+Invariants:
+- A session runs at most one turn; `cancel_turn` cancels that turn's scope and is idempotent.
+- Every message goes to history through `_commit` (and to the store when there is one) before
+  the turn goes on; `TurnEnded`/`TurnFailed` is the last event of a turn, so a front end that
+  waits for it has seen every update of that turn.
+- Mode, model and effort changes apply from the next turn; a running turn keeps the
+  `TurnConfig` it started with.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import ObjectReceiveStream
+
+from defect_core import policy
+from defect_core.config import Settings
+from defect_core.events import (
+    AgentEvent,
+    ConfigChanged,
+    EventBus,
+    ModeChanged,
+    PermissionRequested,
+    TitleChanged,
+    ToolCallUpdated,
+    ToolDisplay,
+    TurnEnded,
+    TurnStopReason,
+)
+from defect_core.events import TurnFailed as TurnFailedEvent
+from defect_core.history import VecHistory
+from defect_core.log import get_logger
+from defect_core.model import ContentBlock, Message, TextBlock
+from defect_core.prompt import build_system_prompt
+from defect_core.providers.base import LlmProvider
+from defect_core.providers.registry import build_provider
+from defect_core.session import (
+    Backends,
+    ConfigOption,
+    DuplicateSessionId,
+    InvalidCwd,
+    InvalidOption,
+    McpServerSpec,
+    OptionChoice,
+    SessionNotFound,
+    SessionPage,
+    SessionSummary,
+    TurnFailed,
+    TurnInProgress,
+)
+from defect_core.tools.base import Tool, ToolContext, ToolRegistry
+from defect_core.turn import TurnConfig, TurnResult, TurnRunner
+
+log = get_logger("defect.agent")
+
+DEFAULT_CONTEXT_WINDOW = 200_000
+EFFORTS: tuple[OptionChoice, ...] = (
+    OptionChoice("off", "Off", "No extended thinking."),
+    OptionChoice("low", "Low", "A little thinking before answering."),
+    OptionChoice("medium", "Medium", "Think before answering (default)."),
+    OptionChoice("high", "High", "Think at length; slower and more thorough."),
+)
+THINKING_BUDGETS = {"off": 0, "low": 2_048, "medium": 8_192, "high": 24_576}
+TITLE_LIMIT = 80
+
+
+def thinking_budget(effort: str, max_tokens: int) -> int | None:
+    """The effort as a thinking budget: ≥ 1024 and < max_tokens, or None (off)."""
+    budget = min(THINKING_BUDGETS.get(effort, 0), max_tokens - 1024)
+    return budget if budget >= 1024 else None
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
+
+
+class DefaultSession:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        cwd: Path,
+        settings: Settings,
+        provider: LlmProvider,
+        tools: ToolRegistry,
+        backends: Backends,
+        history: list[Message] | None = None,
+    ) -> None:
+        self._id = session_id
+        self._cwd = cwd
+        self._settings = settings
+        self._provider = provider
+        self._tools = tools
+        self._backends = backends
+        self._history = VecHistory(history)
+        self._bus = EventBus()
+        self._mode: str = policy.DEFAULT_MODE
+        self._model = settings.model or provider.default_model()
+        self._effort = settings.reasoning_effort
+        self._rules = policy.PermissionRules()
+        self._title: str | None = None
+        self._updated_at = _now()
+        self._system_prompt = build_system_prompt(cwd, backends.frontend)
+        self._tool_state: dict[str, Any] = {}
+        self._running = False
+        self._turn = 0
+        self._scope: anyio.CancelScope | None = None
+        self._pending: dict[str, tuple[anyio.Event, list[str | None]]] = {}
+        self._closed = False
+
+    # --- identity --------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def cwd(self) -> Path:
+        return self._cwd
+
+    @property
+    def title(self) -> str | None:
+        return self._title
+
+    @property
+    def updated_at(self) -> str:
+        return self._updated_at
+
+    @property
+    def tools(self) -> ToolRegistry:
+        return self._tools
+
+    def subscribe(self) -> ObjectReceiveStream[AgentEvent]:
+        return self._bus.subscribe()
+
+    def history_snapshot(self) -> list[Message]:
+        return self._history.snapshot()
+
+    # --- turns ------------------------------------------------------------------------------
+
+    async def run_turn(self, prompt: list[ContentBlock]) -> TurnStopReason:
+        if self._running:
+            raise TurnInProgress(
+                "a turn is already running in this session; wait for it or cancel it first"
+            )
+        if not prompt:
+            raise InvalidOption("the prompt is empty")
+        self._running = True
+        self._turn += 1
+        turn = self._turn
+        try:
+            await self._maybe_title(prompt)
+            runner = TurnRunner(
+                history=self._history,
+                provider=self._provider,
+                tools=self._tools,
+                publish=self._bus.publish,
+                commit=self._commit,
+                ask_permission=self._ask_permission,
+                make_context=self._tool_context,
+                rules=self._rules,
+                on_cancel_requested=self.cancel_turn,
+            )
+            result: TurnResult | None = None
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                try:
+                    result = await runner.run(prompt, self._turn_config())
+                except TurnFailed as err:
+                    with anyio.CancelScope(shield=True):
+                        await self._bus.publish(TurnFailedEvent(turn, str(err), err.data))
+                    raise
+            stop: TurnStopReason = "cancelled" if result is None else result.stop_reason
+            usage = {}
+            if result is not None:
+                usage = {
+                    "inputTokens": result.usage.input_tokens,
+                    "outputTokens": result.usage.output_tokens,
+                    "cacheReadInputTokens": result.usage.cache_read_input_tokens,
+                    "cacheCreationInputTokens": result.usage.cache_creation_input_tokens,
+                    "requests": result.requests,
+                }
+            with anyio.CancelScope(shield=True):
+                await self._bus.publish(TurnEnded(turn, stop, usage))
+            return stop
+        finally:
+            self._scope = None
+            self._running = False
+            self._updated_at = _now()
+
+    def cancel_turn(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+
+    @property
+    def turn_running(self) -> bool:
+        return self._running
+
+    def _turn_config(self) -> TurnConfig:
+        s = self._settings
+        return TurnConfig(
+            session_id=self._id,
+            model=self._model,
+            system_prompt=self._system_prompt,
+            mode=self._mode,
+            max_tokens=s.max_tokens,
+            max_turn_requests=s.max_turn_requests,
+            thinking_budget=thinking_budget(self._effort, s.max_tokens),
+            context_window=self._context_window(),
+            retries=s.retries,
+            retry_base_delay=s.retry_base_delay,
+            retry_max_delay=s.retry_max_delay,
+        )
+
+    def _context_window(self) -> int:
+        for info in self._provider.models():
+            if info.id == self._model and info.context_window:
+                return info.context_window
+        return DEFAULT_CONTEXT_WINDOW
+
+    async def _commit(self, message: Message) -> None:
+        self._history.append(message)
+
+    async def _maybe_title(self, prompt: list[ContentBlock]) -> None:
+        if self._title is not None:
+            return
+        text = "".join(b.text for b in prompt if isinstance(b, TextBlock)).strip()
+        if not text:
+            return
+        line = text.splitlines()[0].strip()
+        self._title = line if len(line) <= TITLE_LIMIT else line[: TITLE_LIMIT - 1] + "…"
+        await self._bus.publish(TitleChanged(self._title))
+
+    def _tool_context(self, tool_call_id: str) -> ToolContext:
+        async def report(display: tuple[ToolDisplay, ...]) -> None:
+            await self._bus.publish(ToolCallUpdated(tool_call_id, content=display))
+
+        return ToolContext(
+            session_id=self._id,
+            cwd=self._cwd,
+            fs=self._backends.fs,
+            shell=self._backends.shell,
+            tool_call_id=tool_call_id,
+            report=report,
+            allow_read_outside=self._settings.allow_read_outside,
+            settings=self._tool_state,
+        )
+
+    # --- permissions ------------------------------------------------------------------------
+
+    async def _ask_permission(self, request: PermissionRequested) -> str | None:
+        event = anyio.Event()
+        answer: list[str | None] = [None]
+        self._pending[request.tool_call_id] = (event, answer)
+        try:
+            await self._bus.publish(request)
+            await event.wait()
+            return answer[0]
+        finally:
+            self._pending.pop(request.tool_call_id, None)
+
+    def resolve_permission(self, tool_call_id: str, option_id: str | None) -> None:
+        pending = self._pending.get(tool_call_id)
+        if pending is None:
+            log.warning("permission_answer_ignored", session_id=self._id, tool_call_id=tool_call_id)
+            return
+        event, answer = pending
+        answer[0] = option_id
+        event.set()
+
+    @property
+    def permission_rules(self) -> policy.PermissionRules:
+        return self._rules
+
+    # --- modes and options ------------------------------------------------------------------
+
+    def current_mode(self) -> str:
+        return self._mode
+
+    def available_modes(self) -> tuple[policy.ModeInfo, ...]:
+        return policy.MODES
+
+    async def set_mode(self, mode_id: str) -> None:
+        if not policy.is_known_mode(mode_id):
+            known = ", ".join(m.id for m in policy.MODES)
+            raise InvalidOption(f"unknown mode {mode_id!r}; available modes: {known}")
+        if mode_id != self._mode:
+            self._mode = mode_id
+            await self._bus.publish(ModeChanged(mode_id))
+
+    def current_model(self) -> str:
+        return self._model
+
+    def config_options(self) -> list[ConfigOption]:
+        models = tuple(OptionChoice(m.id, m.name, m.description) for m in self._provider.models())
+        if self._model not in {c.value for c in models}:
+            models = (OptionChoice(self._model, self._model, "configured model"), *models)
+        return [
+            ConfigOption(
+                id="mode",
+                name="Mode",
+                category="mode",
+                current=self._mode,
+                choices=tuple(OptionChoice(m.id, m.name, m.description) for m in policy.MODES),
+                description="When defect asks before acting",
+            ),
+            ConfigOption(
+                id="model",
+                name="Model",
+                category="model",
+                current=self._model,
+                choices=models,
+                description=f"Model used by the {self._provider.name} provider",
+            ),
+            ConfigOption(
+                id="reasoning_effort",
+                name="Reasoning effort",
+                category="thought_level",
+                current=self._effort,
+                choices=EFFORTS,
+                description="How much the model thinks before answering",
+            ),
+        ]
+
+    async def set_config_option(self, option_id: str, value: str) -> list[ConfigOption]:
+        options = {o.id: o for o in self.config_options()}
+        option = options.get(option_id)
+        if option is None:
+            raise InvalidOption(
+                f"unknown config option {option_id!r}; available: {', '.join(options)}"
+            )
+        if value not in {c.value for c in option.choices}:
+            allowed = ", ".join(c.value for c in option.choices)
+            raise InvalidOption(
+                f"invalid value {value!r} for {option_id}; choose one of: {allowed}"
+            )
+        if option_id == "mode":
+            await self.set_mode(value)
+        elif value != option.current:
+            if option_id == "model":
+                self._model = value
+            else:
+                self._effort = value
+            await self._bus.publish(ConfigChanged(option_id, value))
+        return self.config_options()
+
+    def slash_commands(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.cancel_turn()
+        for event, answer in list(self._pending.values()):
+            answer[0] = None
+            event.set()
+        self._bus.close()
+
+    def summary(self) -> SessionSummary:
+        return SessionSummary(self._id, str(self._cwd), self._title, self._updated_at)
+
+
+class DefaultAgentCore:
+    """The process's sessions, the settings they start from, and the shared provider."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        tools: Callable[[], Iterable[Tool]] | None = None,
+        provider: LlmProvider | None = None,
+    ) -> None:
+        self._settings = settings
+        self._tools_factory = tools or default_tools
+        self._provider = provider
+        self._sessions: dict[str, DefaultSession] = {}
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    def provider(self) -> LlmProvider:
+        if self._provider is None:
+            self._provider = build_provider(self._settings.provider, self._settings)
+        return self._provider
+
+    async def create_session(
+        self,
+        session_id: str,
+        cwd: Path,
+        backends: Backends,
+        mcp_servers: tuple[McpServerSpec, ...] = (),
+    ) -> DefaultSession:
+        if not cwd.is_absolute():
+            raise InvalidCwd(f"cwd must be an absolute path, got {str(cwd)!r}")
+        if not await anyio.Path(cwd).is_dir():
+            raise InvalidCwd(f"cwd is not an existing directory: {cwd}")
+        if session_id in self._sessions:
+            raise DuplicateSessionId(f"session id already in use: {session_id}")
+        session = DefaultSession(
+            session_id=session_id,
+            cwd=cwd,
+            settings=self._settings,
+            provider=self.provider(),
+            tools=ToolRegistry(self._tools_factory()),
+            backends=backends,
+        )
+        self._sessions[session_id] = session
+        return session
+
+    async def load_session(
+        self,
+        session_id: str,
+        backends: Backends,
+        mcp_servers: tuple[McpServerSpec, ...] = (),
+    ) -> DefaultSession:
+        if session_id in self._sessions:
+            return self._sessions[session_id]
+        raise SessionNotFound(f"session not found: {session_id}")
+
+    def session(self, session_id: str) -> DefaultSession | None:
+        return self._sessions.get(session_id)
+
+    async def list_sessions(
+        self, cwd: Path | None = None, cursor: str | None = None
+    ) -> SessionPage:
+        sessions = [s.summary() for s in self._sessions.values()]
+        if cwd is not None:
+            sessions = [s for s in sessions if s.cwd == str(cwd)]
+        sessions.sort(key=lambda s: s.updated_at, reverse=True)
+        return SessionPage(tuple(sessions))
+
+    async def close_session(self, session_id: str) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            raise SessionNotFound(f"session not found: {session_id}")
+        await session.close()
+
+    async def delete_session(self, session_id: str) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            await session.close()
+
+    async def aclose(self) -> None:
+        for session_id in list(self._sessions):
+            await self.close_session(session_id)
+
+
+def default_tools() -> list[Tool]:
+    """The built-in tools: files, bash, search."""
+    from defect_core.tools.builtin import builtin_tools
+
+    return list(builtin_tools())

@@ -1,0 +1,263 @@
+"""Typed events for everything a session does, and their per-session fan-out.
+
+Owns the `AgentEvent` types and `EventBus`.
+
+Invariants:
+- Every subscriber sees every event published after it subscribed, in publish order. A slow
+  subscriber slows the publisher (bounded buffer, `publish` waits): back-pressure, never
+  loss. A subscriber that has closed its stream is dropped.
+- Events describe what happened in core terms (no ACP types): the ACP bridge projects them to
+  `session/update`, the store persists from them, logging reads them.
+
+Why a bus and not callbacks: the projection, the store and logging are independent
+consumers with their own pace; each gets its own stream (seed 003, `Session::subscribe`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+from anyio.abc import ObjectReceiveStream
+from anyio.streams.memory import MemoryObjectSendStream
+
+from defect_core.model import Message
+
+ToolKind = Literal[
+    "read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"
+]
+ToolStatus = Literal["pending", "in_progress", "completed", "failed"]
+TurnStopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+
+
+# --- what tool calls show -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TextDisplay:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class DiffDisplay:
+    path: str
+    old_text: str | None
+    new_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalDisplay:
+    terminal_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImageDisplay:
+    media_type: str
+    data: str
+
+
+ToolDisplay = TextDisplay | DiffDisplay | TerminalDisplay | ImageDisplay
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    path: str
+    line: int | None = None
+
+
+# --- events ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UserPromptCommitted:
+    """The user's prompt is in history (the first thing of a turn)."""
+
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class MessageCommitted:
+    """A message was appended to history (assistant replies and tool-result batches)."""
+
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class AgentTextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class AgentThoughtDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    tool_call_id: str
+    name: str
+    title: str
+    kind: ToolKind
+    raw_input: dict[str, Any]
+    locations: tuple[Location, ...] = ()
+    content: tuple[ToolDisplay, ...] = ()
+    status: ToolStatus = "pending"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallUpdated:
+    """A change to a started tool call; fields left `None` are unchanged."""
+
+    tool_call_id: str
+    status: ToolStatus | None = None
+    title: str | None = None
+    content: tuple[ToolDisplay, ...] | None = None
+    locations: tuple[Location, ...] | None = None
+    raw_output: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionOption:
+    option_id: str
+    name: str
+    kind: Literal["allow_once", "allow_always", "reject_once", "reject_always"]
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionRequested:
+    """The turn waits for `Session.resolve_permission(tool_call_id, ...)`."""
+
+    tool_call_id: str
+    title: str
+    kind: ToolKind
+    raw_input: dict[str, Any]
+    options: tuple[PermissionOption, ...]
+    content: tuple[ToolDisplay, ...] = ()
+    locations: tuple[Location, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReported:
+    used: int
+    size: int
+    cost_usd: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModeChanged:
+    mode_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChanged:
+    """A config option changed (model, mode, reasoning effort)."""
+
+    option_id: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class TitleChanged:
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommandsChanged:
+    commands: tuple[tuple[str, str], ...]
+    """(name, description) of each slash command."""
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something the user should read that is not model output (a failed MCP server…)."""
+
+    text: str
+    level: Literal["info", "warning", "error"] = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnded:
+    turn: int
+    stop_reason: TurnStopReason
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFailed:
+    turn: int
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+AgentEvent = (
+    UserPromptCommitted
+    | MessageCommitted
+    | AgentTextDelta
+    | AgentThoughtDelta
+    | ToolCallStarted
+    | ToolCallUpdated
+    | PermissionRequested
+    | UsageReported
+    | ModeChanged
+    | ConfigChanged
+    | TitleChanged
+    | CommandsChanged
+    | Notice
+    | TurnEnded
+    | TurnFailed
+)
+
+_BUFFER = 256
+
+
+class EventBus:
+    """Fan-out of a session's events to any number of subscribers."""
+
+    def __init__(self, buffer: int = _BUFFER) -> None:
+        self._buffer = buffer
+        self._subscribers: list[MemoryObjectSendStream[AgentEvent]] = []
+        self._closed = False
+
+    def subscribe(self) -> ObjectReceiveStream[AgentEvent]:
+        """A new stream of every event from now on. Close it (or `aclose`) to leave."""
+        send, receive = anyio.create_memory_object_stream[AgentEvent](
+            self._buffer if self._buffer > 0 else math.inf
+        )
+        if self._closed:
+            send.close()
+        else:
+            self._subscribers.append(send)
+        return receive
+
+    async def publish(self, event: AgentEvent) -> None:
+        for send in list(self._subscribers):
+            try:
+                await send.send(event)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._drop(send)
+
+    def close(self) -> None:
+        """End every subscriber's stream (the session is closing)."""
+        self._closed = True
+        for send in self._subscribers:
+            send.close()
+        self._subscribers.clear()
+
+    def _drop(self, send: MemoryObjectSendStream[AgentEvent]) -> None:
+        if send in self._subscribers:
+            self._subscribers.remove(send)
+            send.close()
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)
+
+
+async def iterate(stream: ObjectReceiveStream[AgentEvent]) -> AsyncIterator[AgentEvent]:
+    """Iterate a subscription until the bus closes it."""
+    async with stream:
+        async for event in stream:
+            yield event

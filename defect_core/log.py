@@ -1,0 +1,70 @@
+"""Logging: structured lines to stderr (and optionally a file), never to stdout.
+
+Owns the process's logging set-up: structlog for defect's own events, the stdlib `logging`
+root (which the ACP SDK and the provider SDKs use) routed to the same place.
+
+Invariant: nothing here writes to stdout. Under `defect acp`, stdout carries JSON-RPC and
+nothing else (DESIGN.md, rule 5); a stray line there corrupts the protocol stream.
+
+Configuration: `DEFECT_LOG_LEVEL` (debug, info, warning — the default —, error) and
+`DEFECT_LOG_FILE` (also append JSON lines to this file).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+import structlog
+
+_configured = False
+
+
+def configure(level: str | None = None, log_file: str | None = None) -> None:
+    """Set up logging once for the process. Safe to call again (later calls are no-ops)."""
+    global _configured
+    if _configured:
+        return
+    _configured = True
+    level_name = (level or os.environ.get("DEFECT_LOG_LEVEL") or "warning").upper()
+    numeric = getattr(logging, level_name, logging.WARNING)
+    log_file = log_file or os.environ.get("DEFECT_LOG_FILE")
+
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+    root = logging.getLogger()
+    root.handlers[:] = []
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        root.addHandler(handler)
+    root.setLevel(numeric)
+
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        cache_logger_on_first_use=True,
+    )
+
+
+def get_logger(name: str) -> Any:
+    """A structlog logger (lazy: it binds to whatever `configure` set up by its first use)."""
+    return structlog.get_logger(name)
+
+
+# structlog's out-of-the-box logger prints to stdout. Until `configure` runs (library use,
+# in-process tests) send it to stderr instead, so no import of defect can write to stdout.
+if not structlog.is_configured():
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )

@@ -1,0 +1,120 @@
+"""Permission policy: which tool calls run, which are refused, which ask the user.
+
+Owns the permission modes (exposed as ACP modes and as the `mode` config option), the
+decision for one call, and the "always" rules a user grants during a session.
+
+Modes:
+- `ask` (default): read-only tools run; anything else asks.
+- `accept-edits`: read-only tools and file edits (tool kind `edit`) run; commands and
+  destructive tools ask.
+- `read-only`: only read-only tools run; anything else is refused with a message the model
+  sees (no question is asked).
+- `yolo`: everything runs.
+
+Invariants:
+- A remembered "reject always" wins over every mode except `read-only` (which refuses anyway);
+  a remembered "allow always" never overrides `read-only`.
+- Rules are keyed by `Tool.permission_key(args)` (the tool name, or for `bash` the command's
+  prefix), so they can be persisted with the session and restored on load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from defect_core.events import PermissionOption
+from defect_core.tools.base import Safety
+
+ModeId = Literal["ask", "accept-edits", "read-only", "yolo"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModeInfo:
+    id: ModeId
+    name: str
+    description: str
+
+
+MODES: tuple[ModeInfo, ...] = (
+    ModeInfo("ask", "Ask", "Read freely; ask before editing files or running commands."),
+    ModeInfo(
+        "accept-edits", "Accept edits", "Edit files in the workspace freely; ask for commands."
+    ),
+    ModeInfo("read-only", "Read only", "Only read and search; refuse edits and commands."),
+    ModeInfo("yolo", "Yolo", "Run everything without asking."),
+)
+DEFAULT_MODE: ModeId = "ask"
+MODE_IDS: frozenset[str] = frozenset(m.id for m in MODES)
+
+ALLOW_ONCE = "allow_once"
+ALLOW_ALWAYS = "allow_always"
+REJECT_ONCE = "reject_once"
+REJECT_ALWAYS = "reject_always"
+
+PERMISSION_OPTIONS: tuple[PermissionOption, ...] = (
+    PermissionOption(ALLOW_ONCE, "Allow once", "allow_once"),
+    PermissionOption(ALLOW_ALWAYS, "Always allow", "allow_always"),
+    PermissionOption(REJECT_ONCE, "Reject", "reject_once"),
+    PermissionOption(REJECT_ALWAYS, "Always reject", "reject_always"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Allow:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    pass
+
+
+Decision = Allow | Deny | Ask
+
+
+@dataclass
+class PermissionRules:
+    """The "always" answers a user gave in this session."""
+
+    allowed: set[str] = field(default_factory=set)
+    rejected: set[str] = field(default_factory=set)
+
+    def remember(self, key: str, allow: bool) -> None:
+        (self.allowed if allow else self.rejected).add(key)
+        (self.rejected if allow else self.allowed).discard(key)
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"allowed": sorted(self.allowed), "rejected": sorted(self.rejected)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, list[str]] | None) -> PermissionRules:
+        data = data or {}
+        return cls(set(data.get("allowed", [])), set(data.get("rejected", [])))
+
+
+def decide(mode: str, safety: Safety, kind: str, key: str, rules: PermissionRules) -> Decision:
+    """The decision for one call, before anyone is asked."""
+    if safety is Safety.READ_ONLY:
+        return Allow()
+    if mode == "read-only":
+        return Deny(
+            "refused: the session is in read-only mode, so tools that change files or run "
+            "commands are not available. Ask the user to switch modes if this is needed."
+        )
+    if key in rules.rejected:
+        return Deny("refused: the user has chosen to always reject this action in this session.")
+    if mode == "yolo" or key in rules.allowed:
+        return Allow()
+    if mode == "accept-edits" and kind == "edit" and safety is Safety.MUTATING:
+        return Allow()
+    return Ask()
+
+
+def is_known_mode(mode_id: str) -> bool:
+    return mode_id in MODE_IDS

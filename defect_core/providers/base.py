@@ -1,0 +1,174 @@
+"""The `LlmProvider` protocol: how the turn runner talks to a model, whatever the wire.
+
+Owns the request the runner hands a provider (`ModelRequest`), the chunks a provider
+streams back (`StreamChunk`), usage, and `ProviderError`.
+
+Invariants:
+- `ModelRequest.messages` has already been through `integrity.repair_outbound`: a provider
+  encodes it and nothing else (DESIGN.md, rule 3).
+- A stream ends with exactly one `Completed` chunk or raises `ProviderError`. Deltas before a
+  failure were only *shown*; the runner commits to history nothing but a `Completed` message
+  (seed 004, layer 3, the stream-error guard). A provider never yields `Completed` for a
+  stream that was cut, errored or stalled.
+- `ProviderError.retryable` and `retry_after` carry the provider's judgement; the retry loop
+  lives in the runner so every provider gets the same bounded, cancellable backoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from defect_core.model import Message
+
+StopReason = Literal[
+    "end_turn",
+    "max_tokens",
+    "stop_sequence",
+    "tool_use",
+    "pause_turn",
+    "refusal",
+    "model_context_window_exceeded",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the model is told about a tool."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    model: str
+    system: str
+    messages: list[Message]
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int = 8192
+    thinking_budget: int | None = None
+    """Extended-thinking budget in tokens, or None for no thinking."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt's real size: the baseline `History.record_input_tokens` takes."""
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+            self.cache_read_input_tokens + other.cache_read_input_tokens,
+        )
+
+
+# --- stream chunks -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUseStarted:
+    """The model began a tool call; its input is still streaming."""
+
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInputDelta:
+    id: str
+    partial_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """The whole, well-formed assistant message. Only this is ever committed to history."""
+
+    message: Message
+    stop_reason: StopReason
+    usage: Usage = field(default_factory=Usage)
+    request_id: str | None = None
+
+
+StreamChunk = TextDelta | ThinkingDelta | ToolUseStarted | ToolInputDelta | Completed
+
+
+class ProviderError(Exception):
+    """A model call that failed. `message` is one line a person can act on."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str = "provider_error",
+        retryable: bool = False,
+        retry_after: float | None = None,
+        status: int | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.status = status
+        self.request_id = request_id
+
+    def to_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"kind": self.kind, "retryable": self.retryable}
+        if self.status is not None:
+            data["status"] = self.status
+        if self.request_id:
+            data["requestId"] = self.request_id
+        return data
+
+
+class CredentialsMissing(ProviderError):
+    """No usable credentials; `message` says exactly what to set."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind="auth_required", retryable=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    id: str
+    name: str
+    description: str | None = None
+    context_window: int | None = None
+
+
+class LlmProvider(Protocol):
+    """A model behind some wire. Implementations: `scripted` (offline), `anthropic`, `bedrock`."""
+
+    @property
+    def name(self) -> str: ...
+
+    def models(self) -> list[ModelInfo]: ...
+
+    def default_model(self) -> str: ...
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        """Stream one model call. Raises `ProviderError`; ends with one `Completed`."""
+        ...

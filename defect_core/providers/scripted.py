@@ -1,0 +1,275 @@
+"""The offline model: deterministic, no network, no key.
+
+Owns `ScriptedProvider`, which answers model requests either from a script file
+(`DEFECT_SCRIPT`) or, with no script, with a small built-in demo behaviour good enough for
+`make run`: it looks around the workspace with the tools it is offered, writes a note when
+asked to, runs a command when asked to, streams slowly when asked to count, then answers.
+
+Script format (JSON): either a list of replies or `{"replies": [...]}`; one reply is used per
+model request, in order. A reply is an object with any of:
+
+    {"thinking": "…",                 # streamed as thinking, with a signature
+     "text": "…",                     # streamed word by word
+     "tool_calls": [{"name": "read_file", "input": {"path": "README.md"}, "id": "optional"}],
+     "stop_reason": "end_turn",       # default: tool_use when tool_calls, else end_turn
+     "usage": {"input_tokens": 10, "output_tokens": 5},
+     "delay_ms": 0,                   # before the first chunk
+     "chunk_delay_ms": 0,             # between chunks
+     "error": {"message": "…", "kind": "overloaded", "retryable": true, "retry_after": 0.1,
+               "after_chunks": 0}}    # fail (after that many chunks) instead of completing
+
+When the script runs out, every further request answers "(the script has no more replies)".
+
+Invariant: like every provider, a stream ends in exactly one `Completed` or raises
+`ProviderError`; tool inputs are streamed as JSON fragments before the call completes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from defect_core.history import estimate_message_tokens
+from defect_core.model import (
+    ContentBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from defect_core.providers.base import (
+    Completed,
+    ModelInfo,
+    ModelRequest,
+    ProviderError,
+    StopReason,
+    StreamChunk,
+    TextDelta,
+    ThinkingDelta,
+    ToolInputDelta,
+    ToolUseStarted,
+    Usage,
+)
+
+OFFLINE_MODELS = (
+    ModelInfo(
+        "offline",
+        "Offline demo",
+        "Deterministic built-in model; no network, no key.",
+        context_window=200_000,
+    ),
+)
+EXHAUSTED_TEXT = "(the script has no more replies)"
+
+
+class ScriptError(ValueError):
+    """A script file that cannot be used; the message names the file and the problem."""
+
+
+class ScriptedProvider:
+    name = "scripted"
+
+    def __init__(self, script: list[dict[str, Any]] | None = None) -> None:
+        self._script = list(script) if script is not None else None
+        self._position = 0
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedProvider:
+        return cls(load_script(path))
+
+    def models(self) -> list[ModelInfo]:
+        return list(OFFLINE_MODELS)
+
+    def default_model(self) -> str:
+        return OFFLINE_MODELS[0].id
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        if self._script is None:
+            reply = demo_reply(request)
+        elif self._position < len(self._script):
+            reply = self._script[self._position]
+            self._position += 1
+        else:
+            reply = {"text": EXHAUSTED_TEXT}
+        async for chunk in _play(reply, request):
+            yield chunk
+
+
+def load_script(path: str | Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ScriptError(f"cannot read the offline model's script {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ScriptError(
+            f"the offline model's script {path} is not JSON: line {exc.lineno}: {exc.msg}"
+        ) from None
+    replies = data.get("replies") if isinstance(data, dict) else data
+    if not isinstance(replies, list) or not all(isinstance(r, dict) for r in replies):
+        raise ScriptError(
+            f"the offline model's script {path} must be a list of reply objects "
+            'or {"replies": [...]}'
+        )
+    return replies
+
+
+async def _play(reply: dict[str, Any], request: ModelRequest) -> AsyncIterator[StreamChunk]:
+    chunk_delay = float(reply.get("chunk_delay_ms", 0)) / 1000
+    spec = reply.get("error")
+    error = _scripted_error(spec) if isinstance(spec, dict) else None
+    fail_after = int(spec.get("after_chunks", 0)) if isinstance(spec, dict) else 0
+    sent = 0
+
+    async def pace() -> None:
+        nonlocal sent
+        if error is not None and sent >= fail_after:
+            raise error
+        sent += 1
+        if chunk_delay:
+            await anyio.sleep(chunk_delay)
+        else:
+            await anyio.lowlevel.checkpoint()
+
+    if delay := float(reply.get("delay_ms", 0)) / 1000:
+        await anyio.sleep(delay)
+
+    blocks: list[ContentBlock] = []
+    if thinking := reply.get("thinking"):
+        for piece in _pieces(str(thinking)):
+            await pace()
+            yield ThinkingDelta(piece)
+        signature = hashlib.sha256(str(thinking).encode()).hexdigest()
+        blocks.append(ThinkingBlock(thinking=str(thinking), signature=signature))
+    if text := reply.get("text"):
+        for piece in _pieces(str(text)):
+            await pace()
+            yield TextDelta(piece)
+        blocks.append(TextBlock(text=str(text)))
+    for call in reply.get("tool_calls") or []:
+        call_id = str(call.get("id") or f"toolu_{uuid.uuid4().hex[:24]}")
+        name = str(call["name"])
+        raw = json.dumps(call.get("input", {}))
+        await pace()
+        yield ToolUseStarted(call_id, name)
+        for i in range(0, len(raw), 16):
+            yield ToolInputDelta(call_id, raw[i : i + 16])
+        blocks.append(ToolUseBlock(id=call_id, name=name, input=dict(call.get("input", {}))))
+    if error is not None:
+        raise error
+
+    stop: StopReason = reply.get("stop_reason") or (
+        "tool_use" if reply.get("tool_calls") else "end_turn"
+    )
+    usage = reply.get("usage") or {}
+    message = Message(role="assistant", content=tuple(blocks))
+    yield Completed(
+        message=message,
+        stop_reason=stop,
+        usage=Usage(
+            input_tokens=int(usage.get("input_tokens", _prompt_tokens(request))),
+            output_tokens=int(usage.get("output_tokens", estimate_message_tokens(message))),
+            cache_creation_input_tokens=int(usage.get("cache_creation_input_tokens", 0)),
+            cache_read_input_tokens=int(usage.get("cache_read_input_tokens", 0)),
+        ),
+        request_id=f"offline_{uuid.uuid4().hex[:12]}",
+    )
+
+
+def _scripted_error(spec: dict[str, Any]) -> ProviderError:
+    return ProviderError(
+        str(spec.get("message", "scripted failure")),
+        kind=str(spec.get("kind", "scripted")),
+        retryable=bool(spec.get("retryable", False)),
+        retry_after=spec.get("retry_after"),
+        status=spec.get("status"),
+    )
+
+
+def _pieces(text: str) -> list[str]:
+    """Split into word-sized chunks that join back to the exact text."""
+    return re.findall(r"\S+\s*|\s+", text) or [text]
+
+
+def _prompt_tokens(request: ModelRequest) -> int:
+    return (len(request.system) // 4) + sum(estimate_message_tokens(m) for m in request.messages)
+
+
+# --- the built-in demo behaviour ----------------------------------------------------------
+
+
+def demo_reply(request: ModelRequest) -> dict[str, Any]:
+    """What the offline model says next, from the conversation alone (deterministic)."""
+    tools = {t.name for t in request.tools}
+    last = request.messages[-1] if request.messages else None
+    if last is not None and last.tool_results():
+        return _after_tools(last.tool_results(), request)
+    # Consecutive user messages (a prompt after a cancelled turn) reach the model merged:
+    # answer the latest thing the user said.
+    texts = [b.text for b in last.content if isinstance(b, TextBlock)] if last is not None else []
+    prompt = texts[-1].strip() if texts else ""
+    lowered = prompt.lower()
+
+    if re.search(r"\b(count|slow)", lowered):
+        return {
+            "text": " ".join(str(i) for i in range(1, 31)) + " — done counting.",
+            "chunk_delay_ms": 150,
+        }
+    if "write_file" in tools and re.search(r"\b(note|write|edit|create)", lowered):
+        return {
+            "thinking": "The user wants something written down; NOTES.md is the natural place.",
+            "text": "I'll write that into NOTES.md.",
+            "tool_calls": [
+                {
+                    "name": "write_file",
+                    "input": {"path": "NOTES.md", "content": _note_for(prompt)},
+                }
+            ],
+        }
+    command = re.search(r"`([^`]+)`", prompt)
+    if "bash" in tools and (command or re.search(r"\b(run|test|command)", lowered)):
+        cmd = command.group(1) if command else "ls -la"
+        return {
+            "text": f"Running `{cmd}`.",
+            "tool_calls": [{"name": "bash", "input": {"command": cmd}}],
+        }
+    if re.fullmatch(r"(hi|hello|hey)\b.*", lowered) or not tools:
+        return {"text": f"Hello! I'm defect's offline model. You said: {prompt or '(nothing)'}"}
+    if "search" in tools:
+        return {
+            "thinking": "Before answering, I should see what is in this workspace.",
+            "text": "Let me look around the workspace first.",
+            "tool_calls": [{"name": "search", "input": {"glob": "*"}}],
+        }
+    return {"text": f"You said: {prompt}"}
+
+
+def _after_tools(results: list[ToolResultBlock], request: ModelRequest) -> dict[str, Any]:
+    lines = []
+    for result in results:
+        text = (
+            result.content
+            if isinstance(result.content, str)
+            else json.dumps([p.model_dump(mode="json") for p in result.content])
+        )
+        head = text.strip().splitlines()[:8]
+        status = "failed" if result.is_error else "returned"
+        lines.append(f"The tool {status}:\n" + "\n".join(f"    {h}" for h in head))
+    rejected = any(r.is_error for r in results)
+    closing = (
+        "Something did not go through, so I stopped there."
+        if rejected
+        else "Done — tell me what to do next."
+    )
+    return {"text": "\n\n".join([*lines, closing])}
+
+
+def _note_for(prompt: str) -> str:
+    return f"# Notes\n\n- {prompt.strip()}\n"

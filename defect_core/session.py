@@ -1,0 +1,218 @@
+"""`AgentCore` and `Session`: the only door from a front end (the ACP bridge) into the runtime.
+
+Owns the two protocols, the values they exchange (config options, session summaries, the
+front end's description) and the errors they raise.
+
+- `AgentCore` is the process-level root: it creates, loads, finds and lists sessions.
+- `Session` is one conversation: it runs turns, cancels them, streams `AgentEvent`s to any
+  number of subscribers, and exposes its modes and config options.
+
+Invariants:
+- The bridge reaches the runtime only through these protocols (DESIGN.md, rule 2): a test can
+  hand the bridge a fake core, and another front end could drive the same runtime.
+- One turn per session at a time: a second `run_turn` while one runs raises `TurnInProgress`
+  at once (ACP clients serialise prompts per session; an immediate, clear error is what they
+  can show, where a silent wait would look like a hang).
+- `run_turn` answers a stop reason for every normal end, `cancelled` included; it raises
+  `TurnFailed` only when the turn could not go on (provider failure after retries, missing
+  credentials). Either way the session stays usable.
+- No ACP types here (DESIGN.md, rule 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from anyio.abc import ObjectReceiveStream
+
+from defect_core.events import AgentEvent, TurnStopReason
+from defect_core.model import ContentBlock, Message
+from defect_core.policy import ModeInfo
+from defect_core.tools.backends import FsBackend, ShellBackend
+
+# --- errors -------------------------------------------------------------------------------
+
+
+class AgentError(Exception):
+    """Base of the runtime's errors. `str(e)` is one line a person can act on."""
+
+    code = "internal"
+
+
+class InvalidCwd(AgentError):
+    code = "invalid_params"
+
+
+class DuplicateSessionId(AgentError):
+    code = "invalid_params"
+
+
+class SessionNotFound(AgentError):
+    code = "not_found"
+
+
+class TurnInProgress(AgentError):
+    code = "invalid_request"
+
+
+class InvalidOption(AgentError):
+    """An unknown mode, config option or value."""
+
+    code = "invalid_params"
+
+
+class StorageError(AgentError):
+    code = "internal"
+
+
+class TurnFailed(AgentError):
+    """The turn could not go on. `data` says whether retrying may help."""
+
+    code = "provider"
+
+    def __init__(self, message: str, data: dict[str, Any] | None = None, *, auth: bool = False):
+        super().__init__(message)
+        self.data = data or {}
+        self.auth = auth
+        if auth:
+            self.code = "auth_required"
+
+
+# --- values -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OptionChoice:
+    value: str
+    name: str
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOption:
+    id: str
+    name: str
+    category: Literal["mode", "model", "thought_level", "other"]
+    current: str
+    choices: tuple[OptionChoice, ...]
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Frontend:
+    """How the session is reached; feeds the system prompt's environment section."""
+
+    name: str = "acp"
+    client_name: str | None = None
+    fs_delegated: bool = False
+    terminal_delegated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class McpServerSpec:
+    """An MCP server the editor asked for (stdio: command/args/env; http/sse: url/headers)."""
+
+    name: str
+    transport: Literal["stdio", "http", "sse"]
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    url: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    id: str
+    cwd: str
+    title: str | None
+    updated_at: str
+    """ISO 8601, UTC."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPage:
+    sessions: tuple[SessionSummary, ...]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Backends:
+    fs: FsBackend
+    shell: ShellBackend
+    frontend: Frontend = field(default_factory=Frontend)
+
+
+# --- protocols ----------------------------------------------------------------------------
+
+
+class Session(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def cwd(self) -> Path: ...
+
+    @property
+    def title(self) -> str | None: ...
+
+    async def run_turn(self, prompt: list[ContentBlock]) -> TurnStopReason: ...
+
+    def cancel_turn(self) -> None:
+        """Cancel the running turn, if any. Idempotent."""
+        ...
+
+    def subscribe(self) -> ObjectReceiveStream[AgentEvent]: ...
+
+    def history_snapshot(self) -> list[Message]: ...
+
+    def current_mode(self) -> str: ...
+
+    def available_modes(self) -> tuple[ModeInfo, ...]: ...
+
+    async def set_mode(self, mode_id: str) -> None: ...
+
+    def config_options(self) -> list[ConfigOption]: ...
+
+    async def set_config_option(self, option_id: str, value: str) -> list[ConfigOption]: ...
+
+    def slash_commands(self) -> tuple[tuple[str, str], ...]: ...
+
+    def resolve_permission(self, tool_call_id: str, option_id: str | None) -> None:
+        """The user's answer to a `PermissionRequested`; `None` means the request was cancelled."""
+        ...
+
+    async def close(self) -> None:
+        """Cancel running work, stop background tasks and end every subscription."""
+        ...
+
+
+class AgentCore(Protocol):
+    async def create_session(
+        self,
+        session_id: str,
+        cwd: Path,
+        backends: Backends,
+        mcp_servers: tuple[McpServerSpec, ...] = (),
+    ) -> Session: ...
+
+    async def load_session(
+        self,
+        session_id: str,
+        backends: Backends,
+        mcp_servers: tuple[McpServerSpec, ...] = (),
+    ) -> Session: ...
+
+    def session(self, session_id: str) -> Session | None: ...
+
+    async def list_sessions(
+        self, cwd: Path | None = None, cursor: str | None = None
+    ) -> SessionPage: ...
+
+    async def close_session(self, session_id: str) -> None: ...
+
+    async def delete_session(self, session_id: str) -> None: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,438 @@
+"""The turn runner: one user prompt → model requests and tool calls → a stop reason.
+
+Owns the loop DESIGN.md "A turn" describes: commit the prompt → build the request through
+`repair_outbound` → stream (deltas forwarded at once) → commit the assistant message →
+announce each tool call → decide permissions (policy, or ask the user) → run the approved
+calls concurrently → commit all results as one user message in `tool_use` order → repeat,
+within `max_turn_requests`.
+
+Invariants:
+- Every request is built from `repair_outbound(history.snapshot())`, never from anything else.
+- Only a `Completed` stream becomes history (seed 004, layer 3): a failed, cut or stalled
+  stream leaves no assistant message and runs no tool. What was streamed stays shown.
+- Commits are shielded from cancellation: a cancel never leaves a half-written message. On
+  cancel, every announced tool call gets a final status, and the calls that did not finish
+  get an error result, so the results message is still committed whole (only a kill of the
+  process can leave an orphan `tool_use`, which the outbound repair handles).
+- Retries (bounded, exponential backoff with jitter or the server's `retry-after`) happen only
+  before any output of that attempt was forwarded; the backoff sleep is cancellable.
+- The runner knows no wire format and no front end: it speaks `LlmProvider`, `Tool` and
+  `AgentEvent`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from defect_core import policy
+from defect_core.events import (
+    AgentEvent,
+    AgentTextDelta,
+    AgentThoughtDelta,
+    MessageCommitted,
+    PermissionRequested,
+    TextDisplay,
+    ToolCallStarted,
+    ToolCallUpdated,
+    TurnStopReason,
+    UsageReported,
+    UserPromptCommitted,
+)
+from defect_core.history import History
+from defect_core.integrity import drop_malformed_tool_uses, repair_outbound
+from defect_core.log import get_logger
+from defect_core.model import (
+    ContentBlock,
+    Message,
+    ResultPart,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from defect_core.providers.base import (
+    Completed,
+    LlmProvider,
+    ModelRequest,
+    ProviderError,
+    TextDelta,
+    ThinkingDelta,
+    ToolInputDelta,
+    ToolUseStarted,
+    Usage,
+)
+from defect_core.session import TurnFailed
+from defect_core.tools.base import (
+    Tool,
+    ToolCallView,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    ToolRegistry,
+)
+
+log = get_logger("defect.turn")
+
+MAX_RESULT_CHARS = 100_000
+"""A tool result larger than this is cut with a marker before it reaches the model."""
+
+CANCELLED_RESULT_TEXT = "tool call cancelled by the user before it finished"
+
+Publish = Callable[[AgentEvent], Awaitable[None]]
+Commit = Callable[[Message], Awaitable[None]]
+PermissionWaiter = Callable[[PermissionRequested], Awaitable[str | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnConfig:
+    """Everything a turn runs with, snapshotted when it starts."""
+
+    session_id: str
+    model: str
+    system_prompt: str
+    mode: str
+    max_tokens: int
+    max_turn_requests: int
+    thinking_budget: int | None
+    context_window: int
+    retries: int = 4
+    retry_base_delay: float = 1.0
+    retry_max_delay: float = 30.0
+
+
+@dataclass
+class TurnResult:
+    stop_reason: TurnStopReason
+    usage: Usage = field(default_factory=Usage)
+    requests: int = 0
+
+
+@dataclass
+class _Call:
+    use: ToolUseBlock
+    tool: Tool | None
+    view: ToolCallView
+    args: dict[str, Any]
+    result: ToolResultBlock | None = None
+    approved: bool = False
+    finished: bool = False
+
+
+class TurnRunner:
+    """Runs turns for one session. Stateless between turns except what it is given."""
+
+    def __init__(
+        self,
+        *,
+        history: History,
+        provider: LlmProvider,
+        tools: ToolRegistry,
+        publish: Publish,
+        commit: Commit,
+        ask_permission: PermissionWaiter,
+        make_context: Callable[[str], ToolContext],
+        rules: policy.PermissionRules,
+        on_cancel_requested: Callable[[], None],
+    ) -> None:
+        self._history = history
+        self._provider = provider
+        self._tools = tools
+        self._publish = publish
+        self._commit = commit
+        self._ask_permission = ask_permission
+        self._make_context = make_context
+        self._rules = rules
+        self._cancel = on_cancel_requested
+
+    async def run(self, prompt: list[ContentBlock], config: TurnConfig) -> TurnResult:
+        result = TurnResult(stop_reason="end_turn")
+        user_message = Message(role="user", content=tuple(prompt))
+        with anyio.CancelScope(shield=True):
+            await self._commit(user_message)
+            await self._publish(UserPromptCommitted(user_message))
+
+        while True:
+            if result.requests >= config.max_turn_requests:
+                result.stop_reason = "max_turn_requests"
+                return result
+            result.requests += 1
+            completed = await self._request(config)
+            result.usage = result.usage + completed.usage
+            self._history.record_input_tokens(completed.usage.prompt_tokens)
+
+            message = drop_malformed_tool_uses(completed.message)
+            if completed.stop_reason == "max_tokens" and message.tool_uses():
+                # A tool input cut by max_tokens must never run; keep what was said.
+                message = Message(
+                    role="assistant",
+                    content=tuple(b for b in message.content if not isinstance(b, ToolUseBlock)),
+                )
+            if message.content:
+                with anyio.CancelScope(shield=True):
+                    await self._commit(message)
+                    await self._publish(MessageCommitted(message))
+            await self._publish(
+                UsageReported(used=self._history.token_estimate() or 0, size=config.context_window)
+            )
+
+            uses = message.tool_uses()
+            if uses:
+                await self._run_tools(uses, config)
+                continue
+            if completed.stop_reason == "pause_turn":
+                continue
+            result.stop_reason = _stop_reason(completed.stop_reason)
+            return result
+
+    # --- the model request ------------------------------------------------------------------
+
+    async def _request(self, config: TurnConfig) -> Completed:
+        request = ModelRequest(
+            model=config.model,
+            system=config.system_prompt,
+            messages=repair_outbound(self._history.snapshot()),
+            tools=self._tools.specs(),
+            max_tokens=config.max_tokens,
+            thinking_budget=config.thinking_budget,
+        )
+        attempt = 0
+        while True:
+            forwarded = False
+            try:
+                async for chunk in self._provider.stream(request):
+                    if isinstance(chunk, TextDelta):
+                        forwarded = True
+                        await self._publish(AgentTextDelta(chunk.text))
+                    elif isinstance(chunk, ThinkingDelta):
+                        forwarded = True
+                        await self._publish(AgentThoughtDelta(chunk.text))
+                    elif isinstance(chunk, ToolUseStarted | ToolInputDelta):
+                        forwarded = True
+                    elif isinstance(chunk, Completed):
+                        log.debug(
+                            "model_call_completed",
+                            session_id=config.session_id,
+                            stop_reason=chunk.stop_reason,
+                            request_id=chunk.request_id,
+                            attempt=attempt + 1,
+                        )
+                        return chunk
+                raise ProviderError(
+                    "the model's stream ended without a complete message",
+                    kind="stream_incomplete",
+                    retryable=True,
+                )
+            except ProviderError as err:
+                log.warning(
+                    "model_call_failed",
+                    session_id=config.session_id,
+                    attempt=attempt + 1,
+                    error=err.message,
+                    kind=err.kind,
+                    status=err.status,
+                    request_id=err.request_id,
+                    retryable=err.retryable,
+                    output_forwarded=forwarded,
+                )
+                if err.retryable and not forwarded and attempt < config.retries:
+                    delay = _backoff(attempt, err.retry_after, config)
+                    attempt += 1
+                    await anyio.sleep(delay)
+                    continue
+                data = err.to_data()
+                if forwarded and err.retryable:
+                    data["partialOutputShown"] = True
+                raise TurnFailed(err.message, data, auth=err.kind == "auth_required") from err
+
+    # --- tools ------------------------------------------------------------------------------
+
+    async def _run_tools(self, uses: list[ToolUseBlock], config: TurnConfig) -> None:
+        calls = [self._prepare(use) for use in uses]
+        try:
+            for call in calls:
+                await self._publish(
+                    ToolCallStarted(
+                        tool_call_id=call.use.id,
+                        name=call.use.name,
+                        title=call.view.title,
+                        kind=call.view.kind,
+                        raw_input=call.use.input,
+                        locations=call.view.locations,
+                        content=call.view.content,
+                    )
+                )
+            for call in calls:
+                await self._decide(call, config)
+            async with anyio.create_task_group() as tg:
+                for call in calls:
+                    if call.approved:
+                        tg.start_soon(self._execute, call)
+        finally:
+            with anyio.CancelScope(shield=True):
+                for call in calls:
+                    if call.result is None:
+                        call.result = _error_result(call.use.id, CANCELLED_RESULT_TEXT)
+                    if not call.finished:
+                        call.finished = True
+                        await self._publish(
+                            ToolCallUpdated(
+                                call.use.id,
+                                status="failed",
+                                content=(TextDisplay("Cancelled."),),
+                            )
+                        )
+                results = Message(
+                    role="user", content=tuple(c.result for c in calls if c.result is not None)
+                )
+                await self._commit(results)
+                await self._publish(MessageCommitted(results))
+
+    def _prepare(self, use: ToolUseBlock) -> _Call:
+        tool = self._tools.get(use.name)
+        if tool is None:
+            view = ToolCallView(title=use.name, kind="other")
+            return _Call(use, None, view, use.input)
+        try:
+            view = tool.describe(use.input, self._make_context(use.id))
+        except Exception as exc:  # a describe bug must not break the turn
+            log.warning("tool_describe_failed", tool=use.name, error=str(exc))
+            view = ToolCallView(title=use.name, kind=tool.kind)
+        return _Call(use, tool, view, use.input)
+
+    async def _decide(self, call: _Call, config: TurnConfig) -> None:
+        tool = call.tool
+        if tool is None:
+            available = ", ".join(sorted(t.name for t in self._tools)) or "none"
+            await self._fail(call, f"unknown tool: {call.use.name} (available tools: {available})")
+            return
+        key = _permission_key(tool, call.args)
+        decision = policy.decide(config.mode, tool.safety, tool.kind, key, self._rules)
+        if isinstance(decision, policy.Deny):
+            await self._fail(call, decision.reason)
+            return
+        if isinstance(decision, policy.Ask):
+            try:
+                preview = await tool.preview(call.args, self._make_context(call.use.id))
+            except ToolError as exc:
+                await self._fail(call, str(exc))
+                return
+            except Exception as exc:
+                log.warning("tool_preview_failed", tool=tool.name, error=str(exc))
+                preview = ()
+            answer = await self._ask_permission(
+                PermissionRequested(
+                    tool_call_id=call.use.id,
+                    title=call.view.title,
+                    kind=call.view.kind,
+                    raw_input=call.args,
+                    options=policy.PERMISSION_OPTIONS,
+                    content=preview or call.view.content,
+                    locations=call.view.locations,
+                )
+            )
+            if answer is None:
+                # The client cancelled the question: the turn ends as `cancelled`.
+                self._cancel()
+                await anyio.sleep_forever()
+            if answer in (policy.ALLOW_ALWAYS, policy.REJECT_ALWAYS):
+                self._rules.remember(key, allow=answer == policy.ALLOW_ALWAYS)
+            if answer not in (policy.ALLOW_ONCE, policy.ALLOW_ALWAYS):
+                await self._fail(call, "the user rejected this tool call")
+                return
+        call.approved = True
+
+    async def _execute(self, call: _Call) -> None:
+        assert call.tool is not None
+        await self._publish(ToolCallUpdated(call.use.id, status="in_progress"))
+        ctx = self._make_context(call.use.id)
+        try:
+            output = await call.tool.run(call.args, ctx)
+        except ToolError as exc:
+            output = ToolOutput(str(exc), is_error=True, display=(TextDisplay(str(exc)),))
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:
+            log.exception("tool_crashed", tool=call.tool.name)
+            text = f"{call.tool.name} failed: {type(exc).__name__}: {exc}"
+            output = ToolOutput(text, is_error=True, display=(TextDisplay(text),))
+        content = _cap(output.content)
+        call.result = ToolResultBlock(
+            tool_use_id=call.use.id, content=content, is_error=output.is_error
+        )
+        display = output.display or (TextDisplay(_display_text(content)),)
+        call.finished = True
+        await self._publish(
+            ToolCallUpdated(
+                call.use.id,
+                status="failed" if output.is_error else "completed",
+                content=display,
+                locations=output.locations,
+                raw_output=output.raw_output,
+            )
+        )
+
+    async def _fail(self, call: _Call, message: str) -> None:
+        call.result = _error_result(call.use.id, message)
+        call.finished = True
+        await self._publish(
+            ToolCallUpdated(call.use.id, status="failed", content=(TextDisplay(message),))
+        )
+
+
+def _permission_key(tool: Tool, args: dict[str, Any]) -> str:
+    try:
+        return tool.permission_key(args)
+    except Exception:
+        return tool.name
+
+
+def _error_result(tool_use_id: str, text: str) -> ToolResultBlock:
+    return ToolResultBlock(tool_use_id=tool_use_id, content=text, is_error=True)
+
+
+def _stop_reason(provider_reason: str) -> TurnStopReason:
+    if provider_reason in ("max_tokens", "model_context_window_exceeded"):
+        return "max_tokens"
+    if provider_reason == "refusal":
+        return "refusal"
+    return "end_turn"
+
+
+def _backoff(attempt: int, retry_after: float | None, config: TurnConfig) -> float:
+    if retry_after is not None and retry_after >= 0:
+        return float(min(retry_after, config.retry_max_delay))
+    base = config.retry_base_delay * (2**attempt)
+    return float(min(config.retry_max_delay, base * (0.5 + random.random() / 2)))
+
+
+def _cap(content: str | tuple[ResultPart, ...]) -> str | tuple[ResultPart, ...]:
+    if isinstance(content, str):
+        return _cap_text(content)
+    return tuple(
+        TextBlock(text=_cap_text(p.text)) if isinstance(p, TextBlock) else p for p in content
+    )
+
+
+def _cap_text(text: str) -> str:
+    if len(text) <= MAX_RESULT_CHARS:
+        return text
+    half = MAX_RESULT_CHARS // 2
+    cut = len(text) - 2 * half
+    return f"{text[:half]}\n[... {cut} characters truncated ...]\n{text[-half:]}"
+
+
+def _display_text(content: str | tuple[ResultPart, ...]) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for p in content:
+        if isinstance(p, TextBlock):
+            parts.append(p.text)
+        elif hasattr(p, "value"):
+            parts.append(json.dumps(p.value, indent=2))
+    return "\n".join(parts)
