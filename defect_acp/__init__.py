@@ -1,0 +1,1 @@
+"""The ACP bridge: JSON-RPC over stdio on one side, `AgentCore`/`Session` on the other."""

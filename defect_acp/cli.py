@@ -1,0 +1,123 @@
+"""The `defect` command.
+
+Owns argument parsing and process set-up for `defect acp` (serve ACP on stdio),
+`defect --version` and `defect --help`.
+
+Invariants:
+- Before anything else, the real stdout descriptor is set aside for the protocol and fd 1 is
+  pointed at stderr: a library (or a child process) that prints can never corrupt the
+  JSON-RPC stream. Only `defect_acp.transport` writes to the protocol descriptor.
+- Nothing heavy is imported before it is needed: `--help`/`--version` import no SDK, and
+  `defect acp` imports the ACP SDK but no provider SDK (those load on the first prompt).
+- The process exits 0 when stdin closes or on SIGTERM/SIGINT, after closing its sessions
+  (running turns cancelled, child processes killed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from defect_core import __version__
+
+if TYPE_CHECKING:
+    from defect_core.config import Settings
+    from defect_core.providers.base import LlmProvider
+
+HELP_EPILOG = """\
+environment:
+  DEFECT_PROVIDER     provider (scripted, anthropic, bedrock); default: scripted
+  DEFECT_MODEL        model id
+  DEFECT_SCRIPT       script file for the offline (scripted) model
+  DEFECT_LOG_LEVEL    debug, info, warning (default), error — logs go to stderr
+  DEFECT_LOG_FILE     also append logs to this file
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="defect",
+        description="defect — a coding agent for editors, over the Agent Client Protocol.",
+        epilog=HELP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"defect {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    acp = sub.add_parser(
+        "acp",
+        help="serve the Agent Client Protocol on stdin/stdout (what editors spawn)",
+        description="Serve the Agent Client Protocol (JSON-RPC 2.0) on stdin/stdout.",
+        epilog=HELP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    acp.add_argument("--provider", help="model provider (scripted, anthropic, bedrock)")
+    acp.add_argument("--model", help="model id for the provider")
+    acp.add_argument("--log-level", help="debug, info, warning, error")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "acp":
+        return run_acp(args)
+    parser.print_help()
+    return 0
+
+
+def run_acp(args: argparse.Namespace) -> int:
+    protocol_fd = _claim_stdout()
+    from defect_acp.fastimport import prepare_pydantic
+
+    prepare_pydantic()
+    from defect_core import log
+
+    log.configure(level=args.log_level)
+    from defect_core.config import settings_from_env
+    from defect_core.providers.registry import UnknownProvider, build_provider
+
+    settings = settings_from_env().with_overrides(provider=args.provider, model=args.model)
+    try:
+        provider = build_provider(settings.provider, settings)
+    except (UnknownProvider, ValueError) as exc:
+        sys.stderr.write(f"defect: {exc}\n")
+        return 2
+    return _serve(settings, provider, protocol_fd)
+
+
+def _serve(settings: Settings, provider: LlmProvider, protocol_fd: int) -> int:
+    import asyncio
+    import signal
+
+    from defect_acp.server import serve
+    from defect_core.agent import DefaultAgentCore
+
+    async def main_task() -> None:
+        core = DefaultAgentCore(settings, provider=provider)
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            if task is not None:
+                loop.add_signal_handler(sig, task.cancel)
+        await serve(core, protocol_fd)
+
+    with contextlib.suppress(asyncio.CancelledError, KeyboardInterrupt):
+        asyncio.run(main_task())
+    return 0
+
+
+def _claim_stdout() -> int:
+    """Keep the real stdout for the protocol; send everything else written to fd 1 to stderr."""
+    sys.stdout.flush()
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return protocol_fd
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

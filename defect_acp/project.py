@@ -1,0 +1,207 @@
+"""Projection: core values ⇄ ACP values.
+
+Owns the conversion of `AgentEvent`s into `session/update` payloads, of ACP prompt content
+into core content blocks, and of core modes/config options into their ACP shapes.
+
+Invariant: this is the only module that knows both vocabularies; `defect_core` never sees an
+ACP type (DESIGN.md, rule 1). Updates are built with the SDK's schema models, so what leaves
+here is what the protocol's schema allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from acp import schema as s
+from acp.helpers import (
+    tool_content,
+    tool_diff_content,
+    tool_terminal_ref,
+    update_agent_message_text,
+    update_agent_thought_text,
+)
+
+from defect_core import events as ev
+from defect_core.model import ContentBlock, ImageBlock, TextBlock
+from defect_core.policy import ModeInfo
+from defect_core.session import ConfigOption
+
+Update = (
+    s.AgentMessageChunk
+    | s.AgentThoughtChunk
+    | s.ToolCallStart
+    | s.ToolCallProgress
+    | s.CurrentModeUpdate
+    | s.ConfigOptionUpdate
+    | s.SessionInfoUpdate
+    | s.UsageUpdate
+    | s.AvailableCommandsUpdate
+    | s.UserMessageChunk
+)
+
+
+class UnsupportedContent(ValueError):
+    """Prompt content defect cannot take (e.g. audio, which it does not advertise)."""
+
+
+# --- ACP → core ---------------------------------------------------------------------------
+
+
+def prompt_to_blocks(prompt: Sequence[Any]) -> list[ContentBlock]:
+    blocks: list[ContentBlock] = []
+    for item in prompt:
+        if isinstance(item, s.TextContentBlock):
+            blocks.append(TextBlock(text=item.text))
+        elif isinstance(item, s.ImageContentBlock):
+            if item.data:
+                blocks.append(ImageBlock(media_type=item.mime_type, data=item.data))
+            elif item.uri:
+                blocks.append(ImageBlock(url=item.uri))
+        elif isinstance(item, s.ResourceContentBlock):
+            label = item.title or item.name
+            blocks.append(TextBlock(text=f"[@{label}]({item.uri})"))
+        elif isinstance(item, s.EmbeddedResourceContentBlock):
+            resource = item.resource
+            if isinstance(resource, s.TextResourceContents):
+                blocks.append(
+                    TextBlock(text=f'<context ref="{resource.uri}">\n{resource.text}\n</context>')
+                )
+            else:
+                blocks.append(TextBlock(text=f"[binary resource: {resource.uri}]"))
+        elif isinstance(item, s.AudioContentBlock):
+            raise UnsupportedContent("audio prompts are not supported by defect")
+        else:
+            raise UnsupportedContent(f"unsupported prompt content: {type(item).__name__}")
+    return blocks
+
+
+# --- core → ACP ---------------------------------------------------------------------------
+
+
+def event_to_update(event: ev.AgentEvent) -> Update | None:
+    """The `session/update` for an event, or None when the event is not shown."""
+    if isinstance(event, ev.AgentTextDelta):
+        return update_agent_message_text(event.text)
+    if isinstance(event, ev.AgentThoughtDelta):
+        return update_agent_thought_text(event.text)
+    if isinstance(event, ev.ToolCallStarted):
+        return s.ToolCallStart(
+            session_update="tool_call",
+            tool_call_id=event.tool_call_id,
+            title=event.title,
+            kind=event.kind,
+            status=event.status,
+            content=displays(event.content) or None,
+            locations=locations(event.locations) or None,
+            raw_input=event.raw_input,
+        )
+    if isinstance(event, ev.ToolCallUpdated):
+        return s.ToolCallProgress(
+            session_update="tool_call_update",
+            tool_call_id=event.tool_call_id,
+            status=event.status,
+            title=event.title,
+            content=displays(event.content) if event.content is not None else None,
+            locations=locations(event.locations) if event.locations is not None else None,
+            raw_output=event.raw_output,
+        )
+    if isinstance(event, ev.ModeChanged):
+        return s.CurrentModeUpdate(
+            session_update="current_mode_update", current_mode_id=event.mode_id
+        )
+    if isinstance(event, ev.TitleChanged):
+        return s.SessionInfoUpdate(session_update="session_info_update", title=event.title)
+    if isinstance(event, ev.UsageReported):
+        cost = s.Cost(amount=event.cost_usd, currency="USD") if event.cost_usd is not None else None
+        return s.UsageUpdate(
+            session_update="usage_update",
+            used=max(0, event.used),
+            size=max(0, event.size),
+            cost=cost,
+        )
+    if isinstance(event, ev.CommandsChanged):
+        return commands_update(event.commands)
+    if isinstance(event, ev.Notice):
+        return update_agent_message_text(f"\n\n> {event.text}\n\n")
+    return None
+
+
+def commands_update(commands: Sequence[tuple[str, str]]) -> s.AvailableCommandsUpdate:
+    return s.AvailableCommandsUpdate(
+        session_update="available_commands_update",
+        available_commands=[s.AvailableCommand(name=n, description=d) for n, d in commands],
+    )
+
+
+def config_update(options: Sequence[ConfigOption]) -> s.ConfigOptionUpdate:
+    return s.ConfigOptionUpdate(
+        session_update="config_option_update", config_options=config_options(options)
+    )
+
+
+def displays(content: Sequence[ev.ToolDisplay]) -> list[Any]:
+    out: list[Any] = []
+    for item in content:
+        if isinstance(item, ev.TextDisplay):
+            out.append(tool_content(s.TextContentBlock(type="text", text=item.text)))
+        elif isinstance(item, ev.DiffDisplay):
+            out.append(tool_diff_content(item.path, item.new_text, item.old_text))
+        elif isinstance(item, ev.TerminalDisplay):
+            out.append(tool_terminal_ref(item.terminal_id))
+        elif isinstance(item, ev.ImageDisplay):
+            out.append(
+                tool_content(
+                    s.ImageContentBlock(type="image", data=item.data, mime_type=item.media_type)
+                )
+            )
+    return out
+
+
+def locations(items: Sequence[ev.Location]) -> list[s.ToolCallLocation]:
+    return [s.ToolCallLocation(path=loc.path, line=loc.line) for loc in items]
+
+
+def tool_call_for_permission(event: ev.PermissionRequested) -> s.ToolCallUpdate:
+    return s.ToolCallUpdate(
+        tool_call_id=event.tool_call_id,
+        title=event.title,
+        kind=event.kind,
+        status="pending",
+        content=displays(event.content) or None,
+        locations=locations(event.locations) or None,
+        raw_input=event.raw_input,
+    )
+
+
+def permission_options(event: ev.PermissionRequested) -> list[s.PermissionOption]:
+    return [
+        s.PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind) for o in event.options
+    ]
+
+
+def modes(current: str, available: Sequence[ModeInfo]) -> s.SessionModeState:
+    return s.SessionModeState(
+        current_mode_id=current,
+        available_modes=[
+            s.SessionMode(id=m.id, name=m.name, description=m.description) for m in available
+        ],
+    )
+
+
+def config_options(options: Sequence[ConfigOption]) -> list[s.SessionConfigOptionSelect]:
+    return [
+        s.SessionConfigOptionSelect(
+            type="select",
+            id=o.id,
+            name=o.name,
+            description=o.description,
+            category=o.category,
+            current_value=o.current,
+            options=[
+                s.SessionConfigSelectOption(value=c.value, name=c.name, description=c.description)
+                for c in o.choices
+            ],
+        )
+        for o in options
+    ]

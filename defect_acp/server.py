@@ -1,0 +1,413 @@
+"""The ACP server: every agent-side method of ACP v1, mapped onto `AgentCore`/`Session`.
+
+Owns `DefectAgent` (the handler object the SDK's router calls), the per-session pump that
+projects `AgentEvent`s to `session/update` and turns `PermissionRequested` into
+`session/request_permission`, and `serve()`, which wires it to stdio.
+
+Invariants:
+- The bridge reaches the runtime only through `AgentCore`/`Session` (DESIGN.md, rule 2).
+- A `session/prompt` is answered only after every update of its turn has been written: the
+  handler waits until the pump has forwarded the turn's last event. Nothing of that turn is
+  sent after the answer.
+- `DefectAgent` does not inherit the SDK's `Agent` protocol: the SDK would silently answer
+  `{}`/`null` for a method we did not write, where a missing method must be -32601.
+- Handlers take `**kwargs`: the SDK merges `_meta` entries into the keyword arguments.
+- Errors are one line: -32602 for bad params, -32002 for an unknown session, -32000 when
+  credentials are missing, -32603 with `data.retryable` when the model call failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from acp import PROTOCOL_VERSION, RequestError
+from acp import schema as s
+from acp.agent.connection import AgentSideConnection
+from acp.router import Route
+
+from defect_acp import project
+from defect_acp.delegate import select_backends
+from defect_acp.transport import LineWriter, StdioTransport, open_stdin_reader
+from defect_core import __version__
+from defect_core import events as ev
+from defect_core.log import get_logger
+from defect_core.session import (
+    AgentCore,
+    AgentError,
+    Backends,
+    Frontend,
+    InvalidCwd,
+    InvalidOption,
+    McpServerSpec,
+    Session,
+    SessionNotFound,
+    TurnFailed,
+    TurnInProgress,
+)
+
+log = get_logger("defect.acp")
+
+SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
+
+
+def to_request_error(err: AgentError) -> RequestError:
+    message = str(err) or type(err).__name__
+    if isinstance(err, SessionNotFound):
+        return RequestError(-32002, message)
+    if isinstance(err, InvalidCwd | InvalidOption):
+        return RequestError(-32602, message)
+    if isinstance(err, TurnInProgress):
+        return RequestError(-32600, message)
+    if isinstance(err, TurnFailed):
+        if err.auth:
+            return RequestError(-32000, message, err.data or None)
+        return RequestError(-32603, message, err.data or None)
+    return RequestError(-32603, message)
+
+
+class SessionPump:
+    """Forwards one session's events to the client, in order."""
+
+    def __init__(self, agent: DefectAgent, session: Session) -> None:
+        self._agent = agent
+        self._session = session
+        self._stream = session.subscribe()
+        self._turns_ended = 0
+        self._ended = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._questions: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"pump-{self._session.id}")
+
+    @property
+    def turns_ended(self) -> int:
+        return self._turns_ended
+
+    async def wait_turn_ended(self, count: int) -> None:
+        """Wait until the pump has forwarded the end of turn number `count` (1-based)."""
+        async with self._ended:
+            await self._ended.wait_for(lambda: self._turns_ended >= count or self._task_done())
+
+    def _task_done(self) -> bool:
+        return self._task is not None and self._task.done()
+
+    async def _run(self) -> None:
+        try:
+            async with self._stream:
+                async for event in self._stream:
+                    await self._forward(event)
+        except Exception:
+            log.exception("pump_failed", session_id=self._session.id)
+        finally:
+            async with self._ended:
+                self._ended.notify_all()
+
+    async def _forward(self, event: ev.AgentEvent) -> None:
+        sid = self._session.id
+        if isinstance(event, ev.PermissionRequested):
+            task = asyncio.create_task(self._ask(event))
+            self._questions.add(task)
+            task.add_done_callback(self._questions.discard)
+            return
+        if isinstance(event, ev.TurnEnded | ev.TurnFailed):
+            async with self._ended:
+                self._turns_ended += 1
+                self._ended.notify_all()
+            return
+        if isinstance(event, ev.ConfigChanged):
+            await self._agent.send_update(
+                sid, project.config_update(self._session.config_options())
+            )
+            return
+        if isinstance(event, ev.ModeChanged):
+            await self._agent.send_update(sid, project.event_to_update(event))
+            await self._agent.send_update(
+                sid, project.config_update(self._session.config_options())
+            )
+            return
+        update = project.event_to_update(event)
+        if update is not None:
+            await self._agent.send_update(sid, update)
+
+    async def _ask(self, event: ev.PermissionRequested) -> None:
+        option: str | None
+        try:
+            response = await self._agent.connection.request_permission(
+                session_id=self._session.id,
+                tool_call=project.tool_call_for_permission(event),
+                options=project.permission_options(event),
+            )
+            outcome = response.outcome
+            option = outcome.option_id if isinstance(outcome, s.AllowedOutcome) else None
+        except Exception as exc:
+            # A client that cannot answer must not hang the turn: treat it as a rejection.
+            log.warning("permission_request_failed", error=str(exc), session_id=self._session.id)
+            option = "reject_once"
+        self._session.resolve_permission(event.tool_call_id, option)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+class DefectAgent:
+    """The handler object behind the SDK's router."""
+
+    def __init__(self, core: AgentCore, *, resume: str | None = None) -> None:
+        self._core = core
+        self._conn: AgentSideConnection | None = None
+        self._client_capabilities: s.ClientCapabilities | None = None
+        self._client_info: s.Implementation | None = None
+        self._pumps: dict[str, SessionPump] = {}
+        self._after_answer: dict[str, Callable[[], Awaitable[None]]] = {}
+
+    # --- wiring -----------------------------------------------------------------------------
+
+    def on_connect(self, conn: AgentSideConnection) -> None:
+        self._conn = conn
+
+    @property
+    def connection(self) -> AgentSideConnection:
+        assert self._conn is not None, "the agent is not connected"
+        return self._conn
+
+    async def send_update(self, session_id: str, update: Any) -> None:
+        if update is None:
+            return
+        try:
+            await self.connection.session_update(session_id=session_id, update=update)
+        except ConnectionError:
+            log.debug("update_dropped_connection_closed", session_id=session_id)
+
+    async def on_response(self, method: str, params: Any, response: dict[str, Any]) -> None:
+        """Runs after a response left: sends what must follow an answer."""
+        if "result" not in response:
+            return
+        if method in ("session/new", "session/load", "session/resume"):
+            result = response.get("result") or {}
+            session_id = result.get("sessionId") or (params or {}).get("sessionId")
+            if session_id and (follow := self._after_answer.pop(session_id, None)):
+                await follow()
+
+    def on_cancel_request(self, request_id: Any, method: str | None, params: Any) -> None:
+        """`$/cancel_request`: a cancelled `session/prompt` cancels its turn (answer: cancelled)."""
+        if method == "session/prompt" and isinstance(params, dict):
+            session = self._core.session(str(params.get("sessionId")))
+            if session is not None:
+                session.cancel_turn()
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def initialize(
+        self,
+        protocol_version: int,
+        client_capabilities: s.ClientCapabilities | None = None,
+        client_info: s.Implementation | None = None,
+        **kwargs: Any,
+    ) -> s.InitializeResponse:
+        self._client_capabilities = client_capabilities
+        self._client_info = client_info
+        version = (
+            protocol_version
+            if protocol_version in SUPPORTED_PROTOCOL_VERSIONS
+            else max(SUPPORTED_PROTOCOL_VERSIONS)
+        )
+        return s.InitializeResponse(
+            protocol_version=version,
+            agent_capabilities=s.AgentCapabilities(
+                load_session=False,
+                prompt_capabilities=s.PromptCapabilities(
+                    image=True, audio=False, embedded_context=True
+                ),
+                mcp_capabilities=s.McpCapabilities(http=False, sse=False),
+            ),
+            auth_methods=[],
+            agent_info=s.Implementation(name="defect", title="defect", version=__version__),
+        )
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> s.AuthenticateResponse:
+        raise RequestError(
+            -32602,
+            f"unknown authentication method {method_id!r}: defect reads credentials from the "
+            "environment (ANTHROPIC_API_KEY, or AWS credentials for Bedrock)",
+        )
+
+    # --- sessions ---------------------------------------------------------------------------
+
+    async def new_session(
+        self,
+        cwd: str,
+        mcp_servers: list[Any] | None = None,
+        additional_directories: list[str] | None = None,
+        **kwargs: Any,
+    ) -> s.NewSessionResponse:
+        path = _absolute_cwd(cwd)
+        session_id = f"sess_{uuid.uuid4().hex}"
+        try:
+            session = await self._core.create_session(
+                session_id, path, self._backends(session_id), _mcp_specs(mcp_servers)
+            )
+        except AgentError as err:
+            raise to_request_error(err) from None
+        self._attach(session)
+        return s.NewSessionResponse(
+            session_id=session.id,
+            modes=project.modes(session.current_mode(), session.available_modes()),
+            config_options=project.config_options(session.config_options()),
+        )
+
+    async def set_session_mode(
+        self, session_id: str, mode_id: str, **kwargs: Any
+    ) -> s.SetSessionModeResponse:
+        session = self._session(session_id)
+        try:
+            await session.set_mode(mode_id)
+        except AgentError as err:
+            raise to_request_error(err) from None
+        return s.SetSessionModeResponse()
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
+    ) -> s.SetSessionConfigOptionResponse:
+        session = self._session(session_id)
+        try:
+            options = await session.set_config_option(config_id, str(value))
+        except AgentError as err:
+            raise to_request_error(err) from None
+        return s.SetSessionConfigOptionResponse(config_options=project.config_options(options))
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> s.PromptResponse:
+        session = self._session(session_id)
+        try:
+            blocks = project.prompt_to_blocks(prompt)
+        except project.UnsupportedContent as exc:
+            raise RequestError(-32602, str(exc)) from None
+        pump = self._pumps[session.id]
+        ended_before = pump.turns_ended
+        try:
+            stop = await session.run_turn(blocks)
+        except TurnInProgress as err:
+            raise to_request_error(err) from None
+        except AgentError as err:
+            await pump.wait_turn_ended(ended_before + 1)
+            raise to_request_error(err) from None
+        await pump.wait_turn_ended(ended_before + 1)
+        return s.PromptResponse(stop_reason=stop)
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        session = self._core.session(session_id)
+        if session is None:
+            log.warning("cancel_unknown_session", session_id=session_id)
+            return
+        session.cancel_turn()
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _session(self, session_id: str) -> Session:
+        session = self._core.session(session_id)
+        if session is None:
+            raise RequestError(-32002, f"session not found: {session_id}")
+        return session
+
+    def _attach(self, session: Session) -> None:
+        pump = SessionPump(self, session)
+        self._pumps[session.id] = pump
+        pump.start()
+
+        async def follow() -> None:
+            commands = session.slash_commands()
+            if commands:
+                await self.send_update(session.id, project.commands_update(commands))
+
+        self._after_answer[session.id] = follow
+
+    def _backends(self, session_id: str) -> Backends:
+        fs, shell = select_backends(self._client_capabilities, self.connection, session_id)
+        name = self._client_info.name if self._client_info else None
+        return Backends(
+            fs=fs,
+            shell=shell,
+            frontend=Frontend(
+                name="acp",
+                client_name=name,
+                fs_delegated=fs.delegated,
+                terminal_delegated=shell.delegated,
+            ),
+        )
+
+    async def shutdown(self) -> None:
+        for pump in list(self._pumps.values()):
+            await pump.stop()
+        await self._core.aclose()
+
+
+def _absolute_cwd(cwd: str) -> Path:
+    path = Path(cwd)
+    if not path.is_absolute():
+        raise RequestError(-32602, f"cwd must be an absolute path, got {cwd!r}")
+    return path
+
+
+def _mcp_specs(servers: list[Any] | None) -> tuple[McpServerSpec, ...]:
+    specs: list[McpServerSpec] = []
+    for server in servers or []:
+        if isinstance(server, s.McpServerStdio):
+            specs.append(
+                McpServerSpec(
+                    name=server.name,
+                    transport="stdio",
+                    command=server.command,
+                    args=tuple(server.args or ()),
+                    env=tuple((e.name, e.value) for e in server.env or ()),
+                )
+            )
+        elif isinstance(server, s.HttpMcpServer | s.SseMcpServer):
+            specs.append(
+                McpServerSpec(
+                    name=server.name,
+                    transport="http" if isinstance(server, s.HttpMcpServer) else "sse",
+                    url=server.url,
+                    headers=tuple((h.name, h.value) for h in server.headers or ()),
+                )
+            )
+    return tuple(specs)
+
+
+async def serve(core: AgentCore, protocol_fd: int, *, resume: str | None = None) -> None:
+    """Serve ACP on stdin and `protocol_fd` until stdin closes."""
+    agent = DefectAgent(core, resume=resume)
+    reader = await open_stdin_reader()
+    writer = await LineWriter(protocol_fd).open()
+    transport = StdioTransport(
+        reader, writer, on_response=agent.on_response, on_cancel_request=agent.on_cancel_request
+    )
+    conn = AgentSideConnection(
+        agent,  # type: ignore[arg-type]
+        transport,
+        listening=False,
+        use_unstable_protocol=True,
+    )
+    _add_routes(conn, agent)
+    try:
+        await conn.listen()
+    finally:
+        await agent.shutdown()
+        with contextlib.suppress(Exception):
+            await conn.close()
+
+
+def _add_routes(conn: AgentSideConnection, agent: DefectAgent) -> None:
+    """Methods the SDK does not route (pinned SDK: `session/delete`, `logout`)."""
+    router = conn._conn._handler  # the SDK's MessageRouter (pinned < 0.13, covered by tests)
+    for method, attr in (("session/delete", "delete_session"), ("logout", "logout")):
+        func = getattr(agent, attr, None)
+        if func is not None:
+            router.add_route(Route(method=method, func=func, kind="request"))  # type: ignore[attr-defined]
