@@ -8,4 +8,6 @@ import pytest
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
 pytest_plugins = ("tests.support.fixtures",)

@@ -1,0 +1,231 @@
+"""`make run`: a full ACP session with defect on the offline model, shown as an editor would.
+
+Spawns `defect acp` (no API key needed), drives it through the official ACP SDK's client
+side over real stdio, and prints what an editor would show: streamed text, thoughts, tool
+calls with their status, a diff, a permission question (answered by this script), a cancel,
+and each turn's stop reason. Exits 0 when every step behaved; 1 otherwise.
+
+Run it with `make run`, or `python scripts/demo_client.py [--workspace DIR]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import difflib
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from acp import schema as s
+from acp.stdio import spawn_agent_process
+
+REPO = Path(__file__).resolve().parents[1]
+BOLD, DIM, GREEN, RED, YELLOW, CYAN, RESET = (
+    ("\033[1m", "\033[2m", "\033[32m", "\033[31m", "\033[33m", "\033[36m", "\033[0m")
+    if sys.stdout.isatty()
+    else ("",) * 7
+)
+
+
+class Editor:
+    """What the user sees, printed; answers permission questions like a user would."""
+
+    def __init__(self) -> None:
+        self.mode = ""
+        self.chunks = 0
+        self.first_chunk = asyncio.Event()
+        self.titles: dict[str, str] = {}
+        self.statuses: dict[str, str] = {}
+        self.permission_asked = 0
+        self.diffs_shown = 0
+
+    def _switch(self, mode: str) -> None:
+        if mode != self.mode:
+            if self.mode in ("text", "thought"):
+                sys.stdout.write(RESET + "\n")
+            self.mode = mode
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        kind = update.session_update
+        if kind == "agent_message_chunk":
+            self._switch("text")
+            sys.stdout.write(update.content.text)
+            self.chunks += 1
+            self.first_chunk.set()
+        elif kind == "agent_thought_chunk":
+            if self.mode != "thought":
+                self._switch("thought")
+                sys.stdout.write(f"{DIM}💭 ")
+            sys.stdout.write(update.content.text)
+        elif kind == "tool_call":
+            self._switch("tool")
+            self.titles[update.tool_call_id] = update.title
+            self.statuses[update.tool_call_id] = update.status or "pending"
+            print(f"{CYAN}⏺ [{update.kind}] {update.title}{RESET} {DIM}({update.status}){RESET}")
+        elif kind == "tool_call_update":
+            self._switch("tool")
+            title = self.titles.get(update.tool_call_id, update.tool_call_id)
+            if update.status:
+                self.statuses[update.tool_call_id] = update.status
+                color = {"completed": GREEN, "failed": RED}.get(update.status, DIM)
+                print(f"  {color}↳ {title}: {update.status}{RESET}")
+            for item in update.content or []:
+                self._show_content(item)
+        elif kind == "session_info_update" and update.title:
+            self._switch("info")
+            print(f"{DIM}(session title: {update.title}){RESET}")
+        elif kind == "current_mode_update":
+            self._switch("info")
+            print(f"{DIM}(mode: {update.current_mode_id}){RESET}")
+        elif kind == "usage_update":
+            pass
+
+    def _show_content(self, item: Any) -> None:
+        if getattr(item, "type", "") == "diff":
+            self.diffs_shown += 1
+            old = (item.old_text or "").splitlines()
+            new = item.new_text.splitlines()
+            print(f"  {BOLD}diff {item.path}{RESET}")
+            for line in difflib.unified_diff(old, new, lineterm="", n=1):
+                if line.startswith(("---", "+++")):
+                    continue
+                color = GREEN if line.startswith("+") else RED if line.startswith("-") else DIM
+                print(f"    {color}{line}{RESET}")
+        elif getattr(item, "type", "") == "content" and hasattr(item.content, "text"):
+            lines = item.content.text.strip().splitlines()
+            for line in lines[:6]:
+                print(f"    {DIM}{line}{RESET}")
+            if len(lines) > 6:
+                print(f"    {DIM}… ({len(lines) - 6} more lines){RESET}")
+
+    async def request_permission(
+        self, options: list[Any], session_id: str, tool_call: Any, **kwargs: Any
+    ) -> s.RequestPermissionResponse:
+        self._switch("tool")
+        self.permission_asked += 1
+        choices = " / ".join(o.name for o in options)
+        print(f"{YELLOW}? Allow “{tool_call.title}”?  [{choices}]{RESET}")
+        for item in tool_call.content or []:
+            self._show_content(item)
+        chosen = next(o for o in options if o.kind == "allow_once")
+        print(f"{YELLOW}  → {chosen.name} (answered by the demo){RESET}")
+        return s.RequestPermissionResponse(
+            outcome=s.AllowedOutcome(outcome="selected", option_id=chosen.option_id)
+        )
+
+    def end(self) -> None:
+        self._switch("")
+
+
+def make_workspace(root: Path) -> None:
+    (root / "src").mkdir(parents=True, exist_ok=True)
+    (root / "README.md").write_text("# Tiny project\n\nA calculator used by the defect demo.\n")
+    (root / "src" / "calc.py").write_text("def add(a: int, b: int) -> int:\n    return a + b\n")
+
+
+async def run(workspace: Path) -> int:
+    editor = Editor()
+    env = dict(os.environ)
+    env.pop("DEFECT_SCRIPT", None)
+    env["DEFECT_PROVIDER"] = "scripted"
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    failures: list[str] = []
+
+    def check(ok: bool, what: str) -> None:
+        if not ok:
+            failures.append(what)
+            print(f"{RED}✗ {what}{RESET}")
+
+    async with spawn_agent_process(
+        lambda _agent: editor,  # type: ignore[arg-type, return-value]
+        sys.executable,
+        "-m",
+        "defect_acp",
+        "acp",
+        env=env,
+        cwd=str(workspace),
+        transport_kwargs={"stderr": sys.stderr.fileno()},
+    ) as (conn, _process):
+        init = await conn.initialize(
+            protocol_version=1,
+            client_capabilities=s.ClientCapabilities(),
+            client_info=s.Implementation(name="defect-demo", version="1"),
+        )
+        info = init.agent_info
+        print(
+            f"{BOLD}Connected to {info.name if info else '?'} {info.version if info else ''}"
+            f" (ACP v{init.protocol_version}){RESET}"
+        )
+        session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+        sid = session.session_id
+        print(
+            f"{DIM}session {sid} in {workspace}; mode: "
+            f"{session.modes.current_mode_id if session.modes else '?'}{RESET}"
+        )
+
+        async def prompt(text: str) -> str:
+            print(f"\n{BOLD}> {text}{RESET}")
+            response = await conn.prompt(
+                session_id=sid, prompt=[s.TextContentBlock(type="text", text=text)]
+            )
+            editor.end()
+            print(f"{DIM}[stop reason: {response.stop_reason}]{RESET}")
+            return str(response.stop_reason)
+
+        check(await prompt("What is in this project?") == "end_turn", "look-around turn")
+        asked_before = editor.permission_asked
+        stop = await prompt("Write a note: remember to add tests for calc.add")
+        check(stop == "end_turn", "edit turn")
+        check(editor.permission_asked > asked_before, "a permission question was asked")
+        check(editor.diffs_shown > 0, "the edit showed a diff")
+        check((workspace / "NOTES.md").exists(), "NOTES.md was written")
+
+        print(f"\n{BOLD}> Count slowly to thirty{RESET}  {DIM}(the demo cancels it){RESET}")
+        editor.first_chunk.clear()
+        task = asyncio.create_task(
+            conn.prompt(
+                session_id=sid,
+                prompt=[s.TextContentBlock(type="text", text="Count slowly to thirty")],
+            )
+        )
+        await editor.first_chunk.wait()
+        await asyncio.sleep(0.6)
+        await conn.cancel(session_id=sid)
+        response = await task
+        editor.end()
+        print(f"{DIM}[stop reason: {response.stop_reason}]{RESET}")
+        check(response.stop_reason == "cancelled", "the cancel stopped the turn")
+
+        check(await prompt("hello again") == "end_turn", "the session works after a cancel")
+
+    if failures:
+        print(f"\n{RED}Demo finished with problems: {', '.join(failures)}{RESET}")
+        return 1
+    print(f"\n{GREEN}Demo finished: a full offline ACP session.{RESET}")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workspace", type=Path, help="use this directory (default: a temp dir)")
+    args = parser.parse_args()
+    if args.workspace:
+        args.workspace.mkdir(parents=True, exist_ok=True)
+        make_workspace(args.workspace)
+        return asyncio.run(run(args.workspace.resolve()))
+    root = Path(tempfile.mkdtemp(prefix="defect-demo-"))
+    try:
+        make_workspace(root)
+        return asyncio.run(run(root))
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(root)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,334 @@
+"""Drive the real `defect acp` process over real stdio with the ACP SDK's client side.
+
+Owns `spawn_defect`, which starts `python -m defect_acp acp` with a chosen environment,
+connects a `RecordingClient` (the test's editor) through the SDK's `ClientSideConnection`,
+and validates every message the agent writes against the ACP schema as it arrives.
+
+The client records every `session/update`, answers permission questions from a policy the
+test sets, and — when the test advertises the capabilities — serves `fs/*` and `terminal/*`
+for real (files on disk, subprocesses), recording each call.
+
+Pitfalls this avoids (ACP-NOTES.md): the SDK's spawner trims the child's environment and
+pipes stderr without reading it, so the child gets an explicit `env` and its stderr goes to
+a file the test can read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acp import schema as s
+from acp.connection import StreamDirection, StreamEvent
+from acp.stdio import spawn_agent_process
+
+from tests.support.acp_schema import acp_schema
+
+REPO = Path(__file__).resolve().parents[2]
+
+PermissionPolicy = Callable[[s.RequestPermissionRequest], str | None]
+
+
+def allow_once(_: s.RequestPermissionRequest) -> str | None:
+    return "allow_once"
+
+
+@dataclass
+class RecordingClient:
+    """The test's editor."""
+
+    permission: PermissionPolicy = allow_once
+    updates: list[tuple[str, Any]] = field(default_factory=list)
+    permission_requests: list[s.RequestPermissionRequest] = field(default_factory=list)
+    reverse_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    permission_gate: asyncio.Event | None = None
+    """When set, permission answers wait for this event (to test cancels while pending)."""
+    terminals: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
+    update_event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def on_connect(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append((session_id, update))
+        self.update_event.set()
+
+    async def request_permission(
+        self, options: list[Any], session_id: str, tool_call: Any, **kwargs: Any
+    ) -> s.RequestPermissionResponse:
+        request = s.RequestPermissionRequest(
+            options=options, session_id=session_id, tool_call=tool_call
+        )
+        self.permission_requests.append(request)
+        if self.permission_gate is not None:
+            await self.permission_gate.wait()
+        answer = self.permission(request)
+        if answer is None:
+            return s.RequestPermissionResponse(outcome=s.DeniedOutcome(outcome="cancelled"))
+        return s.RequestPermissionResponse(
+            outcome=s.AllowedOutcome(outcome="selected", option_id=answer)
+        )
+
+    # --- delegated fs / terminal (served for real) ------------------------------------------
+
+    async def read_text_file(
+        self,
+        path: str,
+        session_id: str,
+        limit: int | None = None,
+        line: int | None = None,
+        **kwargs: Any,
+    ) -> s.ReadTextFileResponse:
+        self.reverse_calls.append(
+            ("fs/read_text_file", {"path": path, "line": line, "limit": limit})
+        )
+        text = Path(path).read_text()
+        if line is not None or limit is not None:
+            lines = text.splitlines(keepends=True)
+            start = (line or 1) - 1
+            text = "".join(lines[start : start + limit if limit else None])
+        return s.ReadTextFileResponse(content=text)
+
+    async def write_text_file(
+        self, content: str, path: str, session_id: str, **kwargs: Any
+    ) -> s.WriteTextFileResponse:
+        self.reverse_calls.append(("fs/write_text_file", {"path": path, "content": content}))
+        Path(path).write_text(content)
+        return s.WriteTextFileResponse()
+
+    async def create_terminal(
+        self,
+        command: str,
+        session_id: str,
+        args: list[str] | None = None,
+        cwd: str | None = None,
+        env: Any = None,
+        output_byte_limit: int | None = None,
+        **kwargs: Any,
+    ) -> s.CreateTerminalResponse:
+        self.reverse_calls.append(
+            ("terminal/create", {"command": command, "args": args, "cwd": cwd})
+        )
+        proc = await asyncio.create_subprocess_exec(
+            command,
+            *(args or []),
+            cwd=cwd,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        terminal_id = f"term_{len(self.terminals) + 1}"
+        self.terminals[terminal_id] = proc
+        return s.CreateTerminalResponse(terminal_id=terminal_id)
+
+    async def terminal_output(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> s.TerminalOutputResponse:
+        self.reverse_calls.append(("terminal/output", {"terminal_id": terminal_id}))
+        proc = self.terminals[terminal_id]
+        output = b""
+        if proc.returncode is not None and proc.stdout is not None:
+            output = await proc.stdout.read()
+        status = (
+            s.TerminalExitStatus(exit_code=proc.returncode) if proc.returncode is not None else None
+        )
+        return s.TerminalOutputResponse(
+            output=output.decode(errors="replace"), truncated=False, exit_status=status
+        )
+
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> s.WaitForTerminalExitResponse:
+        self.reverse_calls.append(("terminal/wait_for_exit", {"terminal_id": terminal_id}))
+        code = await self.terminals[terminal_id].wait()
+        return s.WaitForTerminalExitResponse(exit_code=code)
+
+    async def kill_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> s.KillTerminalResponse:
+        self.reverse_calls.append(("terminal/kill", {"terminal_id": terminal_id}))
+        proc = self.terminals[terminal_id]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+        return s.KillTerminalResponse()
+
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> s.ReleaseTerminalResponse:
+        self.reverse_calls.append(("terminal/release", {"terminal_id": terminal_id}))
+        proc = self.terminals.pop(terminal_id, None)
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+        return s.ReleaseTerminalResponse()
+
+    # --- views for assertions ---------------------------------------------------------------
+
+    def kinds(self, session_id: str | None = None) -> list[str]:
+        return [
+            u.session_update for sid, u in self.updates if session_id is None or sid == session_id
+        ]
+
+    def text(self, session_id: str | None = None) -> str:
+        return "".join(
+            u.content.text
+            for sid, u in self.updates
+            if (session_id is None or sid == session_id)
+            and u.session_update == "agent_message_chunk"
+            and hasattr(u.content, "text")
+        )
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                self.update_event.clear()
+                await self.update_event.wait()
+
+
+@dataclass
+class Wire:
+    """Every raw message, both directions, as (direction, message)."""
+
+    messages: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    _methods: dict[Any, str] = field(default_factory=dict)
+
+    def observe(self, event: StreamEvent) -> None:
+        message = event.message
+        if event.direction is StreamDirection.OUTGOING:
+            self.messages.append(("client", message))
+            if "method" in message and "id" in message:
+                self._methods[message["id"]] = message["method"]
+            return
+        self.messages.append(("agent", message))
+        answered = self._methods.get(message.get("id")) if "method" not in message else None
+        try:
+            acp_schema().check_agent_message(message, answered)
+        except AssertionError as exc:
+            self.violations.append(str(exc))
+
+    def from_agent(self) -> list[dict[str, Any]]:
+        return [m for d, m in self.messages if d == "agent"]
+
+
+@dataclass
+class Agent:
+    conn: Any
+    process: asyncio.subprocess.Process
+    client: RecordingClient
+    wire: Wire
+    stderr_path: Path
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def assert_schema_clean(self) -> None:
+        assert not self.wire.violations, "\n\n".join(self.wire.violations)
+
+    async def initialize(self, **capabilities: Any) -> s.InitializeResponse:
+        fs = capabilities.pop("fs", None)
+        terminal = capabilities.pop("terminal", False)
+        caps = s.ClientCapabilities(
+            fs=s.FileSystemCapabilities(read_text_file=bool(fs), write_text_file=bool(fs)),
+            terminal=terminal,
+        )
+        return await self.conn.initialize(
+            protocol_version=1,
+            client_capabilities=caps,
+            client_info=s.Implementation(name="test-client", version="0"),
+        )
+
+    async def new_session(self, cwd: Path | str) -> str:
+        response = await self.conn.new_session(cwd=str(cwd), mcp_servers=[])
+        return str(response.session_id)
+
+    async def prompt(self, session_id: str, text: str) -> s.PromptResponse:
+        return await self.conn.prompt(
+            session_id=session_id, prompt=[s.TextContentBlock(type="text", text=text)]
+        )
+
+
+def agent_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEFECT_", "ANTHROPIC_"))}
+    env["PYTHONPATH"] = str(REPO)
+    env.setdefault("DEFECT_LOG_LEVEL", "info")
+    env.update(extra)
+    return env
+
+
+@contextlib.asynccontextmanager
+async def spawn_defect(
+    *args: str,
+    env: dict[str, str] | None = None,
+    client: RecordingClient | None = None,
+    cwd: Path | None = None,
+) -> AsyncIterator[Agent]:
+    client = client or RecordingClient()
+    wire = Wire()
+    # Kept open for the child's lifetime and closed in the `finally` below.
+    stderr_file = tempfile.NamedTemporaryFile(  # noqa: SIM115
+        prefix="defect-stderr-", suffix=".log", delete=False
+    )
+    stderr_path = Path(stderr_file.name)
+    try:
+        async with spawn_agent_process(
+            lambda _agent: client,
+            sys.executable,
+            "-m",
+            "defect_acp",
+            "acp",
+            *args,
+            env=env or agent_env(),
+            cwd=str(cwd or REPO),
+            transport_kwargs={"stderr": stderr_file.fileno()},
+            observers=[wire.observe],
+            use_unstable_protocol=True,
+        ) as (conn, process):
+            agent = Agent(conn, process, client, wire, stderr_path)
+            try:
+                yield agent
+            finally:
+                for proc in client.terminals.values():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, 9)
+    finally:
+        stderr_file.close()
+        stderr_path.unlink(missing_ok=True)
+
+
+async def raw_session(
+    lines: list[bytes], env: dict[str, str] | None = None, read_count: int = 1, timeout: float = 15
+) -> tuple[list[dict[str, Any]], asyncio.subprocess.Process]:
+    """Write raw lines to a fresh agent and read `read_count` JSON lines back."""
+    import json
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "defect_acp",
+        "acp",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        env=env or agent_env(),
+        cwd=str(REPO),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    for line in lines:
+        proc.stdin.write(line)
+    await proc.stdin.drain()
+    out: list[dict[str, Any]] = []
+    async with asyncio.timeout(timeout):
+        while len(out) < read_count:
+            raw = await proc.stdout.readline()
+            if not raw:
+                break
+            out.append(json.loads(raw))
+    return out, proc

@@ -1,0 +1,120 @@
+"""Validation of what the agent writes against the ACP JSON Schema (stable v1).
+
+Owns `AcpSchema`: it validates each message the agent sends — a response against the schema
+of the method it answers, a notification or reverse request against the schema of its
+method — so a test fails on the first message a real client could reject.
+
+The schema lives beside the project (`../shared/acp-schema/schema.v1.json`, or
+`$ACP_SCHEMA`); a copy of it is not needed in the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+
+RESPONSES = {
+    "initialize": "InitializeResponse",
+    "authenticate": "AuthenticateResponse",
+    "logout": "LogoutResponse",
+    "session/new": "NewSessionResponse",
+    "session/load": "LoadSessionResponse",
+    "session/list": "ListSessionsResponse",
+    "session/delete": "DeleteSessionResponse",
+    "session/resume": "ResumeSessionResponse",
+    "session/close": "CloseSessionResponse",
+    "session/set_mode": "SetSessionModeResponse",
+    "session/set_config_option": "SetSessionConfigOptionResponse",
+    "session/prompt": "PromptResponse",
+}
+AGENT_REQUESTS = {
+    "session/request_permission": "RequestPermissionRequest",
+    "fs/read_text_file": "ReadTextFileRequest",
+    "fs/write_text_file": "WriteTextFileRequest",
+    "terminal/create": "CreateTerminalRequest",
+    "terminal/output": "TerminalOutputRequest",
+    "terminal/wait_for_exit": "WaitForTerminalExitRequest",
+    "terminal/kill": "KillTerminalRequest",
+    "terminal/release": "ReleaseTerminalRequest",
+}
+AGENT_NOTIFICATIONS = {"session/update": "SessionNotification"}
+
+
+def schema_path() -> Path:
+    env = os.environ.get("ACP_SCHEMA")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent / "shared" / "acp-schema" / "schema.v1.json"
+        if candidate.exists():
+            return candidate
+    return here.parents[3] / "shared" / "acp-schema" / "schema.v1.json"
+
+
+class SchemaViolation(AssertionError):
+    pass
+
+
+class AcpSchema:
+    def __init__(self, path: Path | None = None) -> None:
+        path = path or schema_path()
+        self.document = json.loads(path.read_text())
+        resource = Resource.from_contents(self.document)
+        self._registry: Registry[Any] = Registry().with_resource("urn:acp", resource)
+        self._validators: dict[str, Draft202012Validator] = {}
+
+    def _validator(self, definition: str) -> Draft202012Validator:
+        if definition not in self._validators:
+            if definition not in self.document["$defs"]:
+                raise KeyError(f"the ACP schema has no definition {definition!r}")
+            self._validators[definition] = Draft202012Validator(
+                {"$ref": f"urn:acp#/$defs/{definition}"}, registry=self._registry
+            )
+        return self._validators[definition]
+
+    def check(self, definition: str, value: Any, what: str) -> None:
+        errors = sorted(self._validator(definition).iter_errors(value), key=lambda e: e.path)
+        if errors:
+            first = errors[0]
+            location = "/".join(str(p) for p in first.absolute_path)
+            raise SchemaViolation(
+                f"{what} does not match {definition} at /{location}: {first.message}\n"
+                f"message: {json.dumps(value)[:2000]}"
+            )
+
+    def check_agent_message(self, message: dict[str, Any], answered_method: str | None) -> None:
+        """Validate one message written by the agent."""
+        if message.get("jsonrpc") != "2.0":
+            raise SchemaViolation(f"not JSON-RPC 2.0: {message}")
+        method = message.get("method")
+        if method is not None:
+            if method in AGENT_NOTIFICATIONS and "id" not in message:
+                self.check(AGENT_NOTIFICATIONS[method], message.get("params"), method)
+            elif method in AGENT_REQUESTS and "id" in message:
+                self.check(AGENT_REQUESTS[method], message.get("params"), method)
+            else:
+                raise SchemaViolation(f"the agent sent an unknown method {method!r}")
+            return
+        if "error" in message:
+            error = message["error"]
+            self.check("Error", error, "error response")
+            text = error.get("message", "")
+            if not text or "\n" in text:
+                raise SchemaViolation(f"error messages must be one non-empty line: {error!r}")
+            return
+        if answered_method in RESPONSES:
+            self.check(
+                RESPONSES[answered_method], message.get("result"), f"{answered_method} result"
+            )
+
+
+@cache
+def acp_schema() -> AcpSchema:
+    return AcpSchema()
