@@ -1,0 +1,452 @@
+"""The doors tools use to reach files and processes: `FsBackend` and `ShellBackend`.
+
+Owns both protocols and their local implementations (`LocalFsBackend`, `LocalShellBackend`).
+The ACP bridge provides delegated implementations (`defect_acp/delegate.py`) that route the
+same calls to the editor, so edits land in its buffers and commands show in its terminal.
+
+Invariants:
+- Paths handed to a backend are absolute and were already checked against the workspace
+  boundary by the tool (`tools.workspace`); a backend never widens access.
+- A shell handle is released exactly once; `kill` ends the whole process group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import secrets
+import signal
+import stat as stat_mod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import anyio
+import anyio.to_thread
+
+
+@dataclass(frozen=True, slots=True)
+class FileStat:
+    size: int
+    mtime_ns: int
+    is_dir: bool = False
+
+
+class FsBackend(Protocol):
+    @property
+    def delegated(self) -> bool:
+        """True when reads and writes go through the editor."""
+        ...
+
+    async def read_text(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
+        """Text of the file, or `limit` lines from 1-based `line`. Raises `OSError`-like errors."""
+        ...
+
+    async def write_text(self, path: Path, content: str) -> None: ...
+
+    async def stat(self, path: Path) -> FileStat | None:
+        """None when the path does not exist."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ShellOutput:
+    output: str
+    truncated: bool
+    exit_code: int | None = None
+    signal: str | None = None
+    exited: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ShellExit:
+    exit_code: int | None
+    signal: str | None = None
+
+
+class ShellBackend(Protocol):
+    @property
+    def delegated(self) -> bool:
+        """True when commands run in the editor's terminal."""
+        ...
+
+    async def create(
+        self,
+        command: str,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        output_limit: int | None = None,
+    ) -> str:
+        """Start `command` under a shell; returns a handle (the terminal id when delegated)."""
+        ...
+
+    async def output(self, handle: str) -> ShellOutput: ...
+
+    async def wait_for_exit(self, handle: str) -> ShellExit: ...
+
+    async def kill(self, handle: str) -> None: ...
+
+    async def release(self, handle: str) -> None: ...
+
+
+# --- local implementations --------------------------------------------------------------------
+#
+# Both run blocking work off the event loop: file I/O in a worker thread, processes under
+# asyncio's subprocess machinery (the runtime runs on anyio's asyncio backend).
+
+
+@runtime_checkable
+class BinaryReader(Protocol):
+    """An optional extra of a *local* fs backend: raw bytes (images, binary sniffing)."""
+
+    async def read_bytes(self, path: Path, limit: int | None = None) -> bytes:
+        """At most `limit` bytes from the start of the file (all of it when None)."""
+        ...
+
+
+_CHUNK = 1 << 20
+
+
+def local_stat(path: Path) -> FileStat | None:
+    """`os.stat` as a `FileStat` (following symlinks); None when nothing is there."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return FileStat(size=st.st_size, mtime_ns=st.st_mtime_ns, is_dir=stat_mod.S_ISDIR(st.st_mode))
+
+
+def _nth_newline(chunk: bytes, n: int) -> int:
+    """Index of the `n`-th (1-based) newline of `chunk`; the caller knows there are ≥ n.
+
+    A binary search over `bytes.count` keeps this in C even when `n` is in the hundreds of
+    thousands (skipping to the end of a 50 MB log).
+    """
+    lo, hi = 0, len(chunk)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if chunk.count(b"\n", 0, mid) >= n:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo - 1
+
+
+def _read_window(path: Path, line: int | None, limit: int | None) -> str:
+    """`limit` lines from 1-based `line`, reading only as far as needed. Strict UTF-8."""
+    if line is None and limit is None:
+        return path.read_bytes().decode("utf-8")
+    skip = max(line or 1, 1) - 1
+    want = limit
+    parts: list[bytes] = []
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            if skip:
+                count = chunk.count(b"\n")
+                if count < skip:
+                    skip -= count
+                    continue
+                chunk = chunk[_nth_newline(chunk, skip) + 1 :]
+                skip = 0
+            if want is None:
+                parts.append(chunk)
+                continue
+            count = chunk.count(b"\n")
+            if count >= want:
+                parts.append(chunk[: _nth_newline(chunk, want) + 1])
+                break
+            want -= count
+            parts.append(chunk)
+    return b"".join(parts).decode("utf-8")
+
+
+def _read_head(path: Path, limit: int | None) -> bytes:
+    with open(path, "rb") as f:
+        return f.read() if limit is None else f.read(limit)
+
+
+def _atomic_write(path: Path, content: str) -> None:
+    """Write through a temporary sibling and `os.replace`, keeping the file's mode.
+
+    A reader (or a crash) sees the old file or the new one, never half of it. A symlink is
+    followed so the link stays a link and its target gets the content.
+    """
+    target = Path(os.path.realpath(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode: int | None = stat_mod.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = None
+    data = content.encode("utf-8")
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    # 0o666 through the umask, like any newly created file; an existing file's mode wins.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        if mode is not None:
+            os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.close(fd)
+        fd = -1
+        os.replace(tmp, target)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class LocalFsBackend:
+    """Files on this machine, read and written by the agent process itself."""
+
+    @property
+    def delegated(self) -> bool:
+        return False
+
+    async def read_text(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
+        return await anyio.to_thread.run_sync(_read_window, path, line, limit)
+
+    async def read_bytes(self, path: Path, limit: int | None = None) -> bytes:
+        return await anyio.to_thread.run_sync(_read_head, path, limit)
+
+    async def write_text(self, path: Path, content: str) -> None:
+        await anyio.to_thread.run_sync(_atomic_write, path, content)
+
+    async def stat(self, path: Path) -> FileStat | None:
+        return local_stat(path)
+
+
+# The marker a local shell puts where it dropped the middle of a long output.
+def truncation_marker(dropped: int, unit: str = "bytes") -> str:
+    return f"\n[... {dropped} {unit} truncated ...]\n"
+
+
+class _Capture:
+    """Output kept within a byte budget: the first half and a rolling last half."""
+
+    def __init__(self, limit: int) -> None:
+        self.head_limit = limit // 2
+        self.tail_limit = limit - self.head_limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, data: bytes) -> None:
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if not data:
+            return
+        self.tail += data
+        excess = len(self.tail) - self.tail_limit
+        if excess > 0:
+            del self.tail[:excess]
+            self.dropped += excess
+
+    def text(self) -> str:
+        if not self.dropped:
+            return (self.head + self.tail).decode("utf-8", errors="replace")
+        return (
+            self.head.decode("utf-8", errors="replace")
+            + truncation_marker(self.dropped)
+            + self.tail.decode("utf-8", errors="replace")
+        )
+
+
+class _Process(asyncio.SubprocessProtocol):
+    """One command: its output lands in `capture`; `exited` and `closed` mark its ends.
+
+    The process's exit and the end of its output are separate events: a background child can
+    hold the pipe open long after the shell is gone. (`asyncio.subprocess.Process.wait`
+    waits for both, which would hang on `sleep 1000 &`.)
+    """
+
+    def __init__(self, capture: _Capture) -> None:
+        self.capture = capture
+        self.exited = asyncio.Event()
+        self.closed = asyncio.Event()
+        self.transport: asyncio.SubprocessTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.SubprocessTransport)
+        self.transport = transport
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        self.capture.add(data if isinstance(data, bytes) else data.encode())
+
+    def process_exited(self) -> None:
+        self.exited.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
+
+    @property
+    def pid(self) -> int:
+        assert self.transport is not None
+        return self.transport.get_pid()
+
+    @property
+    def returncode(self) -> int | None:
+        assert self.transport is not None
+        return self.transport.get_returncode()
+
+
+_DEFAULT_OUTPUT_LIMIT = 1 << 20
+# After the shell exits, how long to wait for the rest of its output: a background child that
+# inherited stdout can keep the pipe open for ever.
+_DRAIN_GRACE = 0.2
+_SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs (zombies do not count).
+
+    `killpg(pgid, 0)` alone is not enough: an orphaned member that exited stays a zombie, and
+    counts as a member, until something reaps it — which a container's init may never do.
+    On Linux `/proc` says which members are zombies.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        pids = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return True
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # After the command name: state, ppid, pgrp, ...
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _signal_name(returncode: int | None) -> str | None:
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return str(-returncode)
+
+
+class LocalShellBackend:
+    """Commands run by `bash -c` (or `/bin/sh -c`) as a child of the agent.
+
+    Each command leads its own session and process group (`start_new_session=True`), so
+    `kill` reaches everything it started: SIGTERM to the group, then SIGKILL to whatever is
+    left after `kill_grace` seconds. Stdin is /dev/null (nothing can wait for a keyboard);
+    stderr is merged into stdout, as a terminal would show them. Background jobs a command
+    leaves behind do not outlive `release` (use `setsid` to detach on purpose).
+    """
+
+    def __init__(self, kill_grace: float = 2.0) -> None:
+        self._kill_grace = kill_grace
+        self._procs: dict[str, _Process] = {}
+        self._ids = itertools.count(1)
+
+    @property
+    def delegated(self) -> bool:
+        return False
+
+    async def create(
+        self,
+        command: str,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        output_limit: int | None = None,
+    ) -> str:
+        full_env = {**os.environ, **env} if env else None
+        capture = _Capture(output_limit or _DEFAULT_OUTPUT_LIMIT)
+        loop = asyncio.get_running_loop()
+        _, proc = await loop.subprocess_exec(
+            lambda: _Process(capture),
+            _SHELL,
+            "-c",
+            command,
+            cwd=cwd,
+            env=full_env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        handle = f"local-{next(self._ids)}"
+        self._procs[handle] = proc
+        return handle
+
+    def _get(self, handle: str) -> _Process:
+        try:
+            return self._procs[handle]
+        except KeyError:
+            raise OSError(f"no such command handle: {handle} (released?)") from None
+
+    async def output(self, handle: str) -> ShellOutput:
+        p = self._get(handle)
+        code = p.returncode
+        return ShellOutput(
+            output=p.capture.text(),
+            truncated=p.capture.dropped > 0,
+            exit_code=code if code is not None and code >= 0 else None,
+            signal=_signal_name(code),
+            exited=code is not None,
+        )
+
+    async def wait_for_exit(self, handle: str) -> ShellExit:
+        p = self._get(handle)
+        await p.exited.wait()
+        with anyio.move_on_after(_DRAIN_GRACE):
+            await p.closed.wait()
+        code = p.returncode
+        return ShellExit(
+            exit_code=code if code is not None and code >= 0 else None,
+            signal=_signal_name(code),
+        )
+
+    async def kill(self, handle: str) -> None:
+        p = self._get(handle)
+        pgid = p.pid
+        if not group_alive(pgid):
+            return
+        _signal_group(pgid, signal.SIGTERM)
+        with anyio.move_on_after(self._kill_grace):
+            await p.exited.wait()
+            # Members that outlive the shell (a trapped SIGTERM, a stubborn child) have no exit
+            # to wait for: poll until none is left.
+            while group_alive(pgid):  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+            return
+        _signal_group(pgid, signal.SIGKILL)
+        with anyio.move_on_after(self._kill_grace):  # bounded: a process stuck in the kernel
+            await p.exited.wait()
+
+    async def release(self, handle: str) -> None:
+        p = self._procs.get(handle)
+        if p is None:
+            return
+        try:
+            if p.returncode is None or group_alive(p.pid):
+                await self.kill(handle)
+        finally:
+            self._procs.pop(handle, None)
+            if p.transport is not None:
+                p.transport.close()

@@ -1,0 +1,279 @@
+"""The `bash` tool: run one shell command in the workspace and report what it printed.
+
+Owns the command's lifetime (create → wait with a timeout → output → release), the output cap
+the model sees, and the permission key an "always" answer is remembered under.
+
+Invariants:
+- The working directory is inside the workspace (even when reads outside are allowed).
+- Whatever happens — normal exit, timeout, cancellation of `run`, a failing backend — the
+  command's handle is released exactly once, and a command still running is killed first
+  (the whole process group for the local shell), under a shielded scope so a cancel cannot
+  skip the cleanup. Cancellation is then re-raised, never swallowed.
+- When the shell is the editor's terminal, its id is reported (`ctx.report`) right after
+  creation, so the user watches the command live.
+- The model sees at most `MAX_OUTPUT_CHARS` of output (head and tail, a marker in between)
+  and always the exit code, signal or timeout.
+
+Permission keys (`permission_key`), chosen so that "always allow" never grants more than the
+user saw:
+- a simple command is keyed by its program (`ls`, `pytest`), or program and subcommand for
+  tools whose subcommands do very different things (`git status`, `npm test`, `cargo build`;
+  `npm run build` and `uv run pytest` keep the script/program name too);
+- interpreters, wrappers and programs whose arguments decide everything (`python`, `sh`,
+  `sudo`, `env`, `xargs`, `rm`, `find`, …), commands with variable assignments in front, and
+  compound commands (`;`, `&&`, `|`, redirections, substitutions) are keyed by the whole
+  command, whitespace-normalised: allowing `cd x && make` always allows exactly that.
+
+Safety is `MUTATING` for every command (kind `execute`): the `Tool` protocol gives safety per
+tool, not per call, and the policy asks for every command outside yolo mode anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+from typing import Any
+
+import anyio
+from pydantic import Field
+
+from defect_core.events import TerminalDisplay, TextDisplay, ToolDisplay, ToolKind
+from defect_core.tools.backends import ShellExit, ShellOutput, truncation_marker
+from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolError, ToolOutput
+from defect_core.tools.workspace import ToolArgs, display_path, parse_args, resolve_path
+
+DEFAULT_TIMEOUT = 120.0
+MAX_TIMEOUT = 600.0
+MAX_OUTPUT_CHARS = 30_000
+OUTPUT_LIMIT_BYTES = MAX_OUTPUT_CHARS - 200
+"""What the backend keeps (local: head and tail; the editor's terminal: the tail). Below the
+cap by room for the backend's marker, so the model sees one marker, with the byte count."""
+
+COMMAND_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
+"""No pager, no password prompt: nobody is at the keyboard of this command."""
+
+
+class BashArgs(ToolArgs):
+    command: str = Field(min_length=1)
+    workdir: str | None = None
+    timeout: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT)
+
+
+class BashTool:
+    """Runs a command through `ctx.shell` (a local process group or the editor's terminal)."""
+
+    @property
+    def name(self) -> str:
+        return "bash"
+
+    @property
+    def description(self) -> str:
+        return (
+            "Run a shell command (bash) in the project and return its output (stdout and "
+            "stderr together) and exit code. `workdir` is a directory of the project (default: "
+            f"its root). The command is killed after `timeout` seconds (default "
+            f"{DEFAULT_TIMEOUT:g}, at most {MAX_TIMEOUT:g}). Nothing can be typed into it: "
+            "use non-interactive flags. Long output is cut in the middle. Prefer read_file, "
+            "edit_file and search over cat, sed and grep."
+        )
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The command line to run."},
+                "workdir": {
+                    "type": "string",
+                    "description": "Directory to run in, relative to the project root.",
+                },
+                "timeout": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "maximum": MAX_TIMEOUT,
+                    "description": f"Seconds before the command is killed (default "
+                    f"{DEFAULT_TIMEOUT:g}).",
+                },
+            },
+            "required": ["command"],
+            "additionalProperties": False,
+        }
+
+    @property
+    def safety(self) -> Safety:
+        return Safety.MUTATING
+
+    @property
+    def kind(self) -> ToolKind:
+        return "execute"
+
+    def describe(self, args: dict[str, Any], ctx: ToolContext) -> ToolCallView:
+        command = args.get("command") if isinstance(args, dict) else None
+        if not isinstance(command, str) or not command.strip():
+            return ToolCallView(title="Run command", kind=self.kind)
+        title = command.strip()
+        if len(title) > 200:
+            title = title[:199] + "…"
+        workdir = args.get("workdir")
+        if isinstance(workdir, str) and workdir and display_path(workdir, ctx.cwd) != ".":
+            title += f" (in {display_path(workdir, ctx.cwd)})"
+        return ToolCallView(title=title, kind=self.kind)
+
+    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[ToolDisplay, ...]:
+        return ()
+
+    def permission_key(self, args: dict[str, Any]) -> str:
+        command = args.get("command") if isinstance(args, dict) else None
+        return command_key(command) if isinstance(command, str) else self.name
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        a = parse_args(BashArgs, args, self.name)
+        cwd = ctx.cwd
+        if a.workdir:
+            cwd = resolve_path(a.workdir, ctx.cwd, write=True)
+            try:
+                st = await ctx.fs.stat(cwd)
+            except OSError as exc:
+                raise ToolError(f"cannot use {a.workdir} as working directory: {exc}") from None
+            if st is None or not st.is_dir:
+                raise ToolError(f"working directory not found: {display_path(cwd, ctx.cwd)}")
+        timeout = a.timeout or DEFAULT_TIMEOUT
+        shell = ctx.shell
+        try:
+            handle = await shell.create(
+                a.command, cwd, env=dict(COMMAND_ENV), output_limit=OUTPUT_LIMIT_BYTES
+            )
+        except OSError as exc:
+            raise ToolError(f"could not start the command: {exc}") from None
+
+        status: ShellExit | None = None
+        ended = False  # exited, or killed: either way nothing of it runs any more
+        try:
+            if shell.delegated:
+                await ctx.report((TerminalDisplay(handle),))
+            with anyio.move_on_after(timeout):
+                status = await shell.wait_for_exit(handle)
+            ended = status is not None or await _kill(ctx, handle)
+            out = await shell.output(handle)
+        except OSError as exc:
+            raise ToolError(f"the command could not be run to its end: {exc}") from None
+        finally:
+            # Also on cancellation: kill and release under a shield, then let the cancel go on.
+            with anyio.CancelScope(shield=True):
+                if not ended:
+                    await _kill(ctx, handle)
+                with contextlib.suppress(OSError):
+                    await shell.release(handle)
+
+        return _result(out, status, timeout, handle if shell.delegated else None)
+
+
+async def _kill(ctx: ToolContext, handle: str) -> bool:
+    """Kill the command, shielded from cancellation; True once that was attempted."""
+    with anyio.CancelScope(shield=True), contextlib.suppress(OSError):
+        # A failure means it is already gone, or the editor refused: release follows anyway.
+        await ctx.shell.kill(handle)
+    return True
+
+
+def cap_middle(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
+    """`text` if short enough, else its head and tail around a truncation marker."""
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    dropped = len(text) - head - tail
+    return text[:head] + truncation_marker(dropped, "characters") + text[-tail:]
+
+
+def _status_line(status: ShellExit | None, out: ShellOutput, timeout: float) -> tuple[str, bool]:
+    """(what the end of the command was, whether it counts as a failure)."""
+    if status is None:
+        return (
+            f"[timed out after {timeout:g} s; the command and its processes were killed]",
+            True,
+        )
+    signal = status.signal or out.signal
+    if status.exit_code is None and signal:
+        return f"[killed by signal {signal}]", True
+    code = status.exit_code if status.exit_code is not None else out.exit_code
+    if code is None:
+        return "[exit status unknown]", True
+    return f"[exit code: {code}]", code != 0
+
+
+def _result(
+    out: ShellOutput, status: ShellExit | None, timeout: float, terminal_id: str | None
+) -> ToolOutput:
+    text = out.output
+    if out.truncated and "truncated ...]" not in text:
+        text = "[... earlier output truncated ...]\n" + text
+    text = cap_middle(text.rstrip("\n"))
+    line, failed = _status_line(status, out, timeout)
+    body = f"{text}\n{line}" if text else f"(no output)\n{line}"
+    if terminal_id is not None:
+        display: tuple[ToolDisplay, ...] = (TerminalDisplay(terminal_id),)
+    else:
+        display = (TextDisplay(f"{_fenced(text)}\n{line}" if text else line),)
+    return ToolOutput(content=body, is_error=failed, display=display)
+
+
+def _fenced(text: str) -> str:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
+# --- permission keys --------------------------------------------------------------------------
+
+_COMPOUND = re.compile(r"[;&|<>`\n(){}]|\$\(")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_SUBCOMMAND_TOOLS = frozenset(
+    {
+        "apt", "apt-get", "brew", "bun", "bundle", "cargo", "composer", "conda", "deno",
+        "docker", "dotnet", "gh", "git", "go", "gradle", "./gradlew", "hatch", "helm", "just",
+        "kubectl", "make", "mix", "mvn", "./mvnw", "nix", "nox", "npm", "pdm", "pip", "pip3",
+        "pnpm", "podman", "poetry", "rustup", "swift", "systemctl", "terraform", "tox", "uv",
+        "yarn",
+    }
+)  # fmt: skip
+_RUN_WORDS = frozenset({"run", "exec", "x", "dlx", "tool"})
+_WHOLE_COMMAND = frozenset(
+    {
+        "bash", "busybox", "chmod", "chown", "command", "dash", "dd", "doas", "env", "eval",
+        "exec", "fish", "find", "kill", "killall", "ksh", "mkfs", "nice", "node", "nohup",
+        "npx", "perl", "php", "pkill", "pnpx", "python", "python2", "python3", "rm", "rmdir",
+        "ruby", "sh", "shred", "ssh", "su", "sudo", "time", "timeout", "truncate", "uvx",
+        "watch", "xargs", "zsh", "bunx",
+    }
+)  # fmt: skip
+
+
+def command_key(command: str) -> str:
+    """What an "always" answer about `command` is remembered under (see the module doc)."""
+    whole = " ".join(command.split())
+    if not whole:
+        return "bash"
+    if _COMPOUND.search(command):
+        return whole
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return whole
+    if not words or _ASSIGNMENT.match(words[0]):
+        return whole
+    program = words[0]
+    name = os.path.basename(program)
+    if name in _WHOLE_COMMAND or name.startswith("python"):
+        return whole
+    if program not in _SUBCOMMAND_TOOLS:
+        return program
+    rest = [w for w in words[1:] if not w.startswith("-")]
+    if not rest:
+        return program
+    key = f"{program} {rest[0]}"
+    if rest[0] in _RUN_WORDS and len(rest) > 1:
+        key += f" {rest[1]}"
+    return key

@@ -1,0 +1,117 @@
+"""Where a built-in tool may reach, and how its arguments are let in.
+
+Owns the workspace boundary (`resolve_path`), the project-relative names shown to people
+(`display_path`), and the argument check every built-in tool starts with (`parse_args`).
+
+Invariants:
+- A path a tool hands to a backend went through `resolve_path` first: relative paths resolve
+  against the session cwd, and the *real* path (symlinks followed, `..` collapsed) must lie
+  inside the cwd's real path. Anything else is refused here, before any backend or editor
+  call, so a delegated backend never even hears of it.
+- Reads outside the workspace pass only when the session allows it
+  (`ToolContext.allow_read_outside`); writes and working directories never do.
+- The path returned keeps the workspace's own spelling (the cwd as the editor gave it), so
+  locations and `fs/*` calls name files the way the editor knows them.
+
+Why here and not in each tool: one boundary, one set of messages. The refusal names the path
+as the model wrote it, relative to the project, and the workspace, so the model can correct
+itself ("path is outside the workspace: ../x (workspace: /home/me/proj)").
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from defect_core.tools.base import ToolError
+
+
+class OutsideWorkspace(ToolError):
+    """The path resolves outside the session's workspace."""
+
+
+def display_path(path: str | Path, cwd: Path) -> str:
+    """`path` as a person reads it: relative to the project when inside it, else as is.
+
+    Purely lexical (no file-system access), so `describe` can use it.
+    """
+    raw = os.fspath(path)
+    if not raw:
+        return raw
+    full = os.path.normpath(os.path.join(cwd, os.path.expanduser(raw)))
+    base = os.path.normpath(cwd)
+    if full == base:
+        return "."
+    if full.startswith(base.rstrip(os.sep) + os.sep):
+        return os.path.relpath(full, base)
+    return full
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def resolve_path(
+    raw: str,
+    cwd: Path,
+    *,
+    write: bool,
+    allow_read_outside: bool = False,
+) -> Path:
+    """The absolute path `raw` names, if the tool may touch it; else `OutsideWorkspace`.
+
+    `write=True` for anything that changes the file system or runs there (writes, edits, a
+    command's working directory): those never leave the workspace.
+    """
+    if not raw or not raw.strip():
+        raise ToolError("path is empty")
+    if "\x00" in raw:
+        raise ToolError("path contains a NUL character")
+    base = os.path.abspath(cwd)
+    lexical = os.path.normpath(os.path.join(base, os.path.expanduser(raw)))
+    if not write and allow_read_outside:
+        return Path(lexical)
+    real_base = os.path.realpath(base)
+    real = os.path.realpath(lexical)
+    if _inside(lexical, base) and _inside(real, real_base):
+        return Path(lexical)
+    if _inside(real, real_base):
+        # Spelled through another name of the workspace (e.g. /private/tmp vs /tmp): fine.
+        return Path(real)
+    shown = raw
+    if _inside(lexical, base) or _inside(lexical, real_base):
+        shown = f"{display_path(raw, cwd)} -> {real}"
+    action = "" if write else " (reading outside it is not enabled for this session)"
+    raise OutsideWorkspace(f"path is outside the workspace: {shown} (workspace: {base}){action}")
+
+
+# --- arguments --------------------------------------------------------------------------------
+
+
+class ToolArgs(BaseModel):
+    """Base of the argument models: immutable, tolerant of keys it does not know."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+ArgsT = TypeVar("ArgsT", bound=ToolArgs)
+
+
+def parse_args(model: type[ArgsT], args: Any, tool: str) -> ArgsT:
+    """Validated arguments, or a `ToolError` naming each problem.
+
+    e.g. "invalid arguments for edit_file: old_string: Field required".
+    """
+    if not isinstance(args, dict):
+        raise ToolError(f"invalid arguments for {tool}: expected an object")
+    try:
+        return model.model_validate(args)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False)[:5]:
+            loc = ".".join(str(p) for p in err["loc"])
+            problems.append(f"{loc}: {err['msg']}" if loc else str(err["msg"]))
+        raise ToolError(f"invalid arguments for {tool}: " + "; ".join(problems)) from None
