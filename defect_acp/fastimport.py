@@ -38,3 +38,30 @@ def prepare_pydantic() -> list[str]:
         defaults["defer_build"] = True
         applied.append("defer_build")
     return applied
+
+
+def warm_turn_path() -> None:
+    """Build, ahead of the first prompt, the validators a turn needs (deferred above).
+
+    Called once, by the first `session/new`: a few tens of milliseconds on a wait of a few
+    hundred, so that no prompt (even one sent at once) pays for the builds.
+    """
+    from acp import schema as s
+    from acp.helpers import update_agent_message_text, update_agent_thought_text
+
+    from defect_core.model import Message, TextBlock, message_from_json, message_to_json
+
+    s.PromptRequest.model_validate({"sessionId": "w", "prompt": [{"type": "text", "text": "w"}]})
+    s.CancelNotification.model_validate({"sessionId": "w"})
+    dump = {"mode": "json", "by_alias": True, "exclude_none": True, "exclude_unset": True}
+    for update in (
+        update_agent_message_text("w"),
+        update_agent_thought_text("w"),
+        s.ToolCallStart(session_update="tool_call", tool_call_id="w", title="w", kind="read"),
+        s.ToolCallProgress(session_update="tool_call_update", tool_call_id="w", status="completed"),
+        s.UsageUpdate(session_update="usage_update", used=1, size=2),
+        s.SessionInfoUpdate(session_update="session_info_update", title="w"),
+    ):
+        s.SessionNotification(session_id="w", update=update).model_dump(**dump)  # type: ignore[arg-type]
+    s.PromptResponse(stop_reason="end_turn").model_dump(**dump)  # type: ignore[arg-type]
+    message_from_json(message_to_json(Message(role="user", content=(TextBlock(text="w"),))))

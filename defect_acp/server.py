@@ -32,6 +32,7 @@ from acp.router import Route
 
 from defect_acp import project
 from defect_acp.delegate import select_backends
+from defect_acp.fastimport import warm_turn_path
 from defect_acp.transport import LineWriter, StdioTransport, open_stdin_reader
 from defect_core import __version__
 from defect_core import events as ev
@@ -168,6 +169,7 @@ class DefectAgent:
         self._client_info: s.Implementation | None = None
         self._pumps: dict[str, SessionPump] = {}
         self._after_answer: dict[str, Callable[[], Awaitable[None]]] = {}
+        self._warmed = False
 
     # --- wiring -----------------------------------------------------------------------------
 
@@ -258,6 +260,11 @@ class DefectAgent:
         except AgentError as err:
             raise to_request_error(err) from None
         self._attach(session)
+        if not self._warmed:
+            # ~25 ms once per process: cheap next to the editor's wait for session/new, and
+            # it spares the first prompt the deferred validator builds.
+            self._warmed = True
+            warm_turn_path()
         return s.NewSessionResponse(
             session_id=session.id,
             modes=project.modes(session.current_mode(), session.available_modes()),
