@@ -51,6 +51,9 @@ OUTPUT_LIMIT_BYTES = MAX_OUTPUT_CHARS - 200
 """What the backend keeps (local: head and tail; the editor's terminal: the tail). Below the
 cap by room for the backend's marker, so the model sees one marker, with the byte count."""
 
+CLEANUP_TIMEOUT = 10.0
+"""Bound on killing and releasing a command (an editor may never answer)."""
+
 COMMAND_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
 """No pager, no password prompt: nobody is at the keyboard of this command."""
 
@@ -155,13 +158,15 @@ class BashTool:
                 await ctx.report((TerminalDisplay(handle),))
             with anyio.move_on_after(timeout):
                 status = await shell.wait_for_exit(handle)
-            ended = status is not None or await _kill(ctx, handle)
+            if status is None:
+                await _kill(ctx, handle)
+            ended = True
             out = await shell.output(handle)
         except OSError as exc:
             raise ToolError(f"the command could not be run to its end: {exc}") from None
         finally:
             # Also on cancellation: kill and release under a shield, then let the cancel go on.
-            with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
                 if not ended:
                     await _kill(ctx, handle)
                 with contextlib.suppress(OSError):
@@ -170,12 +175,11 @@ class BashTool:
         return _result(out, status, timeout, handle if shell.delegated else None)
 
 
-async def _kill(ctx: ToolContext, handle: str) -> bool:
-    """Kill the command, shielded from cancellation; True once that was attempted."""
-    with anyio.CancelScope(shield=True), contextlib.suppress(OSError):
+async def _kill(ctx: ToolContext, handle: str) -> None:
+    """Kill the command, shielded from cancellation but not waiting for ever on the editor."""
+    with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True), contextlib.suppress(OSError):
         # A failure means it is already gone, or the editor refused: release follows anyway.
         await ctx.shell.kill(handle)
-    return True
 
 
 def cap_middle(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:

@@ -60,7 +60,10 @@ LEDGER_KEY = "defect.read_ledger"
 
 
 def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    # Trailing line breaks are left out: an editor's windowed read (`fs/read_text_file` with
+    # `limit`) may drop the final newline that its whole-file read keeps.
+    data = text.rstrip("\r\n").encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +97,6 @@ class ReadLedger:
             return
         digest = _digest(text) if text is not None else None
         self._seen[path] = _Seen(stat.size, stat.mtime_ns, digest)
-
-    def seen(self, path: Path) -> bool:
-        return path in self._seen
 
     def changed(self, path: Path, stat: FileStat | None, text: str | None) -> bool:
         """Whether `path` differs from what the session last saw (False if it never saw it).

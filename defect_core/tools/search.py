@@ -442,7 +442,8 @@ class SearchTool:
             "against file contents, giving `path:line: text` for each matching line; `glob` "
             "(e.g. `*.py`, `src/**/*.ts`, `*.{js,jsx}`) selects files by name — alone, it lists "
             "the matching files. `path` limits the search to a directory or file. Files that "
-            ".gitignore excludes, binary files and files over 2 MB are skipped. At most "
+            f".gitignore excludes, binary files and files over {MAX_FILE_BYTES >> 20} MB are "
+            "skipped. At most "
             f"`max_results` (default {DEFAULT_MAX_RESULTS}) lines are returned."
         )
 
@@ -575,7 +576,7 @@ def _report(result: ScanResult, a: SearchArgs, rel_root: str, files_only: bool) 
     if result.binary:
         skipped.append(f"{result.binary} binary or non-UTF-8")
     if result.large:
-        skipped.append(f"{result.large} larger than {MAX_FILE_BYTES // (1024 * 1024)} MB")
+        skipped.append(f"{result.large} larger than {MAX_FILE_BYTES >> 20} MB")
     if skipped:
         notes.append(f"[skipped files: {', '.join(skipped)}]")
     return "\n".join([head + (":" if result.lines else ""), *result.lines, *notes])
