@@ -27,6 +27,7 @@ from defect_core import __version__
 if TYPE_CHECKING:
     from defect_core.config import Settings
     from defect_core.providers.base import LlmProvider
+    from defect_core.store import AsyncStore
 
 HELP_EPILOG = """\
 environment:
@@ -35,6 +36,8 @@ environment:
   DEFECT_SCRIPT       script file for the offline (scripted) model
   DEFECT_LOG_LEVEL    debug, info, warning (default), error — logs go to stderr
   DEFECT_LOG_FILE     also append logs to this file
+  DEFECT_STATE_DIR    where sessions are saved (default: $XDG_STATE_HOME/defect,
+                      i.e. ~/.local/state/defect)
 """
 
 
@@ -57,6 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     acp.add_argument("--provider", help="model provider (scripted, anthropic, bedrock)")
     acp.add_argument("--model", help="model id for the provider")
     acp.add_argument("--log-level", help="debug, info, warning, error")
+    acp.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        metavar="ID",
+        help="the first session/new continues session ID, or the newest one for its cwd "
+        "(for clients without session/load)",
+    )
     return parser
 
 
@@ -86,10 +97,25 @@ def run_acp(args: argparse.Namespace) -> int:
     except (UnknownProvider, ValueError) as exc:
         sys.stderr.write(f"defect: {exc}\n")
         return 2
-    return _serve(settings, provider, protocol_fd)
+    return _serve(settings, provider, protocol_fd, args.resume)
 
 
-def _serve(settings: Settings, provider: LlmProvider, protocol_fd: int) -> int:
+def _open_store() -> AsyncStore | None:
+    """The session store; without one (unusable database) sessions still work, unsaved."""
+    from defect_core.log import get_logger
+    from defect_core.session import StorageError
+    from defect_core.store import AsyncStore, SqliteStore
+
+    try:
+        return AsyncStore(SqliteStore())
+    except (StorageError, OSError) as exc:
+        get_logger("defect.cli").error(
+            "session_store_unavailable", error=str(exc), effect="sessions will not be saved"
+        )
+        return None
+
+
+def _serve(settings: Settings, provider: LlmProvider, protocol_fd: int, resume: str | None) -> int:
     import asyncio
     import signal
 
@@ -97,13 +123,13 @@ def _serve(settings: Settings, provider: LlmProvider, protocol_fd: int) -> int:
     from defect_core.agent import DefaultAgentCore
 
     async def main_task() -> None:
-        core = DefaultAgentCore(settings, provider=provider)
+        core = DefaultAgentCore(settings, provider=provider, store=_open_store())
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             if task is not None:
                 loop.add_signal_handler(sig, task.cancel)
-        await serve(core, protocol_fd)
+        await serve(core, protocol_fd, resume=resume)
 
     with contextlib.suppress(asyncio.CancelledError, KeyboardInterrupt):
         asyncio.run(main_task())

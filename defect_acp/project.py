@@ -23,9 +23,18 @@ from acp.helpers import (
 )
 
 from defect_core import events as ev
-from defect_core.model import ContentBlock, ImageBlock, TextBlock
+from defect_core.model import (
+    ContentBlock,
+    ImageBlock,
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from defect_core.policy import ModeInfo
-from defect_core.session import ConfigOption
+from defect_core.session import ConfigOption, ToolCallSnapshot
 
 Update = (
     s.AgentMessageChunk
@@ -205,3 +214,78 @@ def config_options(options: Sequence[ConfigOption]) -> list[s.SessionConfigOptio
         )
         for o in options
     ]
+
+
+# --- replay (session/load) ----------------------------------------------------------------
+
+
+def replay_updates(
+    transcript: Sequence[Message], tool_calls: dict[str, ToolCallSnapshot]
+) -> list[Update]:
+    """The whole conversation as the updates a client saw live, in order.
+
+    User text and images, agent text and thoughts, and every tool call with its title, kind,
+    last known status and content (diffs included). A call that never got a result (the
+    process was killed while it ran) keeps its last recorded status — pending or
+    in_progress — so the client shows it as not completed, which is the truth.
+    """
+    updates: list[Update] = []
+    results: dict[str, ToolResultBlock] = {
+        b.tool_use_id: b for m in transcript for b in m.content if isinstance(b, ToolResultBlock)
+    }
+    for message in transcript:
+        for block in message.content:
+            if message.role == "user":
+                if isinstance(block, TextBlock):
+                    updates.append(_user_chunk(s.TextContentBlock(type="text", text=block.text)))
+                elif isinstance(block, ImageBlock):
+                    image = s.ImageContentBlock(
+                        type="image",
+                        data=block.data or "",
+                        mime_type=block.media_type or "",
+                        uri=block.url,
+                    )
+                    updates.append(_user_chunk(image))
+            elif isinstance(block, TextBlock):
+                updates.append(update_agent_message_text(block.text))
+            elif isinstance(block, ThinkingBlock):
+                updates.append(update_agent_thought_text(block.thinking))
+            elif isinstance(block, RedactedThinkingBlock):
+                continue
+            elif isinstance(block, ToolUseBlock):
+                updates.append(
+                    _replayed_call(block, tool_calls.get(block.id), results.get(block.id))
+                )
+    return updates
+
+
+def _user_chunk(content: Any) -> s.UserMessageChunk:
+    return s.UserMessageChunk(session_update="user_message_chunk", content=content)
+
+
+def _replayed_call(
+    use: ToolUseBlock, snap: ToolCallSnapshot | None, result: ToolResultBlock | None
+) -> s.ToolCallStart:
+    if snap is None:
+        status: ev.ToolStatus = "pending"
+        if result is not None:
+            status = "failed" if result.is_error else "completed"
+        return s.ToolCallStart(
+            session_update="tool_call",
+            tool_call_id=use.id,
+            title=use.name,
+            kind="other",
+            status=status,
+            raw_input=use.input,
+        )
+    return s.ToolCallStart(
+        session_update="tool_call",
+        tool_call_id=use.id,
+        title=snap.title,
+        kind=snap.kind,
+        status=snap.status,
+        content=displays(snap.content) or None,
+        locations=locations(snap.locations) or None,
+        raw_input=snap.raw_input or use.input,
+        raw_output=snap.raw_output,
+    )

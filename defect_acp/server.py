@@ -42,11 +42,8 @@ from defect_core.session import (
     AgentError,
     Backends,
     Frontend,
-    InvalidCwd,
-    InvalidOption,
     McpServerSpec,
     Session,
-    SessionNotFound,
     TurnFailed,
     TurnInProgress,
 )
@@ -57,18 +54,16 @@ SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
 
 
 def to_request_error(err: AgentError) -> RequestError:
-    message = str(err) or type(err).__name__
-    if isinstance(err, SessionNotFound):
-        return RequestError(-32002, message)
-    if isinstance(err, InvalidCwd | InvalidOption):
-        return RequestError(-32602, message)
-    if isinstance(err, TurnInProgress):
-        return RequestError(-32600, message)
-    if isinstance(err, TurnFailed):
-        if err.auth:
-            return RequestError(-32000, message, err.data or None)
-        return RequestError(-32603, message, err.data or None)
-    return RequestError(-32603, message)
+    """The JSON-RPC error for a runtime error, by its `code`: one line, never empty."""
+    message = str(err).splitlines()[0] if str(err) else type(err).__name__
+    data = err.data or None if isinstance(err, TurnFailed) else None
+    code = {
+        "not_found": -32002,
+        "invalid_params": -32602,
+        "invalid_request": -32600,
+        "auth_required": -32000,
+    }.get(err.code, -32603)
+    return RequestError(code, message, data)
 
 
 class SessionPump:
@@ -164,6 +159,8 @@ class DefectAgent:
 
     def __init__(self, core: AgentCore, *, resume: str | None = None) -> None:
         self._core = core
+        self._resume = resume
+        """`--resume [ID]`: the first session/new continues ID ("" = newest for its cwd)."""
         self._conn: AgentSideConnection | None = None
         self._client_capabilities: s.ClientCapabilities | None = None
         self._client_info: s.Implementation | None = None
@@ -214,7 +211,7 @@ class DefectAgent:
         client_capabilities: s.ClientCapabilities | None = None,
         client_info: s.Implementation | None = None,
         **kwargs: Any,
-    ) -> s.InitializeResponse:
+    ) -> dict[str, Any]:
         self._client_capabilities = client_capabilities
         self._client_info = client_info
         version = (
@@ -222,18 +219,27 @@ class DefectAgent:
             if protocol_version in SUPPORTED_PROTOCOL_VERSIONS
             else max(SUPPORTED_PROTOCOL_VERSIONS)
         )
-        return s.InitializeResponse(
+        response = s.InitializeResponse(
             protocol_version=version,
             agent_capabilities=s.AgentCapabilities(
-                load_session=False,
+                load_session=True,
                 prompt_capabilities=s.PromptCapabilities(
                     image=True, audio=False, embedded_context=True
                 ),
                 mcp_capabilities=s.McpCapabilities(http=False, sse=False),
+                session_capabilities=s.SessionCapabilities(
+                    list=s.SessionListCapabilities(),
+                    resume=s.SessionResumeCapabilities(),
+                    delete=s.SessionDeleteCapabilities(),
+                ),
             ),
             auth_methods=[],
             agent_info=s.Implementation(name="defect", title="defect", version=__version__),
         )
+        result: dict[str, Any] = response.model_dump(mode="json", by_alias=True, exclude_none=True)
+        # The stable schema has `sessionCapabilities.close`; the pinned SDK's model does not.
+        result["agentCapabilities"]["sessionCapabilities"]["close"] = {}
+        return result
 
     async def authenticate(self, method_id: str, **kwargs: Any) -> s.AuthenticateResponse:
         raise RequestError(
@@ -252,6 +258,10 @@ class DefectAgent:
         **kwargs: Any,
     ) -> s.NewSessionResponse:
         path = _absolute_cwd(cwd)
+        if self._resume is not None:
+            resumed = await self._resume_first(path, mcp_servers)
+            if resumed is not None:
+                return resumed
         session_id = f"sess_{uuid.uuid4().hex}"
         try:
             session = await self._core.create_session(
@@ -270,6 +280,115 @@ class DefectAgent:
             modes=project.modes(session.current_mode(), session.available_modes()),
             config_options=project.config_options(session.config_options()),
         )
+
+    async def _resume_first(
+        self, cwd: Path, mcp_servers: list[Any] | None
+    ) -> s.NewSessionResponse | None:
+        """`defect acp --resume [ID]`: the first session/new continues a stored session (and
+        replays it right after the answer, once the client knows its id)."""
+        wanted, self._resume = self._resume, None
+        session_id = wanted or await self._core.latest_session(cwd)
+        if not session_id:
+            log.info("resume_nothing_to_resume", cwd=str(cwd))
+            return None
+        session = await self._restore(session_id, str(cwd), mcp_servers)
+
+        async def replay() -> None:
+            await self._replay(session)
+
+        self._after_answer[session.id] = replay
+        return s.NewSessionResponse(
+            session_id=session.id,
+            modes=project.modes(session.current_mode(), session.available_modes()),
+            config_options=project.config_options(session.config_options()),
+        )
+
+    async def load_session(
+        self,
+        cwd: str,
+        session_id: str,
+        mcp_servers: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> s.LoadSessionResponse:
+        session = await self._restore(session_id, cwd, mcp_servers)
+        await self._replay(session)
+        return s.LoadSessionResponse(
+            modes=project.modes(session.current_mode(), session.available_modes()),
+            config_options=project.config_options(session.config_options()),
+        )
+
+    async def resume_session(
+        self,
+        session_id: str,
+        cwd: str,
+        mcp_servers: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> s.ResumeSessionResponse:
+        session = await self._restore(session_id, cwd, mcp_servers)
+        return s.ResumeSessionResponse(
+            modes=project.modes(session.current_mode(), session.available_modes()),
+            config_options=project.config_options(session.config_options()),
+        )
+
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
+    ) -> s.ListSessionsResponse:
+        try:
+            page = await self._core.list_sessions(_absolute_cwd(cwd) if cwd else None, cursor)
+        except AgentError as err:
+            raise to_request_error(err) from None
+        return s.ListSessionsResponse(
+            sessions=[
+                s.SessionInfo(
+                    session_id=item.id, cwd=item.cwd, title=item.title, updated_at=item.updated_at
+                )
+                for item in page.sessions
+            ],
+            next_cursor=page.next_cursor,
+        )
+
+    async def close_session(self, session_id: str, **kwargs: Any) -> s.CloseSessionResponse:
+        pump = self._pumps.pop(session_id, None)
+        try:
+            await self._core.close_session(session_id)
+        except AgentError as err:
+            raise to_request_error(err) from None
+        finally:
+            if pump is not None:
+                await pump.stop()
+        return s.CloseSessionResponse()
+
+    async def delete_session(self, params: Any) -> dict[str, Any]:
+        """`session/delete` (routed by hand: the pinned SDK does not). Unknown id: success."""
+        session_id = params.get("sessionId") if isinstance(params, dict) else None
+        if not isinstance(session_id, str) or not session_id:
+            raise RequestError(-32602, "session/delete needs a sessionId string")
+        pump = self._pumps.pop(session_id, None)
+        if pump is not None:
+            await pump.stop()
+        try:
+            await self._core.delete_session(session_id)
+        except AgentError as err:
+            raise to_request_error(err) from None
+        return {}
+
+    async def _restore(self, session_id: str, cwd: str, mcp_servers: list[Any] | None) -> Session:
+        try:
+            session = await self._core.load_session(
+                session_id,
+                self._backends(session_id),
+                _mcp_specs(mcp_servers),
+                cwd=_absolute_cwd(cwd),
+            )
+        except AgentError as err:
+            raise to_request_error(err) from None
+        if session.id not in self._pumps:
+            self._attach(session)
+        return session
+
+    async def _replay(self, session: Session) -> None:
+        for update in project.replay_updates(session.transcript(), session.tool_calls()):
+            await self.send_update(session.id, update)
 
     async def set_session_mode(
         self, session_id: str, mode_id: str, **kwargs: Any
@@ -412,9 +531,8 @@ async def serve(core: AgentCore, protocol_fd: int, *, resume: str | None = None)
 
 
 def _add_routes(conn: AgentSideConnection, agent: DefectAgent) -> None:
-    """Methods the SDK does not route (pinned SDK: `session/delete`, `logout`)."""
+    """Methods the SDK does not route (pinned SDK: `session/delete`)."""
     router = conn._conn._handler  # the SDK's MessageRouter (pinned < 0.13, covered by tests)
-    for method, attr in (("session/delete", "delete_session"), ("logout", "logout")):
-        func = getattr(agent, attr, None)
-        if func is not None:
-            router.add_route(Route(method=method, func=func, kind="request"))  # type: ignore[attr-defined]
+    router.add_route(  # type: ignore[attr-defined]
+        Route(method="session/delete", func=agent.delete_session, kind="request")
+    )

@@ -11,6 +11,10 @@ Invariants:
   waits for it has seen every update of that turn.
 - Mode, model and effort changes apply from the next turn; a running turn keeps the
   `TurnConfig` it started with.
+- With a store, a message is durable before the turn goes on (each `_commit` awaits its own
+  transaction); tool-call states, title, mode, options and "always" answers are written as
+  they change, so a session killed at any point loads as it was. The store keeps the truth:
+  an orphan `tool_use` is stored as-is and only the outbound copy is repaired.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from defect_core.events import (
     ModeChanged,
     PermissionRequested,
     TitleChanged,
+    ToolCallStarted,
     ToolCallUpdated,
     ToolDisplay,
     TurnEnded,
@@ -55,9 +60,11 @@ from defect_core.session import (
     SessionNotFound,
     SessionPage,
     SessionSummary,
+    ToolCallSnapshot,
     TurnFailed,
     TurnInProgress,
 )
+from defect_core.store import AsyncStore, SessionRecord, StoredSession, ToolCallRecord
 from defect_core.tools.base import Tool, ToolContext, ToolRegistry
 from defect_core.turn import TurnConfig, TurnResult, TurnRunner
 
@@ -94,7 +101,8 @@ class DefaultSession:
         provider: LlmProvider,
         tools: ToolRegistry,
         backends: Backends,
-        history: list[Message] | None = None,
+        store: AsyncStore | None = None,
+        stored: StoredSession | None = None,
     ) -> None:
         self._id = session_id
         self._cwd = cwd
@@ -102,14 +110,22 @@ class DefaultSession:
         self._provider = provider
         self._tools = tools
         self._backends = backends
-        self._history = VecHistory(history)
+        self._store = store
         self._bus = EventBus()
-        self._mode: str = policy.DEFAULT_MODE
-        self._model = settings.model or provider.default_model()
-        self._effort = settings.reasoning_effort
-        self._rules = policy.PermissionRules()
-        self._title: str | None = None
-        self._updated_at = _now()
+        self._history = VecHistory(stored.history if stored else None)
+        self._transcript: list[Message] = list(stored.transcript) if stored else []
+        self._tool_calls: dict[str, ToolCallRecord] = dict(stored.tool_calls) if stored else {}
+        record = stored.record if stored else None
+        self._mode: str = record.mode if record else policy.DEFAULT_MODE
+        self._model = record.model if record else settings.model or provider.default_model()
+        self._effort = (
+            record.config.get("reasoning_effort", settings.reasoning_effort)
+            if record
+            else settings.reasoning_effort
+        )
+        self._rules = policy.PermissionRules.from_dict(record.permissions if record else None)
+        self._title: str | None = record.title if record else None
+        self._updated_at = record.updated_at if record else _now()
         self._system_prompt = build_system_prompt(cwd, backends.frontend)
         self._tool_state: dict[str, Any] = {}
         self._running = False
@@ -146,6 +162,37 @@ class DefaultSession:
     def history_snapshot(self) -> list[Message]:
         return self._history.snapshot()
 
+    def transcript(self) -> list[Message]:
+        return list(self._transcript)
+
+    def tool_calls(self) -> dict[str, ToolCallSnapshot]:
+        return {
+            call_id: ToolCallSnapshot(
+                tool_call_id=call_id,
+                title=r.title,
+                kind=r.kind,
+                status=r.status,
+                content=r.displays(),
+                locations=r.location_values(),
+                raw_input=r.raw_input,
+                raw_output=r.raw_output,
+            )
+            for call_id, r in self._tool_calls.items()
+        }
+
+    def record(self) -> SessionRecord:
+        """What the store keeps of this session besides its messages."""
+        return SessionRecord(
+            id=self._id,
+            cwd=str(self._cwd),
+            provider=self._provider.name,
+            model=self._model,
+            mode=self._mode,
+            title=self._title,
+            config={"reasoning_effort": self._effort},
+            permissions=self._rules.to_dict(),
+        )
+
     # --- turns ------------------------------------------------------------------------------
 
     async def run_turn(self, prompt: list[ContentBlock]) -> TurnStopReason:
@@ -164,11 +211,12 @@ class DefaultSession:
                 history=self._history,
                 provider=self._provider,
                 tools=self._tools,
-                publish=self._bus.publish,
+                publish=self._publish,
                 commit=self._commit,
                 ask_permission=self._ask_permission,
                 make_context=self._tool_context,
                 rules=self._rules,
+                on_rules_changed=self._rules_changed,
                 on_cancel_requested=self.cancel_turn,
             )
             result: TurnResult | None = None
@@ -230,6 +278,28 @@ class DefaultSession:
 
     async def _commit(self, message: Message) -> None:
         self._history.append(message)
+        self._transcript.append(message)
+        if self._store is not None:
+            await self._store.append_message(self._id, message)
+
+    async def _publish(self, event: AgentEvent) -> None:
+        """Keep what a replay needs (tool-call states), persist it, then fan the event out."""
+        record: ToolCallRecord | None = None
+        if isinstance(event, ToolCallStarted):
+            record = ToolCallRecord.started(self._id, event)
+        elif isinstance(event, ToolCallUpdated) and event.tool_call_id in self._tool_calls:
+            record = self._tool_calls[event.tool_call_id].updated(event)
+        if record is not None:
+            self._tool_calls[record.tool_call_id] = record
+            if self._store is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._store.upsert_tool_call(record)
+        await self._bus.publish(event)
+
+    async def _persist(self, **fields: Any) -> None:
+        if self._store is not None:
+            with anyio.CancelScope(shield=True):
+                await self._store.update(self._id, **fields)
 
     async def _maybe_title(self, prompt: list[ContentBlock]) -> None:
         if self._title is not None:
@@ -239,11 +309,12 @@ class DefaultSession:
             return
         line = text.splitlines()[0].strip()
         self._title = line if len(line) <= TITLE_LIMIT else line[: TITLE_LIMIT - 1] + "…"
+        await self._persist(title=self._title)
         await self._bus.publish(TitleChanged(self._title))
 
     def _tool_context(self, tool_call_id: str) -> ToolContext:
         async def report(display: tuple[ToolDisplay, ...]) -> None:
-            await self._bus.publish(ToolCallUpdated(tool_call_id, content=display))
+            await self._publish(ToolCallUpdated(tool_call_id, content=display))
 
         return ToolContext(
             session_id=self._id,
@@ -265,9 +336,12 @@ class DefaultSession:
         try:
             await self._bus.publish(request)
             await event.wait()
-            return answer[0]
         finally:
             self._pending.pop(request.tool_call_id, None)
+        return answer[0]
+
+    async def _rules_changed(self) -> None:
+        await self._persist(permissions=self._rules.to_dict())
 
     def resolve_permission(self, tool_call_id: str, option_id: str | None) -> None:
         pending = self._pending.get(tool_call_id)
@@ -296,6 +370,7 @@ class DefaultSession:
             raise InvalidOption(f"unknown mode {mode_id!r}; available modes: {known}")
         if mode_id != self._mode:
             self._mode = mode_id
+            await self._persist(mode=mode_id)
             await self._bus.publish(ModeChanged(mode_id))
 
     def current_model(self) -> str:
@@ -349,8 +424,10 @@ class DefaultSession:
         elif value != option.current:
             if option_id == "model":
                 self._model = value
+                await self._persist(model=value)
             else:
                 self._effort = value
+                await self._persist(config={"reasoning_effort": value})
             await self._bus.publish(ConfigChanged(option_id, value))
         return self.config_options()
 
@@ -374,7 +451,11 @@ class DefaultSession:
 
 
 class DefaultAgentCore:
-    """The process's sessions, the settings they start from, and the shared provider."""
+    """The process's sessions, the settings they start from, the provider and the store.
+
+    Without a store (library use, unit tests) sessions live in memory only and cannot be
+    loaded after the process ends.
+    """
 
     def __init__(
         self,
@@ -382,15 +463,22 @@ class DefaultAgentCore:
         *,
         tools: Callable[[], Iterable[Tool]] | None = None,
         provider: LlmProvider | None = None,
+        store: AsyncStore | None = None,
     ) -> None:
         self._settings = settings
         self._tools_factory = tools or default_tools
         self._provider = provider
+        self._store = store
         self._sessions: dict[str, DefaultSession] = {}
+        self._loading: dict[str, anyio.Event] = {}
 
     @property
     def settings(self) -> Settings:
         return self._settings
+
+    @property
+    def store(self) -> AsyncStore | None:
+        return self._store
 
     def provider(self) -> LlmProvider:
         if self._provider is None:
@@ -404,11 +492,10 @@ class DefaultAgentCore:
         backends: Backends,
         mcp_servers: tuple[McpServerSpec, ...] = (),
     ) -> DefaultSession:
-        if not cwd.is_absolute():
-            raise InvalidCwd(f"cwd must be an absolute path, got {str(cwd)!r}")
-        if not await anyio.Path(cwd).is_dir():
-            raise InvalidCwd(f"cwd is not an existing directory: {cwd}")
-        if session_id in self._sessions:
+        await _check_cwd(cwd)
+        if session_id in self._sessions or (
+            self._store is not None and await self._store.exists(session_id)
+        ):
             raise DuplicateSessionId(f"session id already in use: {session_id}")
         session = DefaultSession(
             session_id=session_id,
@@ -417,7 +504,10 @@ class DefaultAgentCore:
             provider=self.provider(),
             tools=ToolRegistry(self._tools_factory()),
             backends=backends,
+            store=self._store,
         )
+        if self._store is not None:
+            await self._store.create(session.record())
         self._sessions[session_id] = session
         return session
 
@@ -426,10 +516,36 @@ class DefaultAgentCore:
         session_id: str,
         backends: Backends,
         mcp_servers: tuple[McpServerSpec, ...] = (),
+        cwd: Path | None = None,
     ) -> DefaultSession:
+        """The session, restored from the store — or the live one if it is already loaded
+        (a session is never loaded twice: one history, one event stream)."""
+        while session_id in self._loading:  # a concurrent load of the same id
+            await self._loading[session_id].wait()
         if session_id in self._sessions:
             return self._sessions[session_id]
-        raise SessionNotFound(f"session not found: {session_id}")
+        if self._store is None:
+            raise SessionNotFound(f"session not found: {session_id}")
+        self._loading[session_id] = done = anyio.Event()
+        try:
+            stored = await self._store.load(session_id)
+            where = cwd or Path(stored.record.cwd)
+            await _check_cwd(where)
+            session = DefaultSession(
+                session_id=session_id,
+                cwd=where,
+                settings=self._settings,
+                provider=self.provider(),
+                tools=ToolRegistry(self._tools_factory()),
+                backends=backends,
+                store=self._store,
+                stored=stored,
+            )
+            self._sessions[session_id] = session
+            return session
+        finally:
+            del self._loading[session_id]
+            done.set()
 
     def session(self, session_id: str) -> DefaultSession | None:
         return self._sessions.get(session_id)
@@ -437,26 +553,48 @@ class DefaultAgentCore:
     async def list_sessions(
         self, cwd: Path | None = None, cursor: str | None = None
     ) -> SessionPage:
+        if self._store is not None:
+            return await self._store.list(str(cwd) if cwd else None, cursor)
         sessions = [s.summary() for s in self._sessions.values()]
         if cwd is not None:
             sessions = [s for s in sessions if s.cwd == str(cwd)]
         sessions.sort(key=lambda s: s.updated_at, reverse=True)
         return SessionPage(tuple(sessions))
 
+    async def latest_session(self, cwd: Path) -> str | None:
+        """The most recently updated stored session for `cwd`, if any."""
+        if self._store is None:
+            return None
+        return await self._store.latest_for_cwd(str(cwd))
+
     async def close_session(self, session_id: str) -> None:
+        """Cancel its running work and free it; it stays stored and can be loaded again."""
         session = self._sessions.pop(session_id, None)
-        if session is None:
+        if session is not None:
+            await session.close()
+            return
+        if self._store is None or not await self._store.exists(session_id):
             raise SessionNotFound(f"session not found: {session_id}")
-        await session.close()
 
     async def delete_session(self, session_id: str) -> None:
         session = self._sessions.pop(session_id, None)
         if session is not None:
             await session.close()
+        if self._store is not None:
+            await self._store.delete(session_id)
 
     async def aclose(self) -> None:
         for session_id in list(self._sessions):
             await self.close_session(session_id)
+        if self._store is not None:
+            await self._store.aclose()
+
+
+async def _check_cwd(cwd: Path) -> None:
+    if not cwd.is_absolute():
+        raise InvalidCwd(f"cwd must be an absolute path, got {str(cwd)!r}")
+    if not await anyio.Path(cwd).is_dir():
+        raise InvalidCwd(f"cwd is not an existing directory: {cwd}")
 
 
 def default_tools() -> list[Tool]:

@@ -27,7 +27,14 @@ from typing import Any, Literal, Protocol
 
 from anyio.abc import ObjectReceiveStream
 
-from defect_core.events import AgentEvent, TurnStopReason
+from defect_core.events import (
+    AgentEvent,
+    Location,
+    ToolDisplay,
+    ToolKind,
+    ToolStatus,
+    TurnStopReason,
+)
 from defect_core.model import ContentBlock, Message
 from defect_core.policy import ModeInfo
 from defect_core.tools.backends import FsBackend, ShellBackend
@@ -139,6 +146,20 @@ class SessionPage:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallSnapshot:
+    """The last known state of one tool call, kept so a replay can show it as it was."""
+
+    tool_call_id: str
+    title: str
+    kind: ToolKind
+    status: ToolStatus
+    content: tuple[ToolDisplay, ...] = ()
+    locations: tuple[Location, ...] = ()
+    raw_input: dict[str, Any] = field(default_factory=dict)
+    raw_output: Any = None
+
+
+@dataclass(frozen=True, slots=True)
 class Backends:
     fs: FsBackend
     shell: ShellBackend
@@ -167,6 +188,12 @@ class Session(Protocol):
     def subscribe(self) -> ObjectReceiveStream[AgentEvent]: ...
 
     def history_snapshot(self) -> list[Message]: ...
+
+    def transcript(self) -> list[Message]:
+        """The whole original conversation (not what compaction rewrote), for replay."""
+        ...
+
+    def tool_calls(self) -> dict[str, ToolCallSnapshot]: ...
 
     def current_mode(self) -> str: ...
 
@@ -203,7 +230,14 @@ class AgentCore(Protocol):
         session_id: str,
         backends: Backends,
         mcp_servers: tuple[McpServerSpec, ...] = (),
-    ) -> Session: ...
+        cwd: Path | None = None,
+    ) -> Session:
+        """Restore a stored session (or return it if it is already live)."""
+        ...
+
+    async def latest_session(self, cwd: Path) -> str | None:
+        """The most recently updated stored session for `cwd`."""
+        ...
 
     def session(self, session_id: str) -> Session | None: ...
 

@@ -137,6 +137,7 @@ class TurnRunner:
         ask_permission: PermissionWaiter,
         make_context: Callable[[str], ToolContext],
         rules: policy.PermissionRules,
+        on_rules_changed: Callable[[], Awaitable[None]],
         on_cancel_requested: Callable[[], None],
     ) -> None:
         self._history = history
@@ -147,6 +148,7 @@ class TurnRunner:
         self._ask_permission = ask_permission
         self._make_context = make_context
         self._rules = rules
+        self._rules_changed = on_rules_changed
         self._cancel = on_cancel_requested
 
     async def run(self, prompt: list[ContentBlock], config: TurnConfig) -> TurnResult:
@@ -341,6 +343,7 @@ class TurnRunner:
                 await anyio.sleep_forever()
             if answer in (policy.ALLOW_ALWAYS, policy.REJECT_ALWAYS):
                 self._rules.remember(key, allow=answer == policy.ALLOW_ALWAYS)
+                await self._rules_changed()
             if answer not in (policy.ALLOW_ONCE, policy.ALLOW_ALWAYS):
                 await self._fail(call, "the user rejected this tool call")
                 return
@@ -385,10 +388,13 @@ class TurnRunner:
 
 
 def _permission_key(tool: Tool, args: dict[str, Any]) -> str:
+    """The key an "always" answer is remembered under: the tool's name, or `tool:detail`
+    (e.g. `bash:git status`) so details of different tools never collide."""
     try:
-        return tool.permission_key(args)
+        key = tool.permission_key(args)
     except Exception:
         return tool.name
+    return key if key == tool.name else f"{tool.name}:{key}"
 
 
 def _error_result(tool_use_id: str, text: str) -> ToolResultBlock:

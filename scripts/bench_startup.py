@@ -29,8 +29,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 
+_STATE = tempfile.mkdtemp(prefix="defect-bench-state-")
+
+
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEFECT_", "ANTHROPIC_"))}
+    env["DEFECT_STATE_DIR"] = _STATE
     env["PYTHONPATH"] = str(REPO)
     env["DEFECT_PROVIDER"] = "scripted"
     env["DEFECT_LOG_LEVEL"] = "warning"

@@ -133,6 +133,7 @@ async def run(workspace: Path) -> int:
     env = dict(os.environ)
     env.pop("DEFECT_SCRIPT", None)
     env["DEFECT_PROVIDER"] = "scripted"
+    env.setdefault("DEFECT_STATE_DIR", str(workspace / ".defect-demo-state"))
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     failures: list[str] = []
 

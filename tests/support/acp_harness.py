@@ -255,9 +255,14 @@ class Agent:
         )
 
 
+_STATE_DIR = tempfile.mkdtemp(prefix="defect-test-state-")
+"""Sessions saved by agents the tests spawn: never the user's own state directory."""
+
+
 def agent_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEFECT_", "ANTHROPIC_"))}
     env["PYTHONPATH"] = str(REPO)
+    env["DEFECT_STATE_DIR"] = _STATE_DIR
     env.setdefault("DEFECT_LOG_LEVEL", "info")
     env.update(extra)
     return env
