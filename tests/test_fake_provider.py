@@ -43,12 +43,16 @@ from tests.support.fake_provider import (
     write_script,
 )
 
-pytest_plugins = ("tests.support.fixtures",)
-
 REPO = Path(__file__).resolve().parents[1]
 HI: list[Any] = [{"role": "user", "content": "hi"}]
 READ_TOOL: list[Any] = [{"name": "read", "input_schema": {"type": "object"}}]
 THINK: Any = {"type": "enabled", "budget_tokens": 1024}
+
+
+async def answered(fake: FakeProvider, count: int = 1) -> list[RequestRecord]:
+    """The requests once the fake has finished answering them (its records are completed on
+    the server's thread, after the client may already have seen the end of the stream)."""
+    return await anyio.to_thread.run_sync(fake.wait_for_requests, count)
 
 
 @pytest.fixture
@@ -139,7 +143,7 @@ async def test_text_reply(fake: FakeProvider) -> None:
     assert message.stop_reason == "end_turn"
     assert message.model == "claude-test"
     assert message.id.startswith("msg_")
-    assert fake.requests[0].outcome == "completed"
+    assert (await answered(fake))[0].outcome == "completed"
     fake.assert_script_consumed()
 
 
@@ -333,7 +337,7 @@ async def test_empty_script_is_a_500_the_sdk_does_not_retry(fake: FakeProvider) 
             await stream_final(sdk, messages=HI)
     assert "script exhausted" in info.value.message
     assert len(fake.requests) == 1
-    assert fake.requests[0].outcome == "exhausted"
+    assert (await answered(fake))[0].outcome == "exhausted"
 
 
 @pytest.mark.anyio
@@ -422,7 +426,7 @@ async def test_error_event_mid_stream(fake: FakeProvider) -> None:
     assert isinstance(info.value.body, dict)
     assert info.value.body["error"] == {"type": "overloaded_error", "message": "Overloaded"}
     assert len(fake.requests) == 1  # not retried
-    assert fake.requests[0].outcome == "stream_error"
+    assert (await answered(fake))[0].outcome == "stream_error"
 
 
 @pytest.mark.anyio
@@ -433,7 +437,7 @@ async def test_clean_cut_leaves_stop_reason_none(fake: FakeProvider) -> None:
     assert message.stop_reason is None
     assert message.content[0].type == "text"
     assert 0 < len(message.content[0].text) < len("this answer is cut off in the middle")
-    assert fake.requests[0].outcome == "cut"
+    assert (await answered(fake))[0].outcome == "cut"
 
 
 @pytest.mark.anyio
@@ -479,7 +483,7 @@ async def test_stop_is_prompt_during_a_stall() -> None:
         await anyio.to_thread.run_sync(fake.stop)
         assert time.monotonic() - started < 1.5
     assert errors and isinstance(errors[0], httpx2.RemoteProtocolError | httpx2.ReadError)
-    assert fake.requests[0].outcome == "stalled"
+    assert (await answered(fake))[0].outcome == "stalled"
 
 
 @pytest.mark.anyio
