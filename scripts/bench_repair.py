@@ -1,0 +1,255 @@
+"""Benchmark of the per-request hot path: `repair_outbound` and `VecHistory` accounting.
+
+Owns the numbers behind two promises of DESIGN.md: the outbound repair costs one cheap O(n)
+scan when nothing needs repair (clean 10k messages <= 10 ms) and stays linear when something
+does (corrupted 10k <= 30 ms); `VecHistory.append` is O(1) (<= 20 us per op) and
+`token_estimate` is O(1) with a baseline. Every request runs the repair over the whole history,
+so these are paid on every turn of a long session.
+
+It reports and never asserts: the exit status is 0 whatever the figures (a loaded CI machine
+must not fail a build on timing). `--json PATH` also writes
+`{"figures": [{"name", "value", "unit", "target", "ok"}]}` for tooling. Timings are medians of
+several runs, measured with `time.perf_counter` after a short warm-up; on a shared machine
+they move with its load, so read them next to the load average printed with them.
+
+Usage: python scripts/bench_repair.py [--json PATH] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from defect_core.history import VecHistory
+from defect_core.integrity import repair_outbound
+from defect_core.model import (
+    ContentBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    value: float
+    unit: str
+    target: float | None
+    ok: bool
+
+
+def clean_history(size: int) -> list[Message]:
+    """A realistic agent history: a prompt, eight tool rounds (signed thinking, text, one or two
+    calls; their results), a closing answer, the next prompt... Roles alternate, so cut to an
+    odd length it ends with a user message: `size` messages, or `size + 1` for an even size."""
+    messages: list[Message] = []
+    call = 0
+    length = size + 1 if size % 2 == 0 else size
+    while len(messages) < length:
+        messages.append(_user(TextBlock(text="Please fix the failing test in tests/x.py")))
+        for _ in range(8):
+            calls = [f"toolu_{call + n:08d}" for n in range(1 + call % 2)]
+            call += len(calls)
+            uses = [ToolUseBlock(id=c, name="read_file", input={"path": "x.py"}) for c in calls]
+            messages.append(
+                _assistant(
+                    ThinkingBlock(thinking="I should read the file.", signature="EqQBCkYIBx=="),
+                    TextBlock(text="Let me look at the file."),
+                    *uses,
+                )
+            )
+            messages.append(
+                _user(*(ToolResultBlock(tool_use_id=c, content="def test(): ...") for c in calls))
+            )
+        messages.append(_assistant(TextBlock(text="Done. The change is in place.")))
+    return messages[:length]
+
+
+def corrupted_history(size: int) -> list[Message]:
+    """The clean history with about 1% of its messages damaged the ways crashes do: a deep
+    orphan at the start, dropped result messages (orphans, consecutive assistants), text
+    before results, unsigned thinking, blank text and a duplicated message."""
+    messages = clean_history(size)
+    out: list[Message] = []
+    for index, message in enumerate(messages):
+        slot = index % 400
+        if index > 0 and slot == 3 and message.role == "user":
+            continue  # the results of a tool round were never written
+        if slot == 101 and message.role == "user":
+            message = _user(TextBlock(text="(typed while tools ran)"), *message.content)
+        if slot == 202 and message.role == "assistant":
+            message = _assistant(ThinkingBlock(thinking="cut short"), *message.content[1:])
+        if slot == 303:
+            message = Message(role=message.role, content=(*message.content, TextBlock(text=" ")))
+        out.append(message)
+        if slot == 350:
+            out.append(message)
+    out[2:3] = []  # a deep orphan right at the start: the clean check fails at once
+    return out
+
+
+def _user(*blocks: ContentBlock) -> Message:
+    return Message(role="user", content=blocks)
+
+
+def _assistant(*blocks: ContentBlock) -> Message:
+    return Message(role="assistant", content=blocks)
+
+
+def warm_up(seconds: float = 0.5) -> None:
+    """Run the hot path for a while first: a virtual CPU that was idle starts slow."""
+    history = clean_history(2_000)
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        repair_outbound(history)
+
+
+def median_seconds(action: Callable[[], object], runs: int) -> float:
+    action()  # warm up
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        action()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def lost_results_history(size: int) -> list[Message]:
+    """Heavy damage: every tool round lost its results (each becomes a synthetic answer)."""
+    out = []
+    for message in clean_history(size):
+        if message.role == "user":
+            kept = tuple(b for b in message.content if not isinstance(b, ToolResultBlock))
+            message = _user(*kept, TextBlock(text="(cancelled)"))
+        out.append(message)
+    return out
+
+
+def unsigned_history(size: int) -> list[Message]:
+    """Heavy damage: no thinking block is signed (every assistant message is rebuilt)."""
+    return [
+        Message(
+            role=m.role,
+            content=tuple(
+                ThinkingBlock(thinking=b.thinking) if isinstance(b, ThinkingBlock) else b
+                for b in m.content
+            ),
+        )
+        for m in clean_history(size)
+    ]
+
+
+def bench_repair(quick: bool) -> list[Figure]:
+    figures = []
+    targets = {("clean", 10_000): 10.0, ("corrupted", 10_000): 30.0}
+    kinds: list[tuple[str, Callable[[int], list[Message]], tuple[int, ...]]] = [
+        ("clean", clean_history, (1_000, 10_000, 100_000)),
+        ("corrupted", corrupted_history, (1_000, 10_000, 100_000)),
+        ("every round's results lost", lost_results_history, (10_000,)),
+        ("no thinking signed", unsigned_history, (10_000,)),
+    ]
+    for kind, build, sizes in kinds:
+        for size in sizes:
+            runs = 3 if quick or size == 100_000 else 11
+            history = build(size)
+            result = repair_outbound(history)
+            if (result is history) != (kind == "clean"):
+                raise SystemExit(f"benchmark bug: the {kind} {size} history is not what it says")
+            ms = median_seconds(partial(repair_outbound, history), runs) * 1_000
+            target = targets.get((kind, size))
+            figures.append(
+                Figure(
+                    name=f"repair_outbound {kind}, {size // 1000}k messages",
+                    value=round(ms, 3),
+                    unit="ms",
+                    target=target,
+                    ok=target is None or ms <= target,
+                )
+            )
+    return figures
+
+
+def bench_history(quick: bool) -> list[Figure]:
+    figures = []
+    count = 20_000 if quick else 100_000
+    messages = clean_history(count)
+    for with_baseline in (False, True):
+        samples = []
+        for _ in range(3):
+            history = VecHistory()
+            if with_baseline:
+                history.record_input_tokens(1_000)
+            start = time.perf_counter()
+            for message in messages:
+                history.append(message)
+            samples.append((time.perf_counter() - start) / count)
+        us = statistics.median(samples) * 1e6
+        label = "with baseline" if with_baseline else "no baseline"
+        figures.append(
+            Figure(
+                f"VecHistory.append ({label}, {count} ops)", round(us, 3), "us/op", 20.0, us <= 20
+            )
+        )
+    # O(1): the cost per op must not grow with the length of the history.
+    history = VecHistory(messages)
+    history.record_input_tokens(1_000)
+    tail = clean_history(2_000)
+    start = time.perf_counter()
+    for message in tail:
+        history.append(message)
+    us_long = (time.perf_counter() - start) / len(tail) * 1e6
+    figures.append(
+        Figure(
+            f"VecHistory.append on a {count}-message history",
+            round(us_long, 3),
+            "us/op",
+            20.0,
+            us_long <= 20,
+        )
+    )
+
+    sized = VecHistory(clean_history(10_000))
+    us = median_seconds(sized.token_estimate, 11) * 1e6
+    figures.append(Figure("token_estimate 10k, no baseline", round(us, 1), "us", None, True))
+    sized.record_input_tokens(50_000)
+    sized.append(clean_history(3)[1])
+    us = median_seconds(sized.token_estimate, 101) * 1e6
+    figures.append(Figure("token_estimate 10k, with baseline", round(us, 3), "us", 20.0, us <= 20))
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--quick", action="store_true", help="fewer runs (smoke test)")
+    args = parser.parse_args(argv)
+
+    warm_up()
+    figures = bench_repair(args.quick) + bench_history(args.quick)
+    width = max(len(f.name) for f in figures)
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(f"{'figure':<{width}}  {'value':>12}  {'target':>10}  ok")
+    for f in figures:
+        target = "-" if f.target is None else f"<= {f.target:g}"
+        ok = "yes" if f.ok else "NO"
+        print(f"{f.name:<{width}}  {f.value:>9.3f} {f.unit:<5}  {target:>10}  {ok}")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"figures": [asdict(f) for f in figures]}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""Property: whatever damage a history carries, `repair_outbound` makes a request the API takes.
+
+Hypothesis builds valid conversations (user prompt -> assistant with signed thinking, text and
+tool calls -> user with the results -> ... -> a final user prompt), then damages them the ways
+crashes, cancels, compaction and replays do: messages dropped, duplicated, moved, the history
+cut anywhere; blocks dropped, duplicated, moved between messages, reordered; orphan calls and
+orphan / duplicate results added; malformed calls, unsigned thinking, blank texts (also inside
+structured results) and empty messages slipped in. For every such history `h`:
+
+(a) the strict wire validator (`tests/support/wire_validator.py`) accepts
+    `{"model": "m", "max_tokens": 1024, "messages": encode_messages(repair_outbound(h))}`;
+(b) `h` is unchanged (deep JSON dump and object identities);
+(c) every non-blank text the user or the model said in `h` is still in the output, as often;
+(d) the repair is idempotent: repairing the output returns the output itself;
+(e) the output has the normal form the repair promises, which is stricter than what the API
+    checks: roles alternate (no merging left to the API), every user message after tool
+    calls opens with their results in call order and holds no other result, and a signed
+    thinking block of an assistant message is sent as the very same object.
+An undamaged conversation is returned as the same list, and the rebuild's fast mode gives the
+same output as a slow-only run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from defect_core.integrity import _rebuild, repair_outbound
+from defect_core.model import (
+    ContentBlock,
+    ImageBlock,
+    JsonPart,
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    messages_to_json,
+)
+from defect_core.providers.anthropic_wire import encode_messages
+from tests.support.wire_validator import WireError, validate_request
+
+# --------------------------------------------------------------------------------------------
+# Valid conversations
+
+said = st.text(min_size=1, max_size=12).filter(lambda s: s.strip() != "")
+tool_names = st.sampled_from(["read_file", "write_file", "bash", "grep"])
+result_parts = st.lists(
+    st.one_of(
+        said.map(lambda s: TextBlock(text=s)),
+        st.integers().map(lambda v: JsonPart(value={"n": v})),
+        st.just(ImageBlock(media_type="image/png", data="iVBORw0KGgo=")),
+    ),
+    min_size=1,
+    max_size=3,
+).map(tuple)
+result_content: st.SearchStrategy[str | tuple[Any, ...]] = st.one_of(
+    st.text(max_size=12), result_parts
+)
+signed_thinking = st.builds(
+    ThinkingBlock,
+    thinking=st.text(max_size=12),
+    signature=st.text(alphabet="abcdefXYZ0189+/=", min_size=1, max_size=10),
+)
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[Message]:
+    ids = (f"toolu_{n:03d}" for n in itertools.count())
+    messages: list[Message] = []
+
+    def prompt() -> Message:
+        blocks: list[ContentBlock] = [
+            TextBlock(text=t) for t in draw(st.lists(said, min_size=1, max_size=2))
+        ]
+        if draw(st.booleans()):
+            blocks.append(ImageBlock(url="https://example.test/p.png"))
+        return Message(role="user", content=tuple(blocks))
+
+    for _ in range(draw(st.integers(1, 4))):
+        messages.append(prompt())
+        for _ in range(draw(st.integers(0, 3))):
+            blocks: list[ContentBlock] = []
+            if draw(st.booleans()):
+                blocks.append(draw(signed_thinking))
+            if draw(st.booleans()):
+                blocks.append(RedactedThinkingBlock(data="opaque"))
+            if draw(st.booleans()):
+                blocks.append(TextBlock(text=draw(said)))
+            calls = [next(ids) for _ in range(draw(st.integers(1, 3)))]
+            blocks += [ToolUseBlock(id=c, name=draw(tool_names), input={"i": c}) for c in calls]
+            messages.append(Message(role="assistant", content=tuple(blocks)))
+            answers: list[ContentBlock] = [
+                ToolResultBlock(
+                    tool_use_id=c, content=draw(result_content), is_error=draw(st.booleans())
+                )
+                for c in calls
+            ]
+            if draw(st.booleans()):
+                answers.append(TextBlock(text=draw(said)))
+            messages.append(Message(role="user", content=tuple(answers)))
+        closing: list[ContentBlock] = []
+        if draw(st.booleans()):
+            closing.append(draw(signed_thinking))
+        closing.append(TextBlock(text=draw(said)))
+        messages.append(Message(role="assistant", content=tuple(closing)))
+    messages.append(prompt())
+    return messages
+
+
+# --------------------------------------------------------------------------------------------
+# Damage
+
+KINDS = (
+    "drop_message",
+    "duplicate_message",
+    "move_message",
+    "truncate",
+    "drop_block",
+    "duplicate_block",
+    "move_block",
+    "reorder_blocks",
+    "orphan_use",
+    "orphan_result",
+    "duplicate_use_id",
+    "malformed_use",
+    "unsign_thinking",
+    "blank_text",
+    "blank_result_part",
+    "empty_message",
+    "results_before_text",
+)
+damage = st.tuples(
+    st.sampled_from(KINDS), st.integers(0, 999), st.integers(0, 999), st.integers(0, 999)
+)
+
+
+def _with(message: Message, blocks: list[ContentBlock]) -> Message:
+    return Message(role=message.role, content=tuple(blocks))
+
+
+def _call_ids(history: list[Message]) -> list[str]:
+    return [b.id for m in history for b in m.content if isinstance(b, ToolUseBlock)]
+
+
+def apply(history: list[Message], kind: str, i: int, j: int, k: int) -> list[Message]:
+    """One damage to a copy of `history`; a damage that does not apply leaves it as it is."""
+    h = list(history)
+    if kind == "empty_message":
+        h.insert(i % (len(h) + 1), Message(role=("user", "assistant")[j % 2], content=()))
+        return h
+    if kind == "orphan_use" and (not h or j % 3 == 0):
+        h.insert(i % (len(h) + 1), Message(role="assistant", content=(_use(f"toolu_o{k}"),)))
+        return h
+    if not h:
+        return h
+    n = i % len(h)
+    target = h[n]
+    blocks = list(target.content)
+    if kind == "drop_message":
+        del h[n]
+    elif kind == "duplicate_message":
+        h.insert(j % (len(h) + 1), target)
+    elif kind == "move_message":
+        del h[n]
+        h.insert(j % (len(h) + 1), target)
+    elif kind == "truncate":
+        del h[n:]
+    elif kind == "drop_block" and blocks:
+        del blocks[j % len(blocks)]
+        h[n] = _with(target, blocks)
+    elif kind == "duplicate_block" and blocks:
+        blocks.insert(k % (len(blocks) + 1), blocks[j % len(blocks)])
+        h[n] = _with(target, blocks)
+    elif kind == "move_block" and blocks:
+        block = blocks.pop(j % len(blocks))
+        h[n] = _with(target, blocks)
+        m = k % len(h)
+        other = list(h[m].content)
+        other.insert(i % (len(other) + 1), block)
+        h[m] = _with(h[m], other)
+    elif kind == "reorder_blocks" and len(blocks) > 1:
+        shift = 1 + j % (len(blocks) - 1)
+        reordered = blocks[shift:] + blocks[:shift]
+        h[n] = _with(target, reordered[::-1] if k % 2 else reordered)
+    elif kind == "orphan_use":
+        blocks.insert(k % (len(blocks) + 1), _use(f"toolu_o{k}"))
+        h[n] = _with(target, blocks)
+    elif kind == "orphan_result":
+        known = _call_ids(h)
+        call_id = known[k % len(known)] if known and k % 3 else f"toolu_r{k}"
+        blocks.insert(j % (len(blocks) + 1), ToolResultBlock(tool_use_id=call_id, content="r"))
+        h[n] = _with(target, blocks)
+    elif kind == "duplicate_use_id":
+        known = _call_ids(h)
+        if known:
+            blocks.insert(j % (len(blocks) + 1), _use(known[k % len(known)]))
+            h[n] = _with(target, blocks)
+    elif kind == "malformed_use":
+        bad = [
+            ToolUseBlock(id="", name="bash"),
+            ToolUseBlock(id=f"toolu_m{k}", name=""),
+            ToolUseBlock(id=f"toolu m{k}", name="bash"),
+        ][k % 3]
+        blocks.insert(j % (len(blocks) + 1), bad)
+        h[n] = _with(target, blocks)
+        h.insert(n + 1, Message(role="user", content=(ToolResultBlock(tool_use_id=bad.id),)))
+    elif kind == "unsign_thinking":
+        for index, block in enumerate(blocks):
+            if isinstance(block, ThinkingBlock):
+                blocks[index] = ThinkingBlock(thinking=block.thinking, signature=None)
+                h[n] = _with(target, blocks)
+                break
+    elif kind == "blank_text":
+        for index, block in enumerate(blocks):
+            if isinstance(block, TextBlock):
+                blocks[index] = TextBlock(text=["", " ", "\n\t ", "\u3000"][k % 4])
+                h[n] = _with(target, blocks)
+                break
+    elif kind == "blank_result_part":
+        for index, block in enumerate(blocks):
+            if isinstance(block, ToolResultBlock):
+                blank = TextBlock(text=["", " ", "\n"][k % 3])
+                parts = () if isinstance(block.content, str) else block.content
+                content = (*parts[: j % (len(parts) + 1)], blank, *parts[j % (len(parts) + 1) :])
+                blocks[index] = ToolResultBlock(
+                    tool_use_id=block.tool_use_id, content=content, is_error=block.is_error
+                )
+                h[n] = _with(target, blocks)
+                break
+    elif kind == "results_before_text" and blocks:
+        texts = [b for b in blocks if isinstance(b, TextBlock)]
+        rest = [b for b in blocks if not isinstance(b, TextBlock)]
+        h[n] = _with(target, texts + rest)
+    return h
+
+
+def _use(call_id: str) -> ToolUseBlock:
+    return ToolUseBlock(id=call_id, name="bash", input={"command": "true"})
+
+
+@st.composite
+def damaged(draw: st.DrawFn) -> tuple[list[Message], list[tuple[str, int, int, int]]]:
+    history = draw(conversations())
+    damages = draw(st.lists(damage, max_size=6))
+    for kind, i, j, k in damages:
+        history = apply(history, kind, i, j, k)
+    return history, damages
+
+
+# --------------------------------------------------------------------------------------------
+# The property
+
+
+def assert_normal_form(out: list[Message]) -> None:
+    assert out and out[0].role == "user" and out[-1].role == "user"
+    calls: list[str] = []
+    for previous, message in zip([None, *out], out, strict=False):
+        assert previous is None or previous.role != message.role, "roles do not alternate"
+        results = [b.tool_use_id for b in message.content if isinstance(b, ToolResultBlock)]
+        if message.role == "user":
+            assert results == calls, "results do not answer the previous calls in order"
+            assert all(isinstance(b, ToolResultBlock) for b in message.content[: len(calls)])
+            calls = []
+        else:
+            calls = [b.id for b in message.content if isinstance(b, ToolUseBlock)]
+
+
+def _said(history: list[Message]) -> Counter[str]:
+    return Counter(
+        b.text
+        for m in history
+        for b in m.content
+        if isinstance(b, TextBlock) and b.text.strip() != ""
+    )
+
+
+@settings(
+    max_examples=500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(damaged())
+def test_repair_makes_any_damaged_history_wire_legal(
+    case: tuple[list[Message], list[tuple[str, int, int, int]]],
+) -> None:
+    history, damages = case
+    before = messages_to_json(history)
+    identities = [id(m) for m in history]
+
+    out = repair_outbound(history)
+
+    # (a) the strict validator accepts the request.
+    body = {"model": "m", "max_tokens": 1024, "messages": encode_messages(out)}
+    try:
+        validate_request(body)
+    except WireError as exc:
+        raise AssertionError(f"{exc.message}\ndamages: {damages}") from None
+
+    # (b) the input is untouched.
+    assert messages_to_json(history) == before
+    assert [id(m) for m in history] == identities
+
+    # (c) nothing anyone said is lost.
+    kept, original = _said(out), _said(history)
+    assert all(kept[text] >= count for text, count in original.items()), damages
+
+    # (d) idempotent, down to the object.
+    assert repair_outbound(out) is out
+
+    # The fast mode of the rebuild (clean stretches emitted as they are) changes nothing: a
+    # slow-only run, which takes every message apart, lays out the same conversation.
+    assert _rebuild(history, resync=False) == out
+
+    # (e) the normal form.
+    assert_normal_form(out)
+    sent = {id(b) for m in out for b in m.content if isinstance(b, ThinkingBlock)}
+    for m in history:
+        if m.role == "assistant":
+            for b in m.content:
+                if isinstance(b, ThinkingBlock) and b.signature:
+                    assert id(b) in sent
+
+    if not damages:
+        assert out is history
+
+
+@settings(max_examples=100, deadline=None)
+@given(conversations())
+def test_undamaged_conversations_are_returned_unchanged(history: list[Message]) -> None:
+    assert repair_outbound(history) is history
+    validate_request({"model": "m", "max_tokens": 1024, "messages": encode_messages(history)})
