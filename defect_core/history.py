@@ -11,8 +11,11 @@ Invariants:
   summarises, and writes back with `replace` (whole list) or `splice_prefix` (background
   write-back that keeps messages appended while the summary was in flight).
 - Token estimate = the real input size of the last model call (`record_input_tokens`) plus a
-  chars/4 estimate of what was appended since; with no baseline (new, or just rewritten) the
-  whole list is estimated by characters; `None` when empty. Images count a fixed 2,000.
+  bytes/4 estimate of what was appended since; with no baseline (new, or just rewritten) the
+  whole list is estimated the same way; `None` when empty. Images count a fixed 2,000.
+  ("chars/4" in the seed is Rust's `str::len`, i.e. UTF-8 bytes: CJK text is not
+  underestimated.) Each message is estimated once, when it enters the list, and a running
+  total is kept, so `token_estimate` is O(1) with or without a baseline.
 
 Every method takes the lock, so one history may be shared by the turn, a background
 compaction and the store's subscriber, from tasks or threads.
@@ -62,23 +65,35 @@ class VecHistory:
 
     def __init__(self, messages: list[Message] | None = None) -> None:
         self._lock = threading.Lock()
-        self._messages: list[Message] = list(messages or [])
+        self._messages: list[Message] = []
+        self._estimates: list[int] = []
+        self._total = 0
         self._last_real_input: int | None = None
         self._est_since_baseline = 0
+        self._set(list(messages or []))
+
+    def _set(self, messages: list[Message]) -> None:
+        self._messages = messages
+        self._estimates = [estimate_message_tokens(m) for m in messages]
+        self._total = sum(self._estimates)
 
     def append(self, message: Message) -> None:
+        estimate = estimate_message_tokens(message)
         with self._lock:
             if self._last_real_input is not None:
-                self._est_since_baseline += estimate_message_tokens(message)
+                self._est_since_baseline += estimate
             self._messages.append(message)
+            self._estimates.append(estimate)
+            self._total += estimate
 
     def snapshot(self) -> list[Message]:
         with self._lock:
             return list(self._messages)
 
     def replace(self, messages: list[Message]) -> None:
+        messages = list(messages)
         with self._lock:
-            self._messages = list(messages)
+            self._set(messages)
             # The real size of the new list is unknown until the next model call reports it.
             self._last_real_input = None
             self._est_since_baseline = 0
@@ -92,7 +107,10 @@ class VecHistory:
         """
         with self._lock:
             drop = max(0, min(drop_count, len(self._messages)))
+            head = estimate_message_tokens(summary)
+            self._total += head - sum(self._estimates[:drop])
             self._messages = [summary, *self._messages[drop:]]
+            self._estimates = [head, *self._estimates[drop:]]
             self._last_real_input = None
             self._est_since_baseline = 0
             return drop
@@ -108,7 +126,7 @@ class VecHistory:
                 return self._last_real_input + self._est_since_baseline
             if not self._messages:
                 return None
-            return sum(estimate_message_tokens(m) for m in self._messages)
+            return self._total
 
     def __len__(self) -> int:
         with self._lock:
@@ -116,17 +134,17 @@ class VecHistory:
 
 
 def estimate_message_tokens(message: Message) -> int:
-    """chars/4 per block, images a fixed cost. Compaction uses the same ruler."""
+    """UTF-8 bytes/4 per block, images a fixed cost. Compaction uses the same ruler."""
     total = 0
     for block in message.content:
         if isinstance(block, TextBlock):
-            total += len(block.text) // CHARS_PER_TOKEN
+            total += _size(block.text) // CHARS_PER_TOKEN
         elif isinstance(block, ThinkingBlock):
-            total += (len(block.thinking) + len(block.signature or "")) // CHARS_PER_TOKEN
+            total += (_size(block.thinking) + len(block.signature or "")) // CHARS_PER_TOKEN
         elif isinstance(block, RedactedThinkingBlock):
             total += len(block.data) // CHARS_PER_TOKEN
         elif isinstance(block, ToolUseBlock):
-            total += (len(block.name) + len(json.dumps(block.input))) // CHARS_PER_TOKEN
+            total += (len(block.name) + _size(json.dumps(block.input))) // CHARS_PER_TOKEN
         elif isinstance(block, ToolResultBlock):
             total += _result_tokens(block)
         elif isinstance(block, ImageBlock):
@@ -134,15 +152,20 @@ def estimate_message_tokens(message: Message) -> int:
     return total
 
 
+def _size(text: str) -> int:
+    """UTF-8 size without encoding when the text is ASCII (the common case)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def _result_tokens(block: ToolResultBlock) -> int:
     if isinstance(block.content, str):
-        return len(block.content) // CHARS_PER_TOKEN
+        return _size(block.content) // CHARS_PER_TOKEN
     total = 0
     for part in block.content:
         if isinstance(part, TextBlock):
-            total += len(part.text) // CHARS_PER_TOKEN
+            total += _size(part.text) // CHARS_PER_TOKEN
         elif isinstance(part, JsonPart):
-            total += len(json.dumps(part.value)) // CHARS_PER_TOKEN
+            total += _size(json.dumps(part.value)) // CHARS_PER_TOKEN
         else:
             total += IMAGE_TOKEN_ESTIMATE
     return total

@@ -223,3 +223,31 @@ def test_concurrent_appends_keep_length_and_estimate_consistent() -> None:
     estimates = [estimate or 0 for _, estimate in observed]
     assert lengths == sorted(lengths)
     assert estimates == sorted(estimates)
+
+
+def test_running_total_matches_a_full_recount_through_every_rewrite() -> None:
+    from defect_core.history import estimate_message_tokens
+    from defect_core.model import TextBlock, ToolUseBlock, assistant, user
+
+    history = VecHistory()
+    for i in range(50):
+        history.append(user(f"prompt {i} " * 20))
+        history.append(assistant(TextBlock(text="x" * i), ToolUseBlock(id=f"t{i}", name="n")))
+
+    def recount() -> int:
+        return sum(estimate_message_tokens(m) for m in history.snapshot())
+
+    assert history.token_estimate() == recount()
+    history.splice_prefix(30, user("summary " * 40))
+    assert history.token_estimate() == recount()
+    history.replace(history.snapshot()[5:])
+    assert history.token_estimate() == recount()
+    history.append(user("tail"))
+    assert history.token_estimate() == recount()
+
+
+def test_non_ascii_text_is_counted_by_utf8_bytes() -> None:
+    from defect_core.model import user
+
+    history = VecHistory([user("漢" * 400)])  # 3 bytes each in UTF-8
+    assert history.token_estimate() == 300
