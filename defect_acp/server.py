@@ -77,6 +77,8 @@ class SessionPump:
         self._ended = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._questions: set[asyncio.Task[None]] = set()
+        self.last_usage: dict[str, int] = {}
+        """The token usage of the last turn, for the prompt answer's `_meta`."""
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"pump-{self._session.id}")
@@ -113,6 +115,7 @@ class SessionPump:
             return
         if isinstance(event, ev.TurnEnded | ev.TurnFailed):
             async with self._ended:
+                self.last_usage = event.usage if isinstance(event, ev.TurnEnded) else {}
                 self._turns_ended += 1
                 self._ended.notify_all()
             return
@@ -426,7 +429,8 @@ class DefectAgent:
             await pump.wait_turn_ended(ended_before + 1)
             raise to_request_error(err) from None
         await pump.wait_turn_ended(ended_before + 1)
-        return s.PromptResponse(stop_reason=stop)
+        meta = {"usage": pump.last_usage} if pump.last_usage else None
+        return s.PromptResponse(stop_reason=stop, field_meta=meta)
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         session = self._core.session(session_id)

@@ -28,9 +28,16 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 
 from defect_core import policy
+from defect_core.compaction import (
+    ContextManager,
+    context_report,
+    overhead_tokens,
+    parse_slash_command,
+)
 from defect_core.config import Settings
 from defect_core.events import (
     AgentEvent,
+    AgentTextDelta,
     ConfigChanged,
     EventBus,
     ModeChanged,
@@ -70,7 +77,13 @@ from defect_core.turn import TurnConfig, TurnResult, TurnRunner
 
 log = get_logger("defect.agent")
 
-DEFAULT_CONTEXT_WINDOW = 200_000
+DEFAULT_CONTEXT_WINDOW = 100_000
+"""For a model whose window is not known: conservative, so compaction starts early."""
+SLASH_COMMANDS: tuple[tuple[str, str], ...] = (
+    ("compact", "Summarise the conversation so far to free context (optionally: what to keep)"),
+    ("context", "Show how much of the context window is used, and by what"),
+)
+_unknown_windows: set[str] = set()
 EFFORTS: tuple[OptionChoice, ...] = (
     OptionChoice("off", "Off", "No extended thinking."),
     OptionChoice("low", "Low", "A little thinking before answering."),
@@ -133,6 +146,12 @@ class DefaultSession:
         self._scope: anyio.CancelScope | None = None
         self._pending: dict[str, tuple[anyio.Event, list[str | None]]] = {}
         self._closed = False
+        self._context = ContextManager(
+            history=self._history,
+            provider=provider,
+            publish=self._publish,
+            checkpoint=self._checkpoint,
+        )
 
     # --- identity --------------------------------------------------------------------------
 
@@ -202,10 +221,15 @@ class DefaultSession:
             )
         if not prompt:
             raise InvalidOption("the prompt is empty")
+        command = _slash_command(prompt)
+        if command is not None and command[0] not in {name for name, _ in SLASH_COMMANDS}:
+            command = None  # not ours: the model reads it as text
         self._running = True
         self._turn += 1
         turn = self._turn
         try:
+            if command is not None:
+                return await self._run_command(turn, *command)
             await self._maybe_title(prompt)
             runner = TurnRunner(
                 history=self._history,
@@ -218,6 +242,7 @@ class DefaultSession:
                 rules=self._rules,
                 on_rules_changed=self._rules_changed,
                 on_cancel_requested=self.cancel_turn,
+                context=self._context,
             )
             result: TurnResult | None = None
             with anyio.CancelScope() as scope:
@@ -271,10 +296,64 @@ class DefaultSession:
         )
 
     def _context_window(self) -> int:
+        configured = self._settings.context_windows.get(self._model)
+        if configured:
+            return configured
         for info in self._provider.models():
             if info.id == self._model and info.context_window:
                 return info.context_window
+        if self._model not in _unknown_windows:
+            _unknown_windows.add(self._model)
+            log.warning(
+                "context_window_unknown",
+                model=self._model,
+                assumed=DEFAULT_CONTEXT_WINDOW,
+                fix="set context_windows in the configuration",
+            )
         return DEFAULT_CONTEXT_WINDOW
+
+    async def _run_command(self, turn: int, name: str, args: str) -> TurnStopReason:
+        """A slash command: answered here, without a model call, and not put in history."""
+        config = self._turn_config()
+        tools = self._tools.specs()
+        text: str
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            if name == "context":
+                used = self._context.estimate(config.system_prompt, tools)
+                text = context_report(
+                    self._history.snapshot(),
+                    used,
+                    config.context_window,
+                    overhead_tokens(config.system_prompt, tools),
+                )
+            else:
+                report = await self._context.compact(
+                    model=config.model,
+                    system=config.system_prompt,
+                    tools=tools,
+                    max_tokens=config.max_tokens,
+                    window=config.context_window,
+                    reason="/compact",
+                    focus=args,
+                )
+                text = (
+                    "Nothing to compact yet: the conversation is too short."
+                    if report is None
+                    else f"Compacted {report.messages_summarised} messages: "
+                    f"~{report.tokens_before:,} → ~{report.tokens_after:,} tokens."
+                )
+            await self._bus.publish(AgentTextDelta(text))
+        stop: TurnStopReason = "cancelled" if scope.cancelled_caught else "end_turn"
+        with anyio.CancelScope(shield=True):
+            await self._bus.publish(TurnEnded(turn, stop, {}))
+        return stop
+
+    async def _checkpoint(self, history: list[Message]) -> None:
+        """Compaction rewrote the history: the store keeps it (the transcript is untouched)."""
+        if self._store is not None:
+            with anyio.CancelScope(shield=True):
+                await self._store.checkpoint(self._id, history)
 
     async def _commit(self, message: Message) -> None:
         self._history.append(message)
@@ -432,7 +511,7 @@ class DefaultSession:
         return self.config_options()
 
     def slash_commands(self) -> tuple[tuple[str, str], ...]:
-        return ()
+        return SLASH_COMMANDS
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -441,6 +520,7 @@ class DefaultSession:
             return
         self._closed = True
         self.cancel_turn()
+        await self._context.aclose()
         for event, answer in list(self._pending.values()):
             answer[0] = None
             event.set()
@@ -595,6 +675,12 @@ async def _check_cwd(cwd: Path) -> None:
         raise InvalidCwd(f"cwd must be an absolute path, got {str(cwd)!r}")
     if not await anyio.Path(cwd).is_dir():
         raise InvalidCwd(f"cwd is not an existing directory: {cwd}")
+
+
+def _slash_command(prompt: list[ContentBlock]) -> tuple[str, str] | None:
+    if len(prompt) != 1 or not isinstance(prompt[0], TextBlock):
+        return None
+    return parse_slash_command(prompt[0].text)
 
 
 def default_tools() -> list[Tool]:

@@ -31,6 +31,7 @@ from typing import Any
 import anyio
 
 from defect_core import policy
+from defect_core.compaction import ContextManager
 from defect_core.events import (
     AgentEvent,
     AgentTextDelta,
@@ -139,7 +140,10 @@ class TurnRunner:
         rules: policy.PermissionRules,
         on_rules_changed: Callable[[], Awaitable[None]],
         on_cancel_requested: Callable[[], None],
+        context: ContextManager | None = None,
     ) -> None:
+        self._context = context
+        self._window = 0
         self._history = history
         self._provider = provider
         self._tools = tools
@@ -163,9 +167,12 @@ class TurnRunner:
                 result.stop_reason = "max_turn_requests"
                 return result
             result.requests += 1
+            await self._manage_context(config)
             completed = await self._request(config)
             result.usage = result.usage + completed.usage
             self._history.record_input_tokens(completed.usage.prompt_tokens)
+            if self._context is not None:
+                self._context.calibrated()
 
             message = drop_malformed_tool_uses(completed.message)
             if completed.stop_reason == "max_tokens" and message.tool_uses():
@@ -178,9 +185,7 @@ class TurnRunner:
                 with anyio.CancelScope(shield=True):
                     await self._commit(message)
                     await self._publish(MessageCommitted(message))
-            await self._publish(
-                UsageReported(used=self._history.token_estimate() or 0, size=config.context_window)
-            )
+            await self._publish(UsageReported(used=self._used(config), size=config.context_window))
 
             uses = message.tool_uses()
             if uses:
@@ -190,6 +195,30 @@ class TurnRunner:
                 continue
             result.stop_reason = _stop_reason(completed.stop_reason)
             return result
+
+    # --- context ----------------------------------------------------------------------------
+
+    async def _manage_context(self, config: TurnConfig) -> None:
+        """Compact if the window is filling up; a failure here never stops the turn."""
+        if self._context is None:
+            return
+        try:
+            await self._context.before_request(
+                model=config.model,
+                system=config.system_prompt,
+                tools=self._tools.specs(),
+                max_tokens=config.max_tokens,
+                window=config.context_window,
+            )
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception:
+            log.exception("context_management_failed", session_id=config.session_id)
+
+    def _used(self, config: TurnConfig) -> int:
+        if self._context is None:
+            return self._history.token_estimate() or 0
+        return self._context.estimate(config.system_prompt, self._tools.specs())
 
     # --- the model request ------------------------------------------------------------------
 
@@ -254,6 +283,7 @@ class TurnRunner:
     # --- tools ------------------------------------------------------------------------------
 
     async def _run_tools(self, uses: list[ToolUseBlock], config: TurnConfig) -> None:
+        self._window = config.context_window
         calls = [self._prepare(use) for use in uses]
         try:
             for call in calls:
@@ -364,6 +394,15 @@ class TurnRunner:
             text = f"{call.tool.name} failed: {type(exc).__name__}: {exc}"
             output = ToolOutput(text, is_error=True, display=(TextDisplay(text),))
         content = _cap(output.content)
+        chars = len(_display_text(content))
+        if self._context is not None and self._context.result_too_large(chars, self._window):
+            text = (
+                f"{call.tool.name} produced about {chars // 4:,} tokens of output, more than the "
+                f"context window ({self._window:,} tokens) can hold alongside the conversation. "
+                "Ask for less: read a range of lines, filter or page the command's output, or "
+                "search more specifically."
+            )
+            content, output = text, ToolOutput(text, is_error=True, display=(TextDisplay(text),))
         call.result = ToolResultBlock(
             tool_use_id=call.use.id, content=content, is_error=output.is_error
         )

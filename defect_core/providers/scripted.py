@@ -36,6 +36,7 @@ from typing import Any
 
 import anyio
 
+from defect_core.compaction import SUMMARY_INSTRUCTIONS
 from defect_core.history import estimate_message_tokens
 from defect_core.model import (
     ContentBlock,
@@ -211,6 +212,8 @@ def demo_reply(request: ModelRequest) -> dict[str, Any]:
     last = request.messages[-1] if request.messages else None
     if last is not None and last.tool_results():
         return _after_tools(last.tool_results(), request)
+    if last is not None and SUMMARY_INSTRUCTIONS in last.text():
+        return {"text": _demo_summary(request.messages[:-1])}
     # Consecutive user messages (a prompt after a cancelled turn) reach the model merged:
     # answer the latest thing the user said.
     texts = [b.text for b in last.content if isinstance(b, TextBlock)] if last is not None else []
@@ -269,6 +272,16 @@ def _after_tools(results: list[ToolResultBlock], request: ModelRequest) -> dict[
         else "Done — tell me what to do next."
     )
     return {"text": "\n\n".join([*lines, closing])}
+
+
+def _demo_summary(messages: list[Message]) -> str:
+    prompts = [m.text().strip() for m in messages if m.role == "user" and m.text().strip()]
+    goal = prompts[0].splitlines()[0] if prompts else "(unknown)"
+    return (
+        f"## Goal\n{goal}\n\n## Progress\n{len(messages)} messages so far; the user's "
+        f"latest request: {prompts[-1].splitlines()[0] if prompts else '(none)'}\n\n"
+        "## Next steps\nContinue from the latest request."
+    )
 
 
 def _note_for(prompt: str) -> str:

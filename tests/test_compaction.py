@@ -1,0 +1,390 @@
+"""Long sessions: micro, background and full compaction, the summary boundary, `/compact`,
+`/context`, usage updates, oversized results, and load after compaction.
+
+The long-session tests run the real turn runner against the strict fake provider through the
+real Anthropic SDK, with a small configured window, and check every request it saw.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+
+from defect_core.agent import DefaultAgentCore, DefaultSession
+from defect_core.compaction import (
+    CLEARED_PREFIX,
+    SUMMARY_INSTRUCTIONS,
+    ContextManager,
+    Thresholds,
+    choose_boundary,
+    is_summary,
+    micro_compact,
+    summary_message,
+    summary_request,
+)
+from defect_core.config import Settings
+from defect_core.events import AgentEvent, ToolCallStarted, ToolCallUpdated, UsageReported
+from defect_core.history import VecHistory
+from defect_core.integrity import repair_outbound
+from defect_core.model import (
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    assistant,
+    user,
+)
+from defect_core.providers.anthropic_wire import encode_messages
+from defect_core.providers.scripted import ScriptedProvider
+from defect_core.session import Backends
+from defect_core.store import AsyncStore, SqliteStore
+from defect_core.tools.base import Safety, ToolCallView, ToolOutput
+from tests.support.fake_provider import DEFAULT_API_KEY, FakeProvider, Reply, estimate_tokens
+from tests.support.wire_validator import validate_request
+
+pytestmark = pytest.mark.anyio
+
+
+def tool_round(i: int, size: int) -> list[Message]:
+    """One user turn: a prompt, a tool call, its (large) result, an answer."""
+    return [
+        user(f"prompt {i}"),
+        assistant(f"calling {i}", ToolUseBlock(id=f"toolu_{i}", name="big", input={"n": i})),
+        Message(
+            role="user",
+            content=(
+                ToolResultBlock(tool_use_id=f"toolu_{i}", content="r" * size, is_error=i == 1),
+            ),
+        ),
+        assistant(f"answer {i}"),
+    ]
+
+
+# --- micro-compaction ---------------------------------------------------------------------
+
+
+def test_micro_compaction_clears_old_large_results_and_keeps_ids() -> None:
+    messages = [m for i in range(5) for m in tool_round(i, 5_000)]
+    out = micro_compact(messages, Thresholds(micro_keep_turns=2))
+    assert out is not None and len(out) == len(messages)
+    results = [b for m in out for b in m.content if isinstance(b, ToolResultBlock)]
+    cleared = [
+        r for r in results if isinstance(r.content, str) and r.content.startswith(CLEARED_PREFIX)
+    ]
+    assert [r.tool_use_id for r in cleared] == ["toolu_0", "toolu_1", "toolu_2"]
+    assert [r.tool_use_id for r in results] == [f"toolu_{i}" for i in range(5)]
+    assert results[1].is_error, "error flags are kept"
+    assert "big" in str(cleared[0].content) and "again" in str(cleared[0].content)
+    assert micro_compact(out, Thresholds(micro_keep_turns=2)) is None, "idempotent"
+    assert micro_compact(messages[:8], Thresholds(micro_keep_turns=2)) is None
+
+
+def test_micro_compaction_leaves_small_results_alone() -> None:
+    messages = [m for i in range(5) for m in tool_round(i, 100)]
+    assert micro_compact(messages, Thresholds(micro_keep_turns=1)) is None
+
+
+# --- boundaries and summaries ---------------------------------------------------------------
+
+
+def test_boundary_never_splits_a_tool_use_from_its_result() -> None:
+    messages = [m for i in range(6) for m in tool_round(i, 400)]
+    for keep in (0, 50, 200, 400, 800, 5_000):
+        boundary = choose_boundary(messages, keep)
+        if boundary:
+            first_kept = messages[boundary]
+            assert first_kept.role == "user" and not first_kept.tool_results()
+            assert boundary >= 2
+
+
+def test_boundary_keeps_about_the_budget() -> None:
+    messages = [m for i in range(10) for m in tool_round(i, 4_000)]  # ~1k tokens a round
+    boundary = choose_boundary(messages, 2_500)
+    assert messages[boundary].text() == "prompt 8", "the last two rounds fit the budget"
+    assert choose_boundary(messages[:4], 10) == 0, "one turn: nothing to summarise"
+
+
+def test_summary_request_is_wire_legal_even_from_a_damaged_prefix() -> None:
+    prefix = [
+        user("start"),
+        assistant(ToolUseBlock(id="toolu_orphan", name="big", input={})),  # killed mid-tool
+        user("next"),
+        assistant("fine"),
+    ]
+    request = summary_request(prefix, model="m", system="s", max_tokens=4_000)
+    validate_request(
+        {"model": "m", "max_tokens": 1024, "messages": encode_messages(request.messages)}
+    )
+    assert SUMMARY_INSTRUCTIONS in request.messages[-1].text()
+    merged = summary_request(
+        [summary_message("old"), *prefix[1:]], model="m", system="", max_tokens=9
+    )
+    assert "Merge it" in merged.messages[-1].text()
+
+
+# --- the manager --------------------------------------------------------------------------
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[AgentEvent] = []
+        self.checkpoints: list[list[Message]] = []
+
+    async def publish(self, event: AgentEvent) -> None:
+        self.events.append(event)
+
+    async def checkpoint(self, history: list[Message]) -> None:
+        self.checkpoints.append(history)
+
+
+def manager(history: VecHistory, provider: Any, recorder: Recorder) -> ContextManager:
+    return ContextManager(
+        history=history,
+        provider=provider,
+        publish=recorder.publish,
+        checkpoint=recorder.checkpoint,
+        thresholds=Thresholds(micro_min_chars=1_000),
+    )
+
+
+async def test_background_compaction_keeps_messages_appended_meanwhile() -> None:
+    history = VecHistory([m for i in range(8) for m in tool_round(i, 400)])
+    slow_summary = {"text": "## Goal\nsummary of the start", "delay_ms": 300}
+    recorder = Recorder()
+    ctx = manager(history, ScriptedProvider([slow_summary]), recorder)
+    used = ctx.estimate("", ())
+    window = int(used / 0.75)  # between soft (0.70) and hard (0.85)
+    with anyio.fail_after(2):
+        await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    assert len(history) == 32, "background compaction must not hold up the request"
+    history.append(user("appended while the summary was in flight"))
+    history.append(assistant("and an answer"))
+    with anyio.fail_after(5):
+        while not (history.snapshot() and is_summary(history.snapshot()[0])):
+            await anyio.sleep(0.02)
+    after = history.snapshot()
+    assert after[-2].text() == "appended while the summary was in flight"
+    assert after[-1].text() == "and an answer"
+    assert recorder.checkpoints and recorder.checkpoints[-1] == after
+    outbound = repair_outbound([*after, user("next")])
+    validate_request({"model": "m", "max_tokens": 10, "messages": encode_messages(outbound)})
+
+
+async def test_full_compaction_waits_and_is_shown_as_a_think_call() -> None:
+    history = VecHistory([m for i in range(8) for m in tool_round(i, 400)])
+    recorder = Recorder()
+    ctx = manager(history, ScriptedProvider([{"text": "## Goal\nthe summary"}]), recorder)
+    window = int(ctx.estimate("", ()) / 0.95)
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    snapshot = history.snapshot()
+    assert is_summary(snapshot[0]) and "the summary" in snapshot[0].text()
+    assert len(snapshot) < 32
+    starts = [e for e in recorder.events if isinstance(e, ToolCallStarted)]
+    assert [s.kind for s in starts] == ["think"]
+    finals = [e for e in recorder.events if isinstance(e, ToolCallUpdated)]
+    assert finals[-1].status == "completed"
+    assert any(isinstance(e, UsageReported) for e in recorder.events)
+
+
+async def test_a_failed_summary_is_skipped_and_history_is_untouched() -> None:
+    history = VecHistory([m for i in range(8) for m in tool_round(i, 400)])
+    before = history.snapshot()
+    failing = {"error": {"message": "overloaded", "retryable": True}}
+    recorder = Recorder()
+    ctx = manager(history, ScriptedProvider([failing]), recorder)
+    window = int(ctx.estimate("", ()) / 0.95)
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    assert history.snapshot() == before
+    finals = [e for e in recorder.events if isinstance(e, ToolCallUpdated)]
+    assert finals[-1].status == "failed"
+
+
+async def test_micro_compaction_alone_below_the_soft_threshold() -> None:
+    history = VecHistory([m for i in range(6) for m in tool_round(i, 3_000)])
+    recorder = Recorder()
+    ctx = manager(history, ScriptedProvider([]), recorder)
+    window = int(ctx.estimate("", ()) / 0.6)  # past micro (0.5), below soft (0.7)
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    snapshot = history.snapshot()
+    assert len(snapshot) == 24 and not is_summary(snapshot[0])
+    assert any(
+        isinstance(b, ToolResultBlock) and str(b.content).startswith(CLEARED_PREFIX)
+        for m in snapshot
+        for b in m.content
+    )
+    assert recorder.checkpoints, "a rewrite is checkpointed"
+
+
+# --- a long session through the real runner and the strict fake ---------------------------
+
+
+class BigTool:
+    name = "big"
+    description = "Returns a large blob of text."
+    input_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}},
+    }
+    safety = Safety.READ_ONLY
+    kind = "read"
+
+    def __init__(self, size: int = 3_000) -> None:
+        self.size = size
+
+    def describe(self, args: dict[str, Any], ctx: Any) -> ToolCallView:
+        return ToolCallView(title="big", kind="read")
+
+    async def preview(self, args: dict[str, Any], ctx: Any) -> tuple[()]:
+        return ()
+
+    def permission_key(self, args: dict[str, Any]) -> str:
+        return self.name
+
+    async def run(self, args: dict[str, Any], ctx: Any) -> ToolOutput:
+        return ToolOutput(f"blob {args.get('n')}: " + "z" * self.size)
+
+
+def route(summaries: list[int]) -> Any:
+    """Replies by what was asked: summaries get a brief, prompts a tool call, results a long
+    answer (text that micro-compaction cannot clear, so the history keeps growing)."""
+
+    def reply(record: Any) -> Reply:
+        last = record.body["messages"][-1]
+        content = last["content"]
+        texts = [c.get("text", "") for c in content] if isinstance(content, list) else [content]
+        if any(SUMMARY_INSTRUCTIONS in t for t in texts):
+            summaries.append(record.index)
+            return Reply.text("## Goal\nkeep going\n## Progress\nmany blobs read")
+        if isinstance(content, list) and content[0].get("type") == "tool_result":
+            return Reply.text("I read it. " + "Notes on the blob. " * 60)
+        return Reply.tool_use(None, "big", {"n": len(record.body["messages"])})
+
+    return reply
+
+
+async def long_core(tmp_path: Path, fake: FakeProvider, window: int) -> DefaultAgentCore:
+    from defect_core.providers.anthropic import anthropic_provider
+
+    settings = Settings(
+        provider="anthropic",
+        model="claude-test",
+        base_url=fake.url,
+        context_windows={"claude-test": window},
+        retry_base_delay=0.01,
+        reasoning_effort="off",
+    )
+    store = AsyncStore(SqliteStore(tmp_path / "sessions.sqlite3"))
+    return DefaultAgentCore(
+        settings, provider=anthropic_provider(settings), tools=lambda: [BigTool()], store=store
+    )
+
+
+async def test_a_long_session_stays_inside_its_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", DEFAULT_API_KEY)
+    window = 12_000
+    summaries: list[int] = []
+    with FakeProvider() as fake:
+        for _ in range(200):
+            fake.enqueue(route(summaries))
+        core = await long_core(tmp_path, fake, window)
+        session = await core.create_session("s1", tmp_path, Backends(None, None))  # type: ignore[arg-type]
+        usages: list[UsageReported] = []
+        thinks: list[ToolCallStarted] = []
+        stream = session.subscribe()
+
+        async def collect() -> None:
+            async for event in stream:
+                if isinstance(event, UsageReported):
+                    usages.append(event)
+                if isinstance(event, ToolCallStarted) and event.kind == "think":
+                    thinks.append(event)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            prompts = [f"read blob {i}" for i in range(24)]
+            prompts.insert(16, "here is a long log to read:\n" + "log line\n" * 2_500)
+            for prompt in prompts:
+                assert await session.run_turn([TextBlock(text=prompt)]) == "end_turn"
+            await core.aclose()
+        for record in fake.requests:
+            assert not record.rejected, record.error_message
+            assert estimate_tokens(record.body) <= window, f"request {record.index} too large"
+        bodies = [json.dumps(r.body) for r in fake.requests]
+        first_micro = next(i for i, b in enumerate(bodies) if CLEARED_PREFIX in b)
+        assert summaries, "a summary was requested"
+        assert first_micro < summaries[0], "micro-compaction comes first"
+        assert len(summaries) > len(thinks) >= 1, "background summaries, then a full one"
+        assert usages and all(u.size == window for u in usages)
+        # Load after compaction: the history is the compacted one, replay the original.
+        reloaded = AsyncStore(SqliteStore(tmp_path / "sessions.sqlite3"))
+        stored = await reloaded.load("s1")
+        assert is_summary(stored.history[0])
+        said = [m.text() for m in stored.transcript if m.role == "user" and m.text()]
+        assert said == prompts
+        await reloaded.aclose()
+
+
+async def test_slash_context_and_compact_need_no_model_call(tmp_path: Path) -> None:
+    script = [{"text": f"answer {i} " + "w" * 400} for i in range(6)] + [
+        {"text": "## Goal\ncompacted by request"}
+    ]
+    core = DefaultAgentCore(Settings(), provider=ScriptedProvider(script), tools=lambda: [])
+    session: DefaultSession = await core.create_session("s", tmp_path, Backends(None, None))  # type: ignore[arg-type]
+    for i in range(6):
+        await session.run_turn([TextBlock(text=f"question {i}")])
+    texts: list[str] = []
+    stream = session.subscribe()
+
+    async def collect() -> None:
+        async for event in stream:
+            if hasattr(event, "text") and type(event).__name__ == "AgentTextDelta":
+                texts.append(event.text)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(collect)
+        assert await session.run_turn([TextBlock(text="/context")]) == "end_turn"
+        assert await session.run_turn([TextBlock(text="/compact keep the questions")]) == "end_turn"
+        assert await session.run_turn([TextBlock(text="/context")]) == "end_turn"
+        await core.aclose()
+    assert "Context: ~" in texts[0] and "of 200,000 tokens" in texts[0]
+    assert texts[1].startswith("Compacted ")
+    assert "compacted: it starts with a summary" in texts[2]
+    history = session.history_snapshot()
+    assert is_summary(history[0]) and "compacted by request" in history[0].text()
+    assert not any("/context" in m.text() for m in session.transcript()), "commands are not history"
+    assert ("compact", session.slash_commands()[0][1]) in session.slash_commands()
+
+
+async def test_an_oversized_tool_result_is_refused_with_advice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", DEFAULT_API_KEY)
+    with FakeProvider() as fake:
+        fake.enqueue(Reply.tool_use(None, "big", {"n": 1}), Reply.text("understood"))
+        from defect_core.providers.anthropic import anthropic_provider
+
+        settings = Settings(
+            provider="anthropic",
+            model="claude-test",
+            base_url=fake.url,
+            context_windows={"claude-test": 20_000},
+            reasoning_effort="off",
+        )
+        core = DefaultAgentCore(
+            settings, provider=anthropic_provider(settings), tools=lambda: [BigTool(60_000)]
+        )
+        session = await core.create_session("s", tmp_path, Backends(None, None))  # type: ignore[arg-type]
+        assert await session.run_turn([TextBlock(text="go")]) == "end_turn"
+        result = session.history_snapshot()[2].content[0]
+        assert isinstance(result, ToolResultBlock) and result.is_error
+        assert "more than the context window" in str(result.content)
+        assert not fake.requests[-1].rejected
+        body = json.dumps(fake.requests[-1].body)
+        assert "z" * 1000 not in body
+        await core.aclose()
