@@ -114,19 +114,32 @@ class CompactionReport:
 
 
 def micro_compact(messages: list[Message], thresholds: Thresholds) -> list[Message] | None:
-    """Clear old large tool results; None when nothing changes. Same length, same ids."""
+    """Clear old large tool results; None when nothing changes. Same length, same ids.
+
+    One cheap pass finds the messages worth rewriting (exact type checks, no allocation);
+    only those are rebuilt, so a history with nothing left to clear costs a scan.
+    """
     protected_from = _start_of_recent_turns(messages, thresholds.micro_keep_turns)
-    names = {b.id: (b.name, b.input) for m in messages for b in m.tool_uses()}
-    out: list[Message] | None = None
-    for index in range(protected_from):
-        message = messages[index]
-        if message.role != "user" or not any(
-            isinstance(b, ToolResultBlock) for b in message.content
-        ):
-            continue
-        changed = False
+    targets = [
+        index
+        for index in range(protected_from)
+        if messages[index].role == "user" and _has_clearable(messages[index], thresholds)
+    ]
+    if not targets:
+        return None
+    wanted = {
+        b.tool_use_id for i in targets for b in messages[i].content if type(b) is ToolResultBlock
+    }
+    names: dict[str, tuple[str, dict[str, object]]] = {}
+    for message in messages[: targets[-1]]:
+        if message.role == "assistant":
+            for b in message.content:
+                if type(b) is ToolUseBlock and b.id in wanted:
+                    names[b.id] = (b.name, b.input)
+    out = list(messages)
+    for index in targets:
         blocks = []
-        for block in message.content:
+        for block in messages[index].content:
             if isinstance(block, ToolResultBlock) and _clearable(block, thresholds):
                 name, args = names.get(block.tool_use_id, ("the tool", {}))
                 block = ToolResultBlock(
@@ -134,13 +147,16 @@ def micro_compact(messages: list[Message], thresholds: Thresholds) -> list[Messa
                     content=_cleared_text(name, args, _result_chars(block)),
                     is_error=block.is_error,
                 )
-                changed = True
             blocks.append(block)
-        if changed:
-            if out is None:
-                out = list(messages)
-            out[index] = Message(role="user", content=tuple(blocks))
+        out[index] = Message(role="user", content=tuple(blocks))
     return out
+
+
+def _has_clearable(message: Message, thresholds: Thresholds) -> bool:
+    for block in message.content:
+        if type(block) is ToolResultBlock and _clearable(block, thresholds):
+            return True
+    return False
 
 
 def _clearable(block: ToolResultBlock, thresholds: Thresholds) -> bool:
