@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -131,6 +132,9 @@ def _serve(settings: Settings, provider: LlmProvider, protocol_fd: int, resume: 
                 loop.add_signal_handler(sig, task.cancel)
         await serve(core, protocol_fd, resume=resume)
 
+    # Everything imported so far lives as long as the process: keep it out of the cyclic
+    # collector's way, so a full collection (e.g. while loading a long session) stays short.
+    gc.freeze()
     with contextlib.suppress(asyncio.CancelledError, KeyboardInterrupt):
         asyncio.run(main_task())
     return 0
