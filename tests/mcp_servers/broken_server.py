@@ -1,0 +1,36 @@
+"""MCP servers that never work, for defect's tests (stdlib only, so they fail fast).
+
+Run: `python tests/mcp_servers/broken_server.py MODE` where MODE is
+- `exit`: complain on stderr and exit with status 1 at once (a missing module, a bad config);
+- `garbage`: print lines that are not JSON-RPC on stdout, then exit with status 2;
+- `silent`: read stdin but never answer (a server that hangs at start-up).
+
+With `BROKEN_PID_FILE=<path>` it first writes its pid there.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+def main() -> None:
+    if pid_file := os.environ.get("BROKEN_PID_FILE"):
+        with open(pid_file, "w", encoding="utf-8") as f:
+            f.write(str(os.getpid()))
+    mode = sys.argv[1] if len(sys.argv) > 1 else "exit"
+    if mode == "exit":
+        sys.stderr.write("broken_server: cannot load config: no such file: settings.toml\n")
+        sys.exit(1)
+    if mode == "garbage":
+        sys.stdout.write("Welcome to the server!\nthis is not json\n")
+        sys.stdout.flush()
+        time.sleep(0.2)
+        sys.exit(2)
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()
