@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -108,7 +109,14 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 def supported_transports() -> set[str]:
-    """The MCP transports `McpHub` connects (each one proven by tests/test_mcp.py)."""
+    """The MCP transports `McpHub` connects (each one proven by tests/test_mcp.py).
+
+    Cheap enough for `initialize`: it looks the SDK up without importing it. Without the SDK
+    only stdio is claimed — ACP requires accepting stdio servers; they then fail to start with
+    a reason that says the package is missing.
+    """
+    if importlib.util.find_spec("mcp") is None:
+        return {"stdio"}
     return {"stdio", "http", "sse"}
 
 

@@ -461,9 +461,10 @@ def test_the_request_wins_a_name_clash_with_configured_servers() -> None:
     assert merge_servers([], configured) == tuple(configured)
 
 
-def test_importing_the_module_does_not_import_the_sdk() -> None:
+def test_importing_the_module_and_asking_for_transports_does_not_import_the_sdk() -> None:
     code = (
-        "import sys, defect_core.mcp; sys.exit('mcp' in sys.modules or 'mcp_types' in sys.modules)"
+        "import sys, defect_core.mcp as m; assert m.supported_transports(); "
+        "sys.exit('mcp' in sys.modules or 'mcp_types' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
 
