@@ -339,3 +339,78 @@ async def test_stdout_carries_only_json_rpc(tmp_path: Path) -> None:
     finally:
         proc.kill()
         await proc.wait()
+
+
+async def test_cancel_request_for_a_running_prompt_answers_cancelled(tmp_path: Path) -> None:
+    replies = [{"text": "slow " * 100, "chunk_delay_ms": 20}]
+    async with spawn_defect(env=script_env(tmp_path, replies)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(tmp_path)
+        task = asyncio.create_task(agent.prompt(sid, "talk"))
+        await agent.client.wait_for(lambda: "agent_message_chunk" in agent.client.kinds(sid))
+        prompt_id = next(
+            m["id"]
+            for d, m in agent.wire.messages
+            if d == "client" and m.get("method") == "session/prompt"
+        )
+        await agent.conn._conn.send_notification("$/cancel_request", {"requestId": prompt_id})
+        response = await asyncio.wait_for(task, 10)
+        assert response.stop_reason == "cancelled"
+        agent.assert_schema_clean()
+
+
+async def test_slash_commands_are_announced_and_answered(tmp_path: Path) -> None:
+    async with spawn_defect() as agent:
+        await agent.initialize()
+        sid = await agent.new_session(tmp_path)
+        await agent.client.wait_for(lambda: "available_commands_update" in agent.client.kinds(sid))
+        update = next(
+            u for _, u in agent.client.updates if u.session_update == "available_commands_update"
+        )
+        assert {c.name for c in update.available_commands} == {"compact", "context"}
+        response = await agent.prompt(sid, "/context")
+        assert response.stop_reason == "end_turn"
+        assert agent.client.text(sid).startswith("Context: ~")
+        agent.assert_schema_clean()
+
+
+async def test_prompt_answer_carries_the_turns_usage_in_meta(tmp_path: Path) -> None:
+    async with spawn_defect() as agent:
+        await agent.initialize()
+        sid = await agent.new_session(tmp_path)
+        await agent.prompt(sid, "hello")
+        answer = next(
+            m
+            for m in agent.wire.from_agent()
+            if "result" in m and isinstance(m["result"], dict) and "stopReason" in m["result"]
+        )
+        usage = answer["result"]["_meta"]["usage"]
+        assert usage["requests"] == 1 and usage["inputTokens"] > 0
+        assert "usage_update" in agent.client.kinds(sid)
+        agent.assert_schema_clean()
+
+
+def test_cli_version_and_help() -> None:
+    import subprocess
+    import sys
+
+    env = agent_env()
+    version = subprocess.run(
+        [sys.executable, "-m", "defect_acp", "--version"], capture_output=True, text=True, env=env
+    )
+    assert version.returncode == 0 and version.stdout.startswith("defect ")
+    helped = subprocess.run(
+        [sys.executable, "-m", "defect_acp", "acp", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert helped.returncode == 0 and "--provider" in helped.stdout and "--resume" in helped.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "defect_acp", "acp", "--provider", "nope"],
+        capture_output=True,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    assert bad.returncode == 2 and "unknown provider" in bad.stderr and bad.stdout == ""
