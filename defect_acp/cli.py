@@ -7,6 +7,8 @@ Invariants:
 - Before anything else, the real stdout descriptor is set aside for the protocol and fd 1 is
   pointed at stderr: a library (or a child process) that prints can never corrupt the
   JSON-RPC stream. Only `defect_acp.transport` writes to the protocol descriptor.
+- `defect transcript run|record` plays or records scripted JSON-RPC sessions
+  (`defect_acp.transcript`); it is a client, so it keeps stdout for its report.
 - Nothing heavy is imported before it is needed: `--help`/`--version` import no SDK, and
   `defect acp` imports the ACP SDK but no provider SDK (those load on the first prompt).
 - The process exits 0 when stdin closes or on SIGTERM/SIGINT, after closing its sessions
@@ -23,6 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from defect_acp import transcript
 from defect_core import __version__
 
 if TYPE_CHECKING:
@@ -58,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=HELP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    transcript.add_parser(sub)
     acp.add_argument("--provider", help="model provider (scripted, anthropic, bedrock)")
     acp.add_argument("--model", help="model id for the provider")
     acp.add_argument("--log-level", help="debug, info, warning, error")
@@ -77,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "acp":
         return run_acp(args)
+    if args.command == "transcript":
+        # Not through _claim_stdout(): the results (and the recorder's proxy) use stdout.
+        return transcript.main(args)
     parser.print_help()
     return 0
 

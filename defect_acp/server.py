@@ -37,6 +37,7 @@ from defect_acp.transport import LineWriter, StdioTransport, open_stdin_reader
 from defect_core import __version__
 from defect_core import events as ev
 from defect_core.log import get_logger
+from defect_core.mcp import supported_transports
 from defect_core.session import (
     AgentCore,
     AgentError,
@@ -168,7 +169,7 @@ class DefectAgent:
         self._client_capabilities: s.ClientCapabilities | None = None
         self._client_info: s.Implementation | None = None
         self._pumps: dict[str, SessionPump] = {}
-        self._after_answer: dict[str, Callable[[], Awaitable[None]]] = {}
+        self._after_answer: dict[str, list[Callable[[], Awaitable[None]]]] = {}
         self._warmed = False
 
     # --- wiring -----------------------------------------------------------------------------
@@ -196,7 +197,7 @@ class DefectAgent:
         if method in ("session/new", "session/load", "session/resume"):
             result = response.get("result") or {}
             session_id = result.get("sessionId") or (params or {}).get("sessionId")
-            if session_id and (follow := self._after_answer.pop(session_id, None)):
+            for follow in self._after_answer.pop(session_id, []) if session_id else []:
                 await follow()
 
     def on_cancel_request(self, request_id: Any, method: str | None, params: Any) -> None:
@@ -222,6 +223,7 @@ class DefectAgent:
             if protocol_version in SUPPORTED_PROTOCOL_VERSIONS
             else max(SUPPORTED_PROTOCOL_VERSIONS)
         )
+        transports = supported_transports()
         response = s.InitializeResponse(
             protocol_version=version,
             agent_capabilities=s.AgentCapabilities(
@@ -229,7 +231,9 @@ class DefectAgent:
                 prompt_capabilities=s.PromptCapabilities(
                     image=True, audio=False, embedded_context=True
                 ),
-                mcp_capabilities=s.McpCapabilities(http=False, sse=False),
+                mcp_capabilities=s.McpCapabilities(
+                    http="http" in transports, sse="sse" in transports
+                ),
                 session_capabilities=s.SessionCapabilities(
                     list=s.SessionListCapabilities(),
                     resume=s.SessionResumeCapabilities(),
@@ -299,7 +303,7 @@ class DefectAgent:
         async def replay() -> None:
             await self._replay(session)
 
-        self._after_answer[session.id] = replay
+        self._after_answer.setdefault(session.id, []).insert(0, replay)
         return s.NewSessionResponse(
             session_id=session.id,
             modes=project.modes(session.current_mode(), session.available_modes()),
@@ -456,8 +460,11 @@ class DefectAgent:
             commands = session.slash_commands()
             if commands:
                 await self.send_update(session.id, project.commands_update(commands))
+            for notice in session.notices():
+                update = project.event_to_update(ev.Notice(notice, level="warning"))
+                await self.send_update(session.id, update)
 
-        self._after_answer[session.id] = follow
+        self._after_answer.setdefault(session.id, []).append(follow)
 
     def _backends(self, session_id: str) -> Backends:
         fs, shell = select_backends(self._client_capabilities, self.connection, session_id)

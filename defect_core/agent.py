@@ -52,6 +52,7 @@ from defect_core.events import (
 from defect_core.events import TurnFailed as TurnFailedEvent
 from defect_core.history import VecHistory
 from defect_core.log import get_logger
+from defect_core.mcp import McpHub, load_mcp_json, merge_servers
 from defect_core.model import ContentBlock, Message, TextBlock
 from defect_core.prompt import build_system_prompt
 from defect_core.providers.base import LlmProvider
@@ -116,8 +117,10 @@ class DefaultSession:
         backends: Backends,
         store: AsyncStore | None = None,
         stored: StoredSession | None = None,
+        mcp: McpHub | None = None,
     ) -> None:
         self._id = session_id
+        self._mcp = mcp
         self._cwd = cwd
         self._settings = settings
         self._provider = provider
@@ -513,6 +516,11 @@ class DefaultSession:
     def slash_commands(self) -> tuple[tuple[str, str], ...]:
         return SLASH_COMMANDS
 
+    def notices(self) -> tuple[str, ...]:
+        """What the user should read when the session opens (MCP servers that failed)."""
+        notice = self._mcp.failure_notice() if self._mcp is not None else None
+        return (notice,) if notice else ()
+
     # --- lifecycle --------------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -521,6 +529,8 @@ class DefaultSession:
         self._closed = True
         self.cancel_turn()
         await self._context.aclose()
+        if self._mcp is not None:
+            await self._mcp.aclose()
         for event, answer in list(self._pending.values()):
             answer[0] = None
             event.set()
@@ -577,19 +587,32 @@ class DefaultAgentCore:
             self._store is not None and await self._store.exists(session_id)
         ):
             raise DuplicateSessionId(f"session id already in use: {session_id}")
-        session = DefaultSession(
-            session_id=session_id,
-            cwd=cwd,
-            settings=self._settings,
-            provider=self.provider(),
-            tools=ToolRegistry(self._tools_factory()),
-            backends=backends,
-            store=self._store,
-        )
-        if self._store is not None:
-            await self._store.create(session.record())
+        hub = await self._connect_mcp(cwd, mcp_servers)
+        try:
+            session = DefaultSession(
+                session_id=session_id,
+                cwd=cwd,
+                settings=self._settings,
+                provider=self.provider(),
+                tools=ToolRegistry([*self._tools_factory(), *hub.tools]),
+                backends=backends,
+                store=self._store,
+                mcp=hub,
+            )
+            if self._store is not None:
+                await self._store.create(session.record())
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await hub.aclose()
+            raise
         self._sessions[session_id] = session
         return session
+
+    async def _connect_mcp(self, cwd: Path, requested: tuple[McpServerSpec, ...]) -> McpHub:
+        """The session's MCP servers: the editor's, merged over the configured ones and the
+        repository's `.mcp.json` (the editor's win a name clash), started concurrently."""
+        configured = [*self._settings.mcp_servers, *load_mcp_json(cwd)]
+        return await McpHub.connect(merge_servers(requested, configured), cwd)
 
     async def load_session(
         self,
@@ -611,15 +634,17 @@ class DefaultAgentCore:
             stored = await self._store.load(session_id)
             where = cwd or Path(stored.record.cwd)
             await _check_cwd(where)
+            hub = await self._connect_mcp(where, mcp_servers)
             session = DefaultSession(
                 session_id=session_id,
                 cwd=where,
                 settings=self._settings,
                 provider=self.provider(),
-                tools=ToolRegistry(self._tools_factory()),
+                tools=ToolRegistry([*self._tools_factory(), *hub.tools]),
                 backends=backends,
                 store=self._store,
                 stored=stored,
+                mcp=hub,
             )
             self._sessions[session_id] = session
             return session

@@ -207,6 +207,10 @@ class Session(Protocol):
 
     def slash_commands(self) -> tuple[tuple[str, str], ...]: ...
 
+    def notices(self) -> tuple[str, ...]:
+        """Messages for the user once the session is open (e.g. MCP servers that failed)."""
+        ...
+
     def resolve_permission(self, tool_call_id: str, option_id: str | None) -> None:
         """The user's answer to a `PermissionRequested`; `None` means the request was cancelled."""
         ...
