@@ -278,12 +278,17 @@ def _replayed_call(
             status=status,
             raw_input=use.input,
         )
+    status = snap.status
+    if result is None and status in ("completed", "failed"):
+        # It finished, but the process died before its result reached history: the model
+        # will be told it was interrupted, so the user must not see it as closed either.
+        status = "in_progress"
     return s.ToolCallStart(
         session_update="tool_call",
         tool_call_id=use.id,
         title=snap.title,
         kind=snap.kind,
-        status=snap.status,
+        status=status,
         content=displays(snap.content) or None,
         locations=locations(snap.locations) or None,
         raw_input=snap.raw_input or use.input,

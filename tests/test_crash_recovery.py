@@ -18,8 +18,8 @@ result is reported — then starts a new process on the same state directory and
 A session killed twice (an orphan deep in history, then a fresh one) must recover the same
 way. A call killed between its `completed` report and the commit of its batch's results is
 covered twice: as it happens (either state, checked for consistency between store, request and
-replay) and deterministically (a batch whose other call still runs), the latter a strict xfail
-while the replay shows such an orphan as `completed` (REPLAY_CLOSES_ORPHANS below).
+replay) and deterministically (a batch whose other call still runs): the replay must show such
+a call as not completed, since the model is told it was interrupted.
 
 A command the agent started leads its own process group, so it outlives the agent's SIGKILL
 (reparented to init); the `rig` fixture kills those groups at teardown.
@@ -65,9 +65,8 @@ TIMEOUT = 15.0
 UNCLOSED = ("pending", "in_progress")
 """How a replay may show a tool call that has no result in history (seed 000)."""
 REPLAY_CLOSES_ORPHANS = (
-    "product bug: session/load replays an orphan tool_use whose tool reported `completed` "
-    "before the kill with status `completed` (the tool_calls row), though no result was "
-    "recorded; defect_acp/project.py `_replayed_call` should keep an orphan unclosed"
+    "a tool call whose result never reached history must replay unclosed (its tool_calls row "
+    "says completed, but the model is told it was interrupted)"
 )
 
 Json = dict[str, Any]
@@ -504,12 +503,9 @@ async def test_kill_while_the_result_is_being_committed(rig: Rig) -> None:
     else:
         assert_synthetic_answer(request.body, used)
         assert_orphan_kept(rig, sid, [used])
-        if call["status"] not in UNCLOSED:
-            # Pinned deterministically (strict xfail) by the next test.
-            pytest.xfail(REPLAY_CLOSES_ORPHANS)
+        assert call["status"] in UNCLOSED, REPLAY_CLOSES_ORPHANS
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=REPLAY_CLOSES_ORPHANS)
 async def test_a_completed_call_whose_result_was_never_committed_replays_unclosed(
     rig: Rig,
 ) -> None:
