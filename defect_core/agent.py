@@ -118,9 +118,11 @@ class DefaultSession:
         store: AsyncStore | None = None,
         stored: StoredSession | None = None,
         mcp: McpHub | None = None,
+        mcp_servers: tuple[McpServerSpec, ...] = (),
     ) -> None:
         self._id = session_id
         self._mcp = mcp
+        self._mcp_servers = mcp_servers
         self._cwd = cwd
         self._settings = settings
         self._provider = provider
@@ -213,6 +215,7 @@ class DefaultSession:
             title=self._title,
             config={"reasoning_effort": self._effort},
             permissions=self._rules.to_dict(),
+            mcp_servers=[server_summary(spec) for spec in self._mcp_servers],
         )
 
     # --- turns ------------------------------------------------------------------------------
@@ -598,6 +601,7 @@ class DefaultAgentCore:
                 backends=backends,
                 store=self._store,
                 mcp=hub,
+                mcp_servers=mcp_servers,
             )
             if self._store is not None:
                 await self._store.create(session.record())
@@ -645,8 +649,12 @@ class DefaultAgentCore:
                 store=self._store,
                 stored=stored,
                 mcp=hub,
+                mcp_servers=mcp_servers,
             )
             self._sessions[session_id] = session
+            await self._store.update(
+                session_id, mcp_servers=[server_summary(spec) for spec in mcp_servers]
+            )
             return session
         finally:
             del self._loading[session_id]
@@ -700,6 +708,20 @@ async def _check_cwd(cwd: Path) -> None:
         raise InvalidCwd(f"cwd must be an absolute path, got {str(cwd)!r}")
     if not await anyio.Path(cwd).is_dir():
         raise InvalidCwd(f"cwd is not an existing directory: {cwd}")
+
+
+def server_summary(spec: McpServerSpec) -> dict[str, Any]:
+    """What the store keeps of an MCP server: enough to say which it was, no secrets (env and
+    header values are left out; the editor sends the servers again on load)."""
+    summary: dict[str, Any] = {"name": spec.name, "transport": spec.transport}
+    if spec.transport == "stdio":
+        summary["command"] = spec.command
+        summary["args"] = list(spec.args)
+        summary["env"] = [name for name, _ in spec.env]
+    else:
+        summary["url"] = spec.url
+        summary["headers"] = [name for name, _ in spec.headers]
+    return summary
 
 
 def _slash_command(prompt: list[ContentBlock]) -> tuple[str, str] | None:

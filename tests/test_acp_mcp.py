@@ -35,6 +35,20 @@ def script_env(tmp_path: Path, replies: list[dict[str, Any]]) -> dict[str, str]:
     return agent_env(DEFECT_SCRIPT=str(path), DEFECT_STATE_DIR=str(tmp_path / "state"))
 
 
+def stored_servers(tmp_path: Path, session_id: str) -> list[dict[str, Any]]:
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{tmp_path / 'state' / 'sessions.sqlite3'}?mode=ro", uri=True)
+    try:
+        (raw,) = db.execute(
+            "SELECT CAST(mcp_servers AS TEXT) FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+    finally:
+        db.close()
+    servers: list[dict[str, Any]] = json.loads(raw)
+    return servers
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -83,6 +97,10 @@ async def test_mcp_tools_run_in_a_turn_and_servers_stop_with_the_session(tmp_pat
         assert "broken" in agent.client.text(sid), "the failed server is reported to the user"
         pid = int(pid_file.read_text())
         assert alive(pid)
+        stored = stored_servers(tmp_path, sid)
+        assert [server["name"] for server in stored] == ["echo", "broken"]
+        assert stored[0]["env"] == ["ECHO_PID_FILE"], "names only: values may be secrets"
+        assert str(pid_file) not in json.dumps(stored)
         await agent.conn.close_session(session_id=sid)
         assert await wait_gone(pid), "session/close stops the session's servers"
         agent.assert_schema_clean()
