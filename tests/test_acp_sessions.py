@@ -152,3 +152,21 @@ async def test_capabilities_advertise_session_methods(tmp_path: Path) -> None:
         assert caps["loadSession"] is True
         assert caps["sessionCapabilities"] == {"list": {}, "resume": {}, "close": {}, "delete": {}}
         agent.assert_schema_clean()
+
+
+async def test_close_cancels_the_running_turn(tmp_path: Path) -> None:
+    import asyncio
+
+    replies = [{"text": "slow " * 200, "chunk_delay_ms": 20}]
+    async with spawn_defect(env=env_for(tmp_path, replies)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(tmp_path)
+        task = asyncio.create_task(agent.prompt(sid, "talk for a while"))
+        await agent.client.wait_for(lambda: "agent_message_chunk" in agent.client.kinds(sid))
+        await agent.conn.close_session(session_id=sid)
+        response = await asyncio.wait_for(task, 10)
+        assert response.stop_reason == "cancelled"
+        # Closed, not deleted: it can be loaded again, with what was committed.
+        await agent.conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+        assert (await agent.prompt(sid, "hello")).stop_reason == "end_turn"
+        agent.assert_schema_clean()
