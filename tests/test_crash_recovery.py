@@ -21,8 +21,9 @@ covered twice: as it happens (either state, checked for consistency between stor
 replay) and deterministically (a batch whose other call still runs): the replay must show such
 a call as not completed, since the model is told it was interrupted.
 
-A command the agent started leads its own process group, so it outlives the agent's SIGKILL
-(reparented to init); the `rig` fixture kills those groups at teardown.
+A command the agent started leads its own process group; its lifeline (see
+`defect_core/tools/backends.py`) kills that group when the agent dies, which the kill-while-
+the-tool-runs test checks. The `rig` fixture still kills the groups at teardown, in case.
 
 Why SIGKILL: a cancel or a provider error is handled in-process (the turn commits results for
 its calls); only a kill can leave an orphan, so only a kill proves the read-side repair.
@@ -439,6 +440,10 @@ async def test_kill_while_the_tool_runs(rig: Rig) -> None:
         await kill_mid_turn(agent, turn)
         assert_all_accepted(fake.requests)
     (announced,) = updates_of(agent.client, "tool_call", tool_call_id=orphan)
+    deadline = time.monotonic() + 5
+    while alive(child) and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert not alive(child), "a command must not outlive the agent that started it"
 
     log = rig.log(sid)
     assert [m["role"] for m in log] == ["user", "assistant"]

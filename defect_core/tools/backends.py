@@ -285,6 +285,13 @@ class _Process(asyncio.SubprocessProtocol):
         self.exited = asyncio.Event()
         self.closed = asyncio.Event()
         self.transport: asyncio.SubprocessTransport | None = None
+        self.lifeline: int | None = None
+        """The write end of the command's lifeline pipe (see `_LIFELINE`)."""
+
+    def cut_lifeline(self) -> None:
+        if self.lifeline is not None:
+            os.close(self.lifeline)
+            self.lifeline = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.SubprocessTransport)
@@ -315,6 +322,18 @@ _DEFAULT_OUTPUT_LIMIT = 1 << 20
 # inherited stdout can keep the pipe open for ever.
 _DRAIN_GRACE = 0.2
 _SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+
+_LIFELINE = (
+    'exec 9<&0 </dev/null; ( ( read -r _ <&9; kill -9 0 ) >/dev/null 2>&1 & ); exec 9<&-; eval "$1"'
+)
+"""How a local command is run, so that nothing it starts outlives the agent.
+
+The shell's stdin is the read end of a pipe whose write end only the agent holds. A watcher,
+double-forked so the command's own `wait` never waits for it, stays in the command's process
+group and blocks reading that pipe; the command itself runs with stdin from /dev/null as
+before. When the pipe reaches end of file — the agent released the command, exited, or was
+killed with SIGKILL — the watcher kills the whole group, itself included. Without it, a
+command (a dev server, a `sleep`) would outlive a killed agent, reparented to init."""
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -389,18 +408,30 @@ class LocalShellBackend:
         full_env = {**os.environ, **env} if env else None
         capture = _Capture(output_limit or _DEFAULT_OUTPUT_LIMIT)
         loop = asyncio.get_running_loop()
-        _, proc = await loop.subprocess_exec(
-            lambda: _Process(capture),
-            _SHELL,
-            "-c",
-            command,
-            cwd=cwd,
-            env=full_env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
+        # The lifeline: the shell gets the read end (as stdin, moved to fd 9 by _LIFELINE);
+        # only this process holds the write end (os.pipe fds are not inherited by others).
+        lifeline_read, lifeline_write = os.pipe()
+        try:
+            _, proc = await loop.subprocess_exec(
+                lambda: _Process(capture),
+                _SHELL,
+                "-c",
+                _LIFELINE,
+                "defect-bash",
+                command,
+                cwd=cwd,
+                env=full_env,
+                stdin=lifeline_read,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(lifeline_write)
+            raise
+        finally:
+            os.close(lifeline_read)
+        proc.lifeline = lifeline_write
         handle = f"local-{next(self._ids)}"
         self._procs[handle] = proc
         return handle
@@ -455,9 +486,16 @@ class LocalShellBackend:
         if p is None:
             return
         try:
-            if p.returncode is None or group_alive(p.pid):
+            if p.returncode is None:
+                await self.kill(handle)  # still running: the graceful way, TERM then KILL
+            p.cut_lifeline()  # the watcher now kills whatever the command left behind
+            with anyio.move_on_after(0.5):
+                while group_alive(p.pid):  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+            if group_alive(p.pid):
                 await self.kill(handle)
         finally:
+            p.cut_lifeline()
             self._procs.pop(handle, None)
             if p.transport is not None:
                 p.transport.close()
