@@ -143,7 +143,6 @@ class TurnRunner:
         context: ContextManager | None = None,
     ) -> None:
         self._context = context
-        self._window = 0
         self._history = history
         self._provider = provider
         self._tools = tools
@@ -243,7 +242,7 @@ class TurnRunner:
                         forwarded = True
                         await self._publish(AgentThoughtDelta(chunk.text))
                     elif isinstance(chunk, ToolUseStarted | ToolInputDelta):
-                        forwarded = True
+                        pass  # not shown to the user: a retry after it stays invisible
                     elif isinstance(chunk, Completed):
                         log.debug(
                             "model_call_completed",
@@ -283,7 +282,6 @@ class TurnRunner:
     # --- tools ------------------------------------------------------------------------------
 
     async def _run_tools(self, uses: list[ToolUseBlock], config: TurnConfig) -> None:
-        self._window = config.context_window
         calls = [self._prepare(use) for use in uses]
         try:
             for call in calls:
@@ -303,7 +301,7 @@ class TurnRunner:
             async with anyio.create_task_group() as tg:
                 for call in calls:
                     if call.approved:
-                        tg.start_soon(self._execute, call)
+                        tg.start_soon(self._execute, call, config.context_window)
         finally:
             with anyio.CancelScope(shield=True):
                 for call in calls:
@@ -379,7 +377,7 @@ class TurnRunner:
                 return
         call.approved = True
 
-    async def _execute(self, call: _Call) -> None:
+    async def _execute(self, call: _Call, window: int) -> None:
         assert call.tool is not None
         await self._publish(ToolCallUpdated(call.use.id, status="in_progress"))
         ctx = self._make_context(call.use.id)
@@ -395,10 +393,10 @@ class TurnRunner:
             output = ToolOutput(text, is_error=True, display=(TextDisplay(text),))
         content = _cap(output.content)
         chars = len(_display_text(content))
-        if self._context is not None and self._context.result_too_large(chars, self._window):
+        if self._context is not None and self._context.result_too_large(chars, window):
             text = (
                 f"{call.tool.name} produced about {chars // 4:,} tokens of output, more than the "
-                f"context window ({self._window:,} tokens) can hold alongside the conversation. "
+                f"context window ({window:,} tokens) can hold alongside the conversation. "
                 "Ask for less: read a range of lines, filter or page the command's output, or "
                 "search more specifically."
             )
