@@ -1,0 +1,388 @@
+"""Turn overhead: what defect itself adds to a tool loop against a model that answers at once.
+
+Spawns the real `defect acp` (Anthropic provider, real SDK) with the ACP SDK's client, pointed
+at the strict fake provider on 127.0.0.1 (in its own process, so its threads never compete
+with the client for a GIL; both stamp times on CLOCK_MONOTONIC, which processes share).
+One prompt makes the model call `read_file` on a small file 20 times (each reply also
+streams a little text), then answer with text: 21 model requests. Each prompt runs in a new
+session. Reported (median over --runs prompts, after one warm-up prompt that pays for the SDK
+import and the first connection):
+
+- agent overhead per round trip: (prompt wall time − time the fake spent answering) ÷ model
+  requests. Everything defect does between model answers is in it: parsing the stream,
+  forwarding updates, committing history, running the tool, encoding the next request, the
+  SDK and HTTP on the client side. Target ≤ 15 ms.
+- delta latency: from the fake writing a text delta to the socket to the client reading the
+  `session/update` that carries it off the agent's stdout. Measured on the final answer,
+  whose deltas the fake spaces --pace apart (5 ms: a model streams tens of tokens a second),
+  so the figure is latency, not the backlog of a burst. Target ≤ 2 ms at the median; p95
+  reported, and the median for the tool replies' deltas, which come all at once.
+
+The fake's sockets get TCP_NODELAY here so it answers "instantly" (Nagle's algorithm would
+otherwise hold its small writes for the client's delayed ACK, up to 40 ms, and charge that
+wait to the agent).
+
+Usage: python scripts/bench_turn.py [--runs N | --quick] [--round-trips N] [--pace S]
+                                   [--json PATH]
+Exits 0 whatever the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import re
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from acp import schema as s  # noqa: E402
+from acp.connection import StreamDirection, StreamEvent  # noqa: E402
+
+from tests.support import fake_provider as fp  # noqa: E402
+from tests.support.acp_harness import agent_env, spawn_defect  # noqa: E402
+
+MARK = re.compile(r"<d(\d{6})>")
+TARGET_OVERHEAD_MS = 15.0
+TARGET_DELTA_MS = 2.0
+
+
+def marked_text(first: int, count: int) -> str:
+    """`count` delta-sized pieces, each carrying its own number; with `chunk_size` equal to
+    the piece length the fake streams exactly one piece per `text_delta`."""
+    return "".join(f"<d{n:06d}> word " for n in range(first, first + count))
+
+
+PIECE = len(marked_text(0, 1))
+
+
+@dataclass
+class Timings:
+    """What the fake saw, stamped on this process's clock."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    request_started: dict[int, float] = field(default_factory=dict)
+    request_done: dict[int, float] = field(default_factory=dict)
+    delta_written: dict[int, float] = field(default_factory=dict)
+    delta_received: dict[int, float] = field(default_factory=dict)
+
+    def snapshot(self) -> dict[str, dict[int, float]]:
+        with self.lock:
+            return {
+                "request_started": dict(self.request_started),
+                "request_done": dict(self.request_done),
+                "delta_written": dict(self.delta_written),
+            }
+
+
+class TimedFake(fp.FakeProvider):
+    """The strict fake, with time stamps where a request starts and ends."""
+
+    def __init__(self, timings: Timings, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.timings = timings
+
+    def _new_record(
+        self, method: str, path: str, headers: dict[str, str], raw: bytes
+    ) -> fp.RequestRecord:
+        started = time.perf_counter()
+        record = super()._new_record(method, path, headers, raw)
+        with self.timings.lock:
+            self.timings.request_started[record.index] = started
+        return record
+
+    def _complete(self, record: fp.RequestRecord) -> None:
+        with self.timings.lock:
+            self.timings.request_done[record.index] = time.perf_counter()
+        super()._complete(record)
+
+
+def instrument_handler(timings: Timings) -> None:
+    """Stamp every text delta as it leaves the fake, and answer without Nagle delays."""
+    handler = fp._Handler
+    original_setup = handler.setup
+    original_write = handler._write_chunk
+
+    def setup(self: fp._Handler) -> None:
+        original_setup(self)
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def write_chunk(self: fp._Handler, data: bytes) -> None:
+        original_write(self, data)
+        if b"text_delta" in data:
+            now = time.perf_counter()
+            with timings.lock:
+                for match in MARK.finditer(data.decode("utf-8", "replace")):
+                    timings.delta_written[int(match.group(1))] = now
+
+    handler.setup = setup  # type: ignore[method-assign]
+    handler._write_chunk = write_chunk  # type: ignore[method-assign]
+
+
+def script(round_trips: int, first_mark: int, deltas_per_reply: int, pace: float) -> list[fp.Reply]:
+    """`round_trips` tool calls whose text deltas come in a burst, then a text answer whose
+    deltas come `pace` seconds apart (as a model streams), numbered from `first_mark`."""
+    replies: list[fp.Reply] = []
+    mark = first_mark
+    for _ in range(round_trips):
+        reply = fp.Reply.tool_use(
+            None,
+            "read_file",
+            {"path": "small.txt"},
+            text_before=marked_text(mark, deltas_per_reply),
+        )
+        replies.append(_with_chunk_size(reply))
+        mark += deltas_per_reply
+    final = fp.Reply.text(marked_text(mark, deltas_per_reply * 4))
+    replies.append(_with_chunk_size(final).slow(pace))
+    return replies
+
+
+def _with_chunk_size(reply: fp.Reply) -> fp.Reply:
+    import dataclasses
+
+    return dataclasses.replace(reply, chunk_size=PIECE)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def serve_fake(conn: Any) -> None:
+    """The fake's own process: serve, and answer the bench's commands over a pipe."""
+    timings = Timings()
+    instrument_handler(timings)
+    with TimedFake(timings) as fake:
+        conn.send(fake.url)
+        while True:
+            command, argument = conn.recv()
+            if command == "enqueue":
+                fake.enqueue(*[fp.Reply.from_dict(d) for d in argument])
+                conn.send(len(fake.requests))
+            elif command == "wait":
+                records = fake.wait_for_requests(argument, timeout=60)
+                rejected = [r.error_message for r in records if r.rejected]
+                conn.send({"rejected": rejected, **timings.snapshot()})
+            else:
+                break
+
+
+class FakeProcess:
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=serve_fake, args=(child,), daemon=True)
+        self._process.start()
+        self.url: str = self._conn.recv()
+        self._lock = threading.Lock()
+
+    def call(self, command: str, argument: Any = None) -> Any:
+        with self._lock:
+            self._conn.send((command, argument))
+            return self._conn.recv()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._conn.send(("stop", None))
+        self._process.join(5)
+        if self._process.is_alive():
+            self._process.kill()
+
+
+async def run(runs: int, round_trips: int, deltas_per_reply: int, pace: float) -> dict[str, Any]:
+    received: dict[int, float] = {}
+
+    def observe(event: StreamEvent) -> None:
+        if event.direction is not StreamDirection.INCOMING:
+            return
+        message = event.message
+        if message.get("method") != "session/update":
+            return
+        update = message.get("params", {}).get("update", {})
+        if update.get("sessionUpdate") != "agent_message_chunk":
+            return
+        text = update.get("content", {}).get("text", "")
+        now = time.perf_counter()
+        for match in MARK.finditer(text):
+            received.setdefault(int(match.group(1)), now)
+
+    overheads: list[float] = []
+    walls: list[float] = []
+    fake_parts: list[float] = []
+    burst_marks: list[int] = []
+    paced_marks: list[int] = []
+    fake = FakeProcess()
+    try:
+        with tempfile.TemporaryDirectory(prefix="defect-bench-turn-") as workspace:
+            (Path(workspace) / "small.txt").write_text("one\ntwo\nthree\n", encoding="utf-8")
+            env = agent_env(
+                DEFECT_PROVIDER="anthropic",
+                ANTHROPIC_BASE_URL=fake.url,
+                ANTHROPIC_API_KEY=fp.DEFAULT_API_KEY,
+                DEFECT_REASONING_EFFORT="off",
+                DEFECT_LOG_LEVEL="warning",
+            )
+            async with spawn_defect(env=env, cwd=Path(workspace)) as agent:
+                agent.conn._conn.add_observer(observe)
+                await agent.initialize()
+                mark = 0
+                for n in range(runs + 1):  # the first prompt warms up and is not counted
+                    # One prompt per session: the figure is about one prompt's tool loop (the
+                    # SDK copies the whole body per request, so a longer history costs more).
+                    sid = await agent.new_session(workspace)
+                    replies = script(round_trips, mark, deltas_per_reply, pace)
+                    burst = list(range(mark, mark + deltas_per_reply * round_trips))
+                    paced = list(range(burst[-1] + 1, burst[-1] + 1 + deltas_per_reply * 4))
+                    mark = paced[-1] + 1
+                    before = await asyncio.to_thread(
+                        fake.call, "enqueue", [r.to_dict() for r in replies]
+                    )
+                    started = time.perf_counter()
+                    response = await agent.conn.prompt(
+                        session_id=sid, prompt=[s.TextContentBlock(type="text", text="go")]
+                    )
+                    wall = time.perf_counter() - started
+                    if response.stop_reason != "end_turn":
+                        raise RuntimeError(f"the turn ended with {response.stop_reason}")
+                    seen = await asyncio.to_thread(fake.call, "wait", before + len(replies))
+                    if seen["rejected"]:
+                        raise RuntimeError(f"the fake rejected a request: {seen['rejected'][0]}")
+                    if n == 0:
+                        continue
+                    indices = list(range(before, before + len(replies)))
+                    fake_time = sum(
+                        seen["request_done"][i] - seen["request_started"][i] for i in indices
+                    )
+                    walls.append(wall)
+                    fake_parts.append(fake_time)
+                    overheads.append((wall - fake_time) / len(indices))
+                    burst_marks.extend(burst)
+                    paced_marks.extend(paced)
+                written = (await asyncio.to_thread(fake.call, "wait", 0))["delta_written"]
+    finally:
+        await asyncio.to_thread(fake.stop)
+
+    def latencies(marks: list[int]) -> list[float]:
+        return [(received[m] - written[m]) * 1000 for m in marks if m in received and m in written]
+
+    paced_ms = latencies(paced_marks)
+    burst_ms = latencies(burst_marks)
+    return {
+        "overhead_ms": statistics.median(overheads) * 1000,
+        "wall_ms": statistics.median(walls) * 1000,
+        "fake_ms": statistics.median(fake_parts) * 1000,
+        "requests": round_trips + 1,
+        "delta_p50_ms": statistics.median(paced_ms) if paced_ms else float("nan"),
+        "delta_p95_ms": percentile(paced_ms, 0.95),
+        "burst_p50_ms": statistics.median(burst_ms) if burst_ms else float("nan"),
+        "deltas": len(paced_ms) + len(burst_ms),
+        "deltas_expected": len(paced_marks) + len(burst_marks),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="measured prompts (default 5)")
+    parser.add_argument("--round-trips", type=int, default=20)
+    parser.add_argument("--deltas", type=int, default=8, help="text deltas per tool reply")
+    parser.add_argument(
+        "--pace", type=float, default=0.005, help="seconds between the answer's deltas"
+    )
+    parser.add_argument("--quick", action="store_true", help="2 measured prompts")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.quick:
+        args.runs = min(args.runs, 2)
+    try:
+        result = asyncio.run(run(args.runs, args.round_trips, args.deltas, args.pace))
+    except Exception as exc:  # a benchmark reports; it does not fail the build
+        sys.stderr.write(f"bench_turn: could not measure: {type(exc).__name__}: {exc}\n")
+        result = None
+
+    figures: list[dict[str, Any]] = []
+    if result is not None:
+        overhead = result["overhead_ms"]
+        pace_ms = args.pace * 1000
+        p50 = result["delta_p50_ms"]
+        figures = [
+            {
+                "name": f"prompt wall time ({result['requests']} model requests)",
+                "value": round(result["wall_ms"], 1),
+                "unit": "ms",
+                "target": "—",
+                "ok": None,
+            },
+            {
+                "name": "of which the fake answering",
+                "value": round(result["fake_ms"], 1),
+                "unit": "ms",
+                "target": "—",
+                "ok": None,
+            },
+            {
+                "name": "agent overhead per round trip",
+                "value": round(overhead, 2),
+                "unit": "ms",
+                "target": f"≤ {TARGET_OVERHEAD_MS:g} ms",
+                "ok": overhead <= TARGET_OVERHEAD_MS,
+            },
+            {
+                "name": f"delta → session/update latency, median ({pace_ms:g} ms apart)",
+                "value": round(p50, 3),
+                "unit": "ms",
+                "target": f"≤ {TARGET_DELTA_MS:g} ms",
+                "ok": p50 <= TARGET_DELTA_MS,
+            },
+            {
+                "name": f"delta → session/update latency, p95 ({pace_ms:g} ms apart)",
+                "value": round(result["delta_p95_ms"], 3),
+                "unit": "ms",
+                "target": "—",
+                "ok": None,
+            },
+            {
+                "name": "delta → session/update latency, median (in a burst)",
+                "value": round(result["burst_p50_ms"], 3),
+                "unit": "ms",
+                "target": "—",
+                "ok": None,
+            },
+            {
+                "name": "deltas matched (received / sent)",
+                "value": f"{result['deltas']}/{result['deltas_expected']}",
+                "unit": "",
+                "target": "all",
+                "ok": result["deltas"] == result["deltas_expected"],
+            },
+        ]
+        width = max(len(f["name"]) for f in figures)
+        print(f"{'figure':<{width}}  {'value':>12}  {'target':<10}  ok")
+        for f in figures:
+            value = f"{f['value']} {f['unit']}".strip()
+            ok = "—" if f["ok"] is None else ("yes" if f["ok"] else "NO")
+            print(f"{f['name']:<{width}}  {value:>12}  {f['target']:<10}  {ok}")
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps({"figures": figures}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,319 @@
+"""Layered configuration: defaults < user file < repo file < repo local file < env < CLI.
+
+Pins down the order of the layers, that tables merge key by key, and that a bad file fails at
+start naming the file and the key (unknown keys, wrong types, secrets written as values).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from defect_core.config import ConfigError, Settings, load_settings, settings_from_env
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "repo"
+    (path / ".git").mkdir(parents=True)
+    (path / ".defect").mkdir()
+    (path / "src" / "pkg").mkdir(parents=True)
+    return path
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def user_file(home: Path, text: str) -> Path:
+    return write(home / ".config" / "defect" / "config.toml", text)
+
+
+def test_without_files_env_or_flags_the_built_in_defaults_apply(home: Path, repo: Path) -> None:
+    settings = load_settings(repo, env={"HOME": str(home)})
+    assert settings == Settings()
+    assert settings.sources == ()
+
+
+def test_each_layer_overrides_the_one_below(home: Path, repo: Path) -> None:
+    user = user_file(
+        home,
+        'provider = "bedrock"\nmodel = "user-model"\nmax_tokens = 1000\nretries = 1\n'
+        "max_turn_requests = 7\nread_timeout = 5\n",
+    )
+    shared = write(
+        repo / ".defect" / "config.toml",
+        'model = "repo-model"\nmax_tokens = 2000\nretries = 2\nmax_turn_requests = 8\n',
+    )
+    local = write(repo / ".defect" / "config.local.toml", "max_tokens = 3000\nretries = 3\n")
+    env = {"HOME": str(home), "DEFECT_RETRIES": "5", "DEFECT_MAX_TOKENS": "4000"}
+
+    settings = load_settings(repo / "src" / "pkg", env=env, cli={"max_tokens": 5000})
+
+    assert settings.provider == "bedrock"  # user file only
+    assert settings.read_timeout == 5.0  # user file only, int accepted for a float
+    assert settings.model == "repo-model"  # repo over user
+    assert settings.max_turn_requests == 8  # repo over user
+    assert settings.retries == 5  # env over local
+    assert settings.max_tokens == 5000  # CLI over env
+    assert settings.sources == (str(user), str(shared), str(local))
+
+
+def test_xdg_config_home_replaces_dot_config(tmp_path: Path, home: Path) -> None:
+    user_file(home, 'model = "from-home"\n')
+    xdg = write(tmp_path / "xdg" / "defect" / "config.toml", 'model = "from-xdg"\n')
+    settings = load_settings(None, env={"HOME": str(home), "XDG_CONFIG_HOME": str(xdg.parents[1])})
+    assert settings.model == "from-xdg"
+
+
+def test_provider_tables_and_model_lists_merge_key_by_key(home: Path, repo: Path) -> None:
+    user_file(
+        home,
+        '[anthropic]\napi_key_env = "MY_CLAUDE_KEY"\n'
+        '[bedrock]\nregion = "eu-west-1"\nprofile = "work"\n'
+        '[models]\nanthropic = ["claude-a", "claude-b"]\n',
+    )
+    write(
+        repo / ".defect" / "config.toml",
+        '[bedrock]\nregion = "us-west-2"\nbase_url = "https://bedrock.example.com/"\n'
+        '[models]\nbedrock = ["us.anthropic.x-v1:0"]\n',
+    )
+    settings = load_settings(repo, env={"HOME": str(home)})
+    assert settings.api_key_env == "MY_CLAUDE_KEY"
+    assert settings.aws_profile == "work"
+    assert settings.aws_region == "us-west-2"
+    assert settings.bedrock_base_url == "https://bedrock.example.com"
+    assert settings.models == {
+        "anthropic": ("claude-a", "claude-b"),
+        "bedrock": ("us.anthropic.x-v1:0",),
+    }
+    assert settings.models_for("anthropic") == ("claude-a", "claude-b")
+
+
+def test_context_windows_are_a_table_of_token_counts(home: Path, repo: Path) -> None:
+    user_file(home, '[context_windows]\n"claude-a" = 200000\n"claude-b" = 100000\n')
+    write(repo / ".defect" / "config.toml", '[context_windows]\n"claude-b" = 1000000\n')
+    settings = load_settings(repo, env={"HOME": str(home)})
+    assert settings.context_windows == {"claude-a": 200_000, "claude-b": 1_000_000}
+    write(repo / ".defect" / "config.local.toml", '[context_windows]\n"claude-c" = "big"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(repo, env={"HOME": str(home)})
+    assert info.value.key == "context_windows.claude-c"
+
+
+def test_mcp_servers_are_read_merged_by_name_and_expand_env_references(
+    home: Path, repo: Path
+) -> None:
+    user_file(
+        home,
+        '[mcp.servers.docs]\ncommand = "docs-server"\nargs = ["--stdio"]\n'
+        'env = { TOKEN = "${DOCS_TOKEN}" }\n'
+        '[mcp.servers.search]\ntype = "http"\nurl = "https://user.example/mcp"\n',
+    )
+    write(
+        repo / ".defect" / "config.toml",
+        '[mcp.servers.search]\ntype = "sse"\nurl = "https://repo.example/sse"\n',
+    )
+    settings = load_settings(repo, env={"HOME": str(home), "DOCS_TOKEN": "t0k"})
+    by_name = {spec.name: spec for spec in settings.mcp_servers}
+    assert set(by_name) == {"docs", "search"}
+    assert by_name["docs"].command == "docs-server" and by_name["docs"].args == ("--stdio",)
+    assert by_name["docs"].env == (("TOKEN", "t0k"),)
+    assert (by_name["search"].transport, by_name["search"].url) == (
+        "sse",
+        "https://repo.example/sse",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('[mcp.servers.x]\ncommand = "c"\ncwd = "/tmp"\n', "mcp.servers.x.cwd"),
+        ('[mcp.servers.x]\nargs = ["a"]\n', "mcp.servers.x"),
+        ('[mcp.clients.x]\ncommand = "c"\n', "mcp.clients"),
+    ],
+)
+def test_bad_mcp_entries_fail_at_start(home: Path, text: str, key: str) -> None:
+    user_file(home, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, env={"HOME": str(home)})
+    assert info.value.key == key
+
+
+def test_environment_sets_urls_region_and_profile(home: Path, repo: Path) -> None:
+    write(repo / ".defect" / "config.toml", '[bedrock]\nregion = "eu-west-1"\n')
+    env = {
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:9999",
+        "ANTHROPIC_BEDROCK_BASE_URL": "http://127.0.0.1:9998",
+        "AWS_REGION": "ap-south-1",
+        "AWS_PROFILE": "dev",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "DEFECT_PROVIDER": "anthropic",
+        "DEFECT_MODEL": "claude-x",
+        "DEFECT_REASONING_EFFORT": "off",
+    }
+    settings = load_settings(repo, env=env)
+    assert settings.base_url == "http://127.0.0.1:9999"
+    assert settings.bedrock_base_url == "http://127.0.0.1:9998"
+    assert settings.aws_region == "ap-south-1"
+    assert settings.aws_profile == "dev"
+    assert (settings.provider, settings.model, settings.reasoning_effort) == (
+        "anthropic",
+        "claude-x",
+        "off",
+    )
+
+
+def test_aws_default_region_does_not_override_a_configured_region(home: Path, repo: Path) -> None:
+    write(repo / ".defect" / "config.toml", '[bedrock]\nregion = "eu-west-1"\n')
+    settings = load_settings(repo, env={"HOME": str(home), "AWS_DEFAULT_REGION": "us-east-1"})
+    assert settings.aws_region == "eu-west-1"
+
+
+def test_cli_flags_win_and_none_means_not_given(home: Path, repo: Path) -> None:
+    write(repo / ".defect" / "config.toml", 'provider = "bedrock"\nmodel = "m1"\n')
+    settings = load_settings(
+        repo,
+        env={"HOME": str(home), "DEFECT_MODEL": "m2"},
+        cli={"provider": "anthropic", "model": None, "aws_region": "eu-north-1"},
+    )
+    assert settings.provider == "anthropic"
+    assert settings.model == "m2"
+    assert settings.aws_region == "eu-north-1"
+
+
+def test_unknown_key_fails_naming_the_file_and_the_key(home: Path, repo: Path) -> None:
+    path = write(repo / ".defect" / "config.toml", 'modle = "claude"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(repo, env={"HOME": str(home)})
+    assert str(path) in str(info.value)
+    assert "modle" in str(info.value)
+    assert info.value.key == "modle" and info.value.source == str(path)
+
+
+def test_unknown_key_inside_a_table_is_named_with_its_table(home: Path) -> None:
+    path = user_file(home, '[bedrock]\nregoin = "us-east-1"\n')
+    with pytest.raises(ConfigError, match=r"bedrock\.regoin: unknown key") as info:
+        load_settings(None, env={"HOME": str(home)})
+    assert str(path) in str(info.value)
+
+
+def test_wrong_type_fails_naming_the_file_the_key_and_the_type(home: Path, repo: Path) -> None:
+    path = write(repo / ".defect" / "config.local.toml", 'max_tokens = "lots"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(repo, env={"HOME": str(home)})
+    message = str(info.value)
+    assert str(path) in message and "max_tokens" in message and "integer" in message
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("retries = true\n", "retries"),
+        ("read_timeout = 0\n", "read_timeout"),
+        ('reasoning_effort = "extreme"\n', "reasoning_effort"),
+        ('provider = "openai"\n', "provider"),
+        ('[models]\nbedrock = "one-id"\n', "models.bedrock"),
+        ('[models]\nvertex = ["x"]\n', "models.vertex"),
+        ('anthropic = "key"\n', "anthropic"),
+        ('[anthropic]\nbase_url = "api.anthropic.com"\n', "anthropic.base_url"),
+    ],
+)
+def test_bad_values_fail_at_start(home: Path, text: str, key: str) -> None:
+    user_file(home, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, env={"HOME": str(home)})
+    assert info.value.key == key
+
+
+def test_invalid_toml_names_the_file(home: Path) -> None:
+    path = user_file(home, "model = \n")
+    with pytest.raises(ConfigError, match="not valid TOML") as info:
+        load_settings(None, env={"HOME": str(home)})
+    assert str(path) in str(info.value)
+
+
+def test_a_secret_is_never_accepted_as_a_value(home: Path) -> None:
+    user_file(home, '[anthropic]\napi_key = "sk-ant-api03-secret"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, env={"HOME": str(home)})
+    message = str(info.value)
+    assert "anthropic.api_key" in message and "api_key_env" in message
+    assert "sk-ant" not in message
+
+
+def test_a_key_pasted_into_api_key_env_is_refused(home: Path) -> None:
+    user_file(home, '[anthropic]\napi_key_env = "sk-ant-api03-secret"\n')
+    with pytest.raises(ConfigError, match="NAME of the environment variable") as info:
+        load_settings(None, env={"HOME": str(home)})
+    assert info.value.key == "anthropic.api_key_env"
+    assert "sk-ant" not in str(info.value)
+
+
+def test_bad_environment_values_name_the_variable(home: Path) -> None:
+    with pytest.raises(ConfigError, match="DEFECT_MAX_TOKENS") as info:
+        load_settings(None, env={"HOME": str(home), "DEFECT_MAX_TOKENS": "many"})
+    assert info.value.source == "environment"
+
+
+def test_unknown_cli_flag_is_refused(home: Path) -> None:
+    with pytest.raises(ConfigError, match="command line: api_key"):
+        load_settings(None, env={"HOME": str(home)}, cli={"api_key": "x"})
+
+
+def test_script_path_in_a_file_is_relative_to_that_file(home: Path, repo: Path) -> None:
+    write(repo / ".defect" / "config.toml", 'script_path = "replies.json"\n')
+    settings = load_settings(repo, env={"HOME": str(home)})
+    assert settings.script_path == str((repo / ".defect" / "replies.json").resolve())
+
+
+def test_repo_files_are_found_from_a_subdirectory_but_not_above_the_repo(
+    tmp_path: Path, home: Path, repo: Path
+) -> None:
+    write(tmp_path / ".defect" / "config.toml", 'model = "outside"\n')
+    write(repo / ".defect" / "config.toml", 'model = "inside"\n')
+    assert load_settings(repo / "src" / "pkg", env={"HOME": str(home)}).model == "inside"
+    (repo / ".defect" / "config.toml").unlink()
+    assert load_settings(repo / "src" / "pkg", env={"HOME": str(home)}).model is None
+
+
+def test_importing_config_loads_no_heavy_module() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import defect_core.config as c; c.Settings(); "
+        "heavy = [m for m in ('pydantic', 'anyio', 'defect_core.mcp', 'anthropic') "
+        "if m in sys.modules]; assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+
+
+def test_settings_from_env_keeps_its_defect_variables() -> None:
+    settings = settings_from_env(
+        {
+            "DEFECT_PROVIDER": "anthropic",
+            "DEFECT_MODEL": "claude-y",
+            "DEFECT_SCRIPT": "/tmp/s.json",
+            "DEFECT_MAX_TURN_REQUESTS": "3",
+        }
+    )
+    assert (settings.provider, settings.model, settings.script_path) == (
+        "anthropic",
+        "claude-y",
+        "/tmp/s.json",
+    )
+    assert settings.max_turn_requests == 3
+    base = Settings(max_tokens=1234)
+    assert settings_from_env({}, base=base) == base
