@@ -34,10 +34,17 @@ if TYPE_CHECKING:
     from defect_core.store import AsyncStore
 
 HELP_EPILOG = """\
+configuration: ~/.config/defect/config.toml < <repo>/.defect/config.toml
+  < <repo>/.defect/config.local.toml < environment < flags (keys: see README)
+
 environment:
   DEFECT_PROVIDER     provider (scripted, anthropic, bedrock); default: scripted
   DEFECT_MODEL        model id
   DEFECT_SCRIPT       script file for the offline (scripted) model
+  DEFECT_MAX_TOKENS, DEFECT_MAX_TURN_REQUESTS, DEFECT_RETRIES, DEFECT_REASONING_EFFORT,
+  DEFECT_READ_TIMEOUT  override the configuration keys of those names
+  ANTHROPIC_API_KEY   the Anthropic key (ANTHROPIC_BASE_URL: another endpoint)
+  AWS_PROFILE, AWS_REGION, AWS_ACCESS_KEY_ID...  Bedrock credentials (the boto3 chain)
   DEFECT_LOG_LEVEL    debug, info, warning (default), error — logs go to stderr
   DEFECT_LOG_FILE     also append logs to this file
   DEFECT_STATE_DIR    where sessions are saved (default: $XDG_STATE_HOME/defect,
@@ -96,13 +103,15 @@ def run_acp(args: argparse.Namespace) -> int:
     from defect_core import log
 
     log.configure(level=args.log_level)
-    from defect_core.config import settings_from_env
+    from pathlib import Path
+
+    from defect_core.config import ConfigError, load_settings
     from defect_core.providers.registry import UnknownProvider, build_provider
 
-    settings = settings_from_env().with_overrides(provider=args.provider, model=args.model)
     try:
+        settings = load_settings(Path.cwd(), cli={"provider": args.provider, "model": args.model})
         provider = build_provider(settings.provider, settings)
-    except (UnknownProvider, ValueError) as exc:
+    except (ConfigError, UnknownProvider, ValueError) as exc:
         sys.stderr.write(f"defect: {exc}\n")
         return 2
     return _serve(settings, provider, protocol_fd, args.resume)

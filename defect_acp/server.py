@@ -279,9 +279,11 @@ class DefectAgent:
         self._attach(session)
         if not self._warmed:
             # ~25 ms once per process: cheap next to the editor's wait for session/new, and
-            # it spares the first prompt the deferred validator builds.
+            # it spares the first prompt the deferred validator builds. The provider's SDK
+            # (1-2 s to import) loads in a background thread while the user types.
             self._warmed = True
             warm_turn_path()
+            self._core.warm()
         return s.NewSessionResponse(
             session_id=session.id,
             modes=project.modes(session.current_mode(), session.available_modes()),

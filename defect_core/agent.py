@@ -578,6 +578,11 @@ class DefaultAgentCore:
             self._provider = build_provider(self._settings.provider, self._settings)
         return self._provider
 
+    def warm(self) -> None:
+        warm = getattr(self.provider(), "warm", None)
+        if callable(warm):
+            warm()
+
     async def create_session(
         self,
         session_id: str,

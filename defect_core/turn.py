@@ -22,6 +22,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from collections.abc import Awaitable, Callable
@@ -57,6 +58,7 @@ from defect_core.model import (
     ToolUseBlock,
 )
 from defect_core.providers.base import (
+    CONTEXT_OVERFLOW,
     Completed,
     LlmProvider,
     ModelRequest,
@@ -214,6 +216,20 @@ class TurnRunner:
         except Exception:
             log.exception("context_management_failed", session_id=config.session_id)
 
+    async def _shrink(self, config: TurnConfig) -> bool:
+        """The model refused the prompt as too long: summarise now; True if it did."""
+        if self._context is None:
+            return False
+        report = await self._context.compact(
+            model=config.model,
+            system=config.system_prompt,
+            tools=self._tools.specs(),
+            max_tokens=config.max_tokens,
+            window=config.context_window,
+            reason="the model said the prompt is too long",
+        )
+        return report is not None
+
     def _used(self, config: TurnConfig) -> int:
         if self._context is None:
             return self._history.token_estimate() or 0
@@ -221,8 +237,8 @@ class TurnRunner:
 
     # --- the model request ------------------------------------------------------------------
 
-    async def _request(self, config: TurnConfig) -> Completed:
-        request = ModelRequest(
+    def _build_request(self, config: TurnConfig) -> ModelRequest:
+        return ModelRequest(
             model=config.model,
             system=config.system_prompt,
             messages=repair_outbound(self._history.snapshot()),
@@ -230,28 +246,34 @@ class TurnRunner:
             max_tokens=config.max_tokens,
             thinking_budget=config.thinking_budget,
         )
+
+    async def _request(self, config: TurnConfig) -> Completed:
+        request = self._build_request(config)
         attempt = 0
+        compacted = False
         while True:
             forwarded = False
             try:
-                async for chunk in self._provider.stream(request):
-                    if isinstance(chunk, TextDelta):
-                        forwarded = True
-                        await self._publish(AgentTextDelta(chunk.text))
-                    elif isinstance(chunk, ThinkingDelta):
-                        forwarded = True
-                        await self._publish(AgentThoughtDelta(chunk.text))
-                    elif isinstance(chunk, ToolUseStarted | ToolInputDelta):
-                        pass  # not shown to the user: a retry after it stays invisible
-                    elif isinstance(chunk, Completed):
-                        log.debug(
-                            "model_call_completed",
-                            session_id=config.session_id,
-                            stop_reason=chunk.stop_reason,
-                            request_id=chunk.request_id,
-                            attempt=attempt + 1,
-                        )
-                        return chunk
+                # aclosing: a stream left early (cancel, failure) closes its response now.
+                async with contextlib.aclosing(self._provider.stream(request)) as stream:
+                    async for chunk in stream:
+                        if isinstance(chunk, TextDelta):
+                            forwarded = True
+                            await self._publish(AgentTextDelta(chunk.text))
+                        elif isinstance(chunk, ThinkingDelta):
+                            forwarded = True
+                            await self._publish(AgentThoughtDelta(chunk.text))
+                        elif isinstance(chunk, ToolUseStarted | ToolInputDelta):
+                            pass  # not shown to the user: a retry after it stays invisible
+                        elif isinstance(chunk, Completed):
+                            log.debug(
+                                "model_call_completed",
+                                session_id=config.session_id,
+                                stop_reason=chunk.stop_reason,
+                                request_id=chunk.request_id,
+                                attempt=attempt + 1,
+                            )
+                            return chunk
                 raise ProviderError(
                     "the model's stream ended without a complete message",
                     kind="stream_incomplete",
@@ -273,6 +295,10 @@ class TurnRunner:
                     delay = _backoff(attempt, err.retry_after, config)
                     attempt += 1
                     await anyio.sleep(delay)
+                    continue
+                if err.kind == CONTEXT_OVERFLOW and not compacted and await self._shrink(config):
+                    compacted = True  # once: a second refusal is reported as it is
+                    request = self._build_request(config)
                     continue
                 data = err.to_data()
                 if forwarded and err.retryable:

@@ -312,6 +312,7 @@ async def test_a_long_session_stays_inside_its_window(
             for prompt in prompts:
                 assert await session.run_turn([TextBlock(text=prompt)]) == "end_turn"
             await core.aclose()
+            await core.provider().aclose()  # type: ignore[attr-defined]
         for record in fake.requests:
             assert not record.rejected, record.error_message
             assert estimate_tokens(record.body) <= window, f"request {record.index} too large"
@@ -388,3 +389,34 @@ async def test_an_oversized_tool_result_is_refused_with_advice(
         body = json.dumps(fake.requests[-1].body)
         assert "z" * 1000 not in body
         await core.aclose()
+        await core.provider().aclose()  # type: ignore[attr-defined]
+
+
+async def test_prompt_too_long_compacts_and_retries_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", DEFAULT_API_KEY)
+    summaries: list[int] = []
+    answered = route(summaries)
+    refused: list[int] = []
+
+    def too_long_once(record: Any) -> Reply:
+        if not refused and len(record.body["messages"]) > 20:
+            refused.append(record.index)
+            return Reply.error(400, "prompt is too long: 210000 tokens > 200000 maximum")
+        return answered(record)
+
+    with FakeProvider() as fake:
+        for _ in range(120):
+            fake.enqueue(too_long_once)
+        core = await long_core(tmp_path, fake, 1_000_000)  # the estimate never triggers
+        session = await core.create_session("s", tmp_path, Backends(None, None))  # type: ignore[arg-type]
+        for i in range(8):
+            assert await session.run_turn([TextBlock(text=f"read blob {i}")]) == "end_turn"
+        await core.aclose()
+        await core.provider().aclose()  # type: ignore[attr-defined]
+    assert refused and summaries, "the refusal led to a summary"
+    assert summaries[0] > refused[0]
+    retried = fake.requests[summaries[0] + 1]
+    assert not retried.rejected and retried.outcome == "completed"
+    assert is_summary(session.history_snapshot()[0])

@@ -40,10 +40,11 @@ import email.utils
 import importlib
 import json
 import os
+import re
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal
@@ -62,6 +63,7 @@ from defect_core.model import (
 )
 from defect_core.providers.anthropic_wire import encode_messages
 from defect_core.providers.base import (
+    CONTEXT_OVERFLOW,
     Completed,
     CredentialsMissing,
     ModelInfo,
@@ -536,6 +538,11 @@ def classify_status_error(
     elif should_retry == "false":
         retryable = False
     text = f"{status} {error_type}: {message}"
+    if status in (400, 413) and _CONTEXT_OVERFLOW.search(message):
+        # The runner compacts and retries once: give it a kind of ours, not the wire's.
+        return ProviderError(
+            text, kind=CONTEXT_OVERFLOW, retryable=False, status=status, request_id=request_id
+        )
     if status == 401 and route == "anthropic":
         text += " (check the key in ANTHROPIC_API_KEY, or the variable `api_key_env` names)"
     elif status in (401, 403) and route == "bedrock":
@@ -548,6 +555,12 @@ def classify_status_error(
         status=status,
         request_id=request_id,
     )
+
+
+_CONTEXT_OVERFLOW = re.compile(
+    r"prompt is too long|input is too long|too many (input )?tokens|context (window|length)",
+    re.IGNORECASE,
+)
 
 
 def _error_parts(body: object, headers: Mapping[str, str] | None) -> tuple[str, str]:
@@ -623,7 +636,7 @@ class AnthropicProvider:
 
     # --- the call ---------------------------------------------------------------------------
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
         """One model call, streamed. Ends with one `Completed` or raises `ProviderError`."""
         client, sdk = await self._ready()
         body = encode_request(request)

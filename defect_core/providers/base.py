@@ -16,7 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -114,6 +114,11 @@ class Completed:
 StreamChunk = TextDelta | ThinkingDelta | ToolUseStarted | ToolInputDelta | Completed
 
 
+CONTEXT_OVERFLOW = "context_overflow"
+"""`ProviderError.kind` for a request the model refused as larger than its context window
+("prompt is too long"): the runner compacts the history and tries once more."""
+
+
 class ProviderError(Exception):
     """A model call that failed. `message` is one line a person can act on."""
 
@@ -169,6 +174,6 @@ class LlmProvider(Protocol):
 
     def default_model(self) -> str: ...
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
         """Stream one model call. Raises `ProviderError`; ends with one `Completed`."""
         ...

@@ -30,7 +30,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +92,7 @@ class ScriptedProvider:
     def default_model(self) -> str:
         return OFFLINE_MODELS[0].id
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
         if self._script is None:
             reply = demo_reply(request)
         elif self._position < len(self._script):

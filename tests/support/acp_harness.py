@@ -257,12 +257,14 @@ class Agent:
 
 _STATE_DIR = tempfile.mkdtemp(prefix="defect-test-state-")
 """Sessions saved by agents the tests spawn: never the user's own state directory."""
+_CONFIG_DIR = tempfile.mkdtemp(prefix="defect-test-config-")
 
 
 def agent_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEFECT_", "ANTHROPIC_"))}
     env["PYTHONPATH"] = str(REPO)
     env["DEFECT_STATE_DIR"] = _STATE_DIR
+    env["XDG_CONFIG_HOME"] = _CONFIG_DIR  # never the developer's own ~/.config/defect
     env.setdefault("DEFECT_LOG_LEVEL", "info")
     env.update(extra)
     return env
