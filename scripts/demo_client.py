@@ -43,6 +43,7 @@ class Editor:
         self.statuses: dict[str, str] = {}
         self.permission_asked = 0
         self.diffs_shown = 0
+        self.usage: tuple[int, int] | None = None
 
     def _switch(self, mode: str) -> None:
         if mode != self.mode:
@@ -83,7 +84,11 @@ class Editor:
             self._switch("info")
             print(f"{DIM}(mode: {update.current_mode_id}){RESET}")
         elif kind == "usage_update":
-            pass
+            self.usage = (update.used, update.size)
+        elif kind == "available_commands_update":
+            self._switch("info")
+            names = ", ".join(f"/{c.name}" for c in update.available_commands)
+            print(f"{DIM}(commands: {names}){RESET}")
 
     def _show_content(self, item: Any) -> None:
         if getattr(item, "type", "") == "diff":
@@ -175,7 +180,11 @@ async def run(workspace: Path) -> int:
                 session_id=sid, prompt=[s.TextContentBlock(type="text", text=text)]
             )
             editor.end()
-            print(f"{DIM}[stop reason: {response.stop_reason}]{RESET}")
+            meter = ""
+            if editor.usage:
+                used, size = editor.usage
+                meter = f", context {used:,}/{size:,} tokens"
+            print(f"{DIM}[stop reason: {response.stop_reason}{meter}]{RESET}")
             return str(response.stop_reason)
 
         check(await prompt("What is in this project?") == "end_turn", "look-around turn")
@@ -203,6 +212,7 @@ async def run(workspace: Path) -> int:
         check(response.stop_reason == "cancelled", "the cancel stopped the turn")
 
         check(await prompt("hello again") == "end_turn", "the session works after a cancel")
+        check(await prompt("/context") == "end_turn", "/context answers without the model")
 
     if failures:
         print(f"\n{RED}Demo finished with problems: {', '.join(failures)}{RESET}")

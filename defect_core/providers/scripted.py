@@ -36,7 +36,7 @@ from typing import Any
 
 import anyio
 
-from defect_core.compaction import SUMMARY_INSTRUCTIONS
+from defect_core.compaction import SUMMARY_INSTRUCTIONS, overhead_tokens
 from defect_core.history import estimate_message_tokens
 from defect_core.model import (
     ContentBlock,
@@ -200,7 +200,9 @@ def _pieces(text: str) -> list[str]:
 
 
 def _prompt_tokens(request: ModelRequest) -> int:
-    return (len(request.system) // 4) + sum(estimate_message_tokens(m) for m in request.messages)
+    """What a real API would count as input: system prompt, tool definitions, messages."""
+    messages = sum(estimate_message_tokens(m) for m in request.messages)
+    return overhead_tokens(request.system, request.tools) + messages
 
 
 # --- the built-in demo behaviour ----------------------------------------------------------
