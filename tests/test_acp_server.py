@@ -434,3 +434,34 @@ def test_a_bad_config_file_stops_the_agent_naming_the_file_and_key(tmp_path: Pat
     )
     assert run.returncode == 2 and run.stdout == ""
     assert ".defect/config.toml" in run.stderr and "max_tokns" in run.stderr
+
+
+async def test_cancel_while_a_permission_question_is_pending(tmp_path: Path) -> None:
+    replies = [
+        {"tool_calls": [{"name": "write_file", "input": {"path": "x.txt", "content": "x\n"}}]},
+        {"text": "after"},
+    ]
+    gate = asyncio.Event()
+    # As ACP asks of a client: after session/cancel, pending questions answer "cancelled".
+    client = RecordingClient(permission=lambda _req: None, permission_gate=gate)
+    async with spawn_defect(env=script_env(tmp_path, replies), client=client) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(tmp_path)
+        task = asyncio.create_task(agent.prompt(sid, "write it"))
+        await client.wait_for(lambda: bool(client.permission_requests))
+        await agent.conn.cancel(session_id=sid)
+        gate.set()
+        response = await asyncio.wait_for(task, 10)
+        assert response.stop_reason == "cancelled"
+        assert not (tmp_path / "x.txt").exists()
+        statuses = [
+            u.status
+            for _, u in client.updates
+            if u.session_update == "tool_call_update" and u.status
+        ]
+        assert statuses and statuses[-1] == "failed", "the call ends with a final status"
+        count = len(client.updates)
+        await asyncio.sleep(0.3)
+        assert len(client.updates) == count, "nothing follows the cancelled answer"
+        assert (await agent.prompt(sid, "hello")).stop_reason == "end_turn"
+        agent.assert_schema_clean()

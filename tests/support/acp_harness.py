@@ -67,6 +67,7 @@ class RecordingClient:
             options=options, session_id=session_id, tool_call=tool_call
         )
         self.permission_requests.append(request)
+        self.update_event.set()
         if self.permission_gate is not None:
             await self.permission_gate.wait()
         answer = self.permission(request)
