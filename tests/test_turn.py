@@ -3,7 +3,6 @@ permissions, cancellation and the event fan-out."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -103,9 +102,8 @@ async def test_tool_calls_run_concurrently_and_results_commit_in_tool_use_order(
         {"text": "all done"},
     ]
     session, probe = await make(tmp_path, script)
-    started = time.perf_counter()
     assert await session.run_turn([TextBlock(text="go")]) == "end_turn"
-    assert time.perf_counter() - started < 0.6, "three calls of 0.3+0.0+0.1 s ran concurrently"
+    # Started in the order slow, fast, mid: finishing fast, mid, slow means they overlapped.
     assert probe.finished == ["fast", "mid", "slow"]
     history = session.history_snapshot()
     uses = [b.id for b in history[1].content if isinstance(b, ToolUseBlock)]
