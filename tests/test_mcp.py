@@ -284,7 +284,7 @@ async def test_a_server_that_hangs_at_start_times_out_without_holding_up_the_oth
     hub = await McpHub.connect(specs, tmp_path, timeout=1.5)
     elapsed = time.monotonic() - started
     try:
-        assert 1.4 <= elapsed < 2.5, elapsed
+        assert 1.4 <= elapsed < 4, elapsed  # the 1.5 s timeout, never the others' pace
         assert hub.failures == [("silent", "did not start within 1.5 s")]
         assert "mcp__web__echo" in by_name(hub)
         silent_pid = hub.pids()["silent"]
@@ -300,8 +300,8 @@ async def test_cancelling_connect_stops_the_servers_it_started(tmp_path: Path) -
     with anyio.move_on_after(1.0) as scope:
         await McpHub.connect([spec], tmp_path, timeout=30)
     assert scope.cancelled_caught
-    assert time.monotonic() - started < 2.5
-    assert gone(int(pid_file.read_text()), within=0.2)
+    assert time.monotonic() - started < 4  # not the 30 s connect timeout
+    assert gone(int(pid_file.read_text()), within=2.0)
 
 
 async def test_a_crash_mid_call_fails_that_call_and_every_later_one_clearly(
