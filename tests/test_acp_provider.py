@@ -113,3 +113,56 @@ async def test_stream_error_after_output_fails_the_turn_and_the_next_prompt_work
         assert last.rejected is False, last.error_message
         assert all(m["role"] == "user" for m in last.messages)  # no partial reply in history
         agent.assert_schema_clean()
+
+
+async def test_image_and_embedded_context_prompts_reach_the_model(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    from acp import schema as s
+
+    png = (  # a 1x1 PNG
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5E"
+        "rkJggg=="
+    )
+    fake_provider.enqueue(Reply.text("I see a pixel and your file."))
+    async with spawn_defect(env=anthropic_env(fake_provider)) as agent:
+        init = await agent.initialize()
+        caps = init.agent_capabilities
+        assert caps is not None and caps.prompt_capabilities is not None
+        assert caps.prompt_capabilities.image and caps.prompt_capabilities.embedded_context
+        sid = await agent.new_session(tmp_path)
+        response = await agent.conn.prompt(
+            session_id=sid,
+            prompt=[
+                s.TextContentBlock(type="text", text="What is in these?"),
+                s.ImageContentBlock(type="image", data=png, mime_type="image/png"),
+                s.EmbeddedResourceContentBlock(
+                    type="resource",
+                    resource=s.TextResourceContents(
+                        uri="file:///project/notes.txt", text="remember the milk"
+                    ),
+                ),
+            ],
+        )
+        assert response.stop_reason == "end_turn"
+        await settled(fake_provider)
+        record = fake_provider.requests[-1]
+        assert record.rejected is False, record.error_message
+        content = record.body["messages"][0]["content"]
+        images = [b for b in content if b["type"] == "image"]
+        assert images == [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+        ]
+        texts = " ".join(b.get("text", "") for b in content)
+        assert "file:///project/notes.txt" in texts and "remember the milk" in texts
+        agent.assert_schema_clean()
+
+    # The replay of a loaded session shows the image the user sent.
+    async with spawn_defect(env=anthropic_env(fake_provider)) as again:
+        await again.initialize()
+        await again.conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+        shown = [
+            u.content for _, u in again.client.updates if u.session_update == "user_message_chunk"
+        ]
+        assert any(getattr(c, "type", "") == "image" and c.data == png for c in shown)
+        again.assert_schema_clean()
