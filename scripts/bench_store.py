@@ -86,7 +86,7 @@ def realistic(i: int) -> Message:
     return assistant(f"[{i}] " + (_PROSE * 2)[:480])
 
 
-def record(session_id: str, cwd: str = "/work/project") -> SessionRecord:
+def record(session_id: str, cwd: str = "/home/u/project") -> SessionRecord:
     return SessionRecord(
         id=session_id,
         cwd=cwd,
@@ -142,12 +142,12 @@ def bench_list(root: Path) -> tuple[float, float, float]:
     path = root / "list.sqlite3"
     with SqliteStore(path, synchronous="OFF") as store:
         for i in range(LIST_SESSIONS):
-            store.create(record(f"session-{i:05}", cwd=f"/work/project-{i % 10}"))
+            store.create(record(f"session-{i:05}", cwd=f"/home/u/project-{i % 10}"))
             store.append_message(f"session-{i:05}", realistic(0))
     with SqliteStore(path, synchronous="FULL") as store:
         assert len(store.list(limit=50).sessions) == 50
         runs = [timed_ms(lambda: store.list(limit=50)) for _ in range(LIST_RUNS)]
-        filtered = [timed_ms(lambda: store.list(cwd="/work/project-3")) for _ in range(LIST_RUNS)]
+        filtered = [timed_ms(lambda: store.list(cwd="/home/u/project-3")) for _ in range(LIST_RUNS)]
     return statistics.median(runs), max(runs), statistics.median(filtered)
 
 

@@ -79,7 +79,7 @@ class StepClock:
         return self.moment.isoformat(timespec="milliseconds")
 
 
-def record(session_id: str, cwd: str = "/work/a", **fields: Any) -> SessionRecord:
+def record(session_id: str, cwd: str = "/home/user/a", **fields: Any) -> SessionRecord:
     return SessionRecord(
         id=session_id, cwd=cwd, provider="anthropic", model="claude", mode="default", **fields
     )
@@ -851,7 +851,7 @@ async def test_async_store_raises_the_store_errors(db: Path) -> None:
         await store.update("s1", title="t")
         assert await store.exists("s1")
         assert (await store.list()).sessions[0].title == "t"
-        assert await store.latest_for_cwd("/work/a") == "s1"
+        assert await store.latest_for_cwd("/home/user/a") == "s1"
         await store.upsert_tool_call(
             ToolCallRecord(session_id="s1", tool_call_id="c", title="", kind="read")
         )

@@ -6,7 +6,7 @@ Owns: `validate_request` (first-party `/v1/messages` and `/v1/messages/count_tok
 
 Invariant: a body this module accepts is one the real API accepts as far as the rules below
 go, and a body it rejects carries the API's own error message, word for word where the message
-is known from public reports (see /work/shared/PROVIDER-NOTES.md). Messages marked "judged"
+is known from public reports (see the project's provider notes). Messages marked "judged"
 are worded the way the API words its neighbours; tests may rely on their text, but should
 prefer the known ones.
 
