@@ -29,8 +29,10 @@ from defect_acp import transcript
 from defect_core import __version__
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
     from defect_core.config import Settings
-    from defect_core.providers.base import LlmProvider
     from defect_core.store import AsyncStore
 
 HELP_EPILOG = """\
@@ -108,13 +110,20 @@ def run_acp(args: argparse.Namespace) -> int:
     from defect_core.config import ConfigError, load_settings
     from defect_core.providers.registry import UnknownProvider, build_provider
 
+    flags = {"provider": args.provider, "model": args.model}
     try:
-        settings = load_settings(Path.cwd(), cli={"provider": args.provider, "model": args.model})
-        provider = build_provider(settings.provider, settings)
+        # Checked at start, so a broken user-level file stops the agent with its name; each
+        # session then resolves its own settings from its working directory.
+        settings = load_settings(Path.cwd(), cli=flags)
+        build_provider(settings.provider, settings)
     except (ConfigError, UnknownProvider, ValueError) as exc:
         sys.stderr.write(f"defect: {exc}\n")
         return 2
-    return _serve(settings, provider, protocol_fd, args.resume)
+
+    def settings_for(cwd: Path) -> Settings:
+        return load_settings(cwd, cli=flags)
+
+    return _serve(settings, settings_for, protocol_fd, args.resume)
 
 
 def _open_store() -> AsyncStore | None:
@@ -132,7 +141,12 @@ def _open_store() -> AsyncStore | None:
         return None
 
 
-def _serve(settings: Settings, provider: LlmProvider, protocol_fd: int, resume: str | None) -> int:
+def _serve(
+    settings: Settings,
+    settings_for: Callable[[Path], Settings],
+    protocol_fd: int,
+    resume: str | None,
+) -> int:
     import asyncio
     import signal
 
@@ -140,7 +154,7 @@ def _serve(settings: Settings, provider: LlmProvider, protocol_fd: int, resume: 
     from defect_core.agent import DefaultAgentCore
 
     async def main_task() -> None:
-        core = DefaultAgentCore(settings, provider=provider, store=_open_store())
+        core = DefaultAgentCore(settings, store=_open_store(), settings_for=settings_for)
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -544,7 +544,12 @@ class DefaultSession:
 
 
 class DefaultAgentCore:
-    """The process's sessions, the settings they start from, the provider and the store.
+    """The process's sessions, the settings they start from, the providers and the store.
+
+    Settings are resolved per session from its working directory when a `settings_for`
+    loader is given (a project's `.defect/config.toml` applies to sessions in that project,
+    wherever the editor started the agent); otherwise every session uses `settings`.
+    Providers are shared between sessions whose settings shape them the same way.
 
     Without a store (library use, unit tests) sessions live in memory only and cannot be
     loaded after the process ends.
@@ -557,10 +562,13 @@ class DefaultAgentCore:
         tools: Callable[[], Iterable[Tool]] | None = None,
         provider: LlmProvider | None = None,
         store: AsyncStore | None = None,
+        settings_for: Callable[[Path], Settings] | None = None,
     ) -> None:
         self._settings = settings
+        self._settings_for = settings_for
         self._tools_factory = tools or default_tools
         self._provider = provider
+        self._providers: dict[tuple[object, ...], LlmProvider] = {}
         self._store = store
         self._sessions: dict[str, DefaultSession] = {}
         self._loading: dict[str, anyio.Event] = {}
@@ -573,10 +581,23 @@ class DefaultAgentCore:
     def store(self) -> AsyncStore | None:
         return self._store
 
-    def provider(self) -> LlmProvider:
-        if self._provider is None:
-            self._provider = build_provider(self._settings.provider, self._settings)
-        return self._provider
+    def provider(self, settings: Settings | None = None) -> LlmProvider:
+        """The provider for `settings` (default: the process's), built once per shape."""
+        if self._provider is not None:
+            return self._provider
+        settings = settings or self._settings
+        key = _provider_key(settings)
+        if key not in self._providers:
+            self._providers[key] = build_provider(settings.provider, settings)
+        return self._providers[key]
+
+    def _session_settings(self, cwd: Path) -> Settings:
+        if self._settings_for is None:
+            return self._settings
+        try:
+            return self._settings_for(cwd)
+        except ValueError as exc:  # ConfigError: names the file and the key
+            raise InvalidOption(str(exc)) from None
 
     def warm(self) -> None:
         warm = getattr(self.provider(), "warm", None)
@@ -595,13 +616,14 @@ class DefaultAgentCore:
             self._store is not None and await self._store.exists(session_id)
         ):
             raise DuplicateSessionId(f"session id already in use: {session_id}")
-        hub = await self._connect_mcp(cwd, mcp_servers)
+        settings = self._session_settings(cwd)
+        hub = await self._connect_mcp(cwd, mcp_servers, settings)
         try:
             session = DefaultSession(
                 session_id=session_id,
                 cwd=cwd,
-                settings=self._settings,
-                provider=self.provider(),
+                settings=settings,
+                provider=self.provider(settings),
                 tools=ToolRegistry([*self._tools_factory(), *hub.tools]),
                 backends=backends,
                 store=self._store,
@@ -617,10 +639,12 @@ class DefaultAgentCore:
         self._sessions[session_id] = session
         return session
 
-    async def _connect_mcp(self, cwd: Path, requested: tuple[McpServerSpec, ...]) -> McpHub:
+    async def _connect_mcp(
+        self, cwd: Path, requested: tuple[McpServerSpec, ...], settings: Settings
+    ) -> McpHub:
         """The session's MCP servers: the editor's, merged over the configured ones and the
         repository's `.mcp.json` (the editor's win a name clash), started concurrently."""
-        configured = [*self._settings.mcp_servers, *load_mcp_json(cwd)]
+        configured = [*settings.mcp_servers, *load_mcp_json(cwd)]
         return await McpHub.connect(merge_servers(requested, configured), cwd)
 
     async def load_session(
@@ -643,12 +667,13 @@ class DefaultAgentCore:
             stored = await self._store.load(session_id)
             where = cwd or Path(stored.record.cwd)
             await _check_cwd(where)
-            hub = await self._connect_mcp(where, mcp_servers)
+            settings = self._session_settings(where)
+            hub = await self._connect_mcp(where, mcp_servers, settings)
             session = DefaultSession(
                 session_id=session_id,
                 cwd=where,
-                settings=self._settings,
-                provider=self.provider(),
+                settings=settings,
+                provider=self.provider(settings),
                 tools=ToolRegistry([*self._tools_factory(), *hub.tools]),
                 backends=backends,
                 store=self._store,
@@ -706,6 +731,23 @@ class DefaultAgentCore:
             await self.close_session(session_id)
         if self._store is not None:
             await self._store.aclose()
+
+
+def _provider_key(settings: Settings) -> tuple[object, ...]:
+    """What shapes a provider: sessions whose settings agree here share one (and its
+    connection pool, and the offline model's place in its script)."""
+    return (
+        settings.provider,
+        settings.base_url,
+        settings.api_key_env,
+        settings.bedrock_base_url,
+        settings.aws_region,
+        settings.aws_profile,
+        tuple(sorted(settings.models.items())),
+        settings.read_timeout,
+        settings.connect_timeout,
+        settings.script_path,
+    )
 
 
 async def _check_cwd(cwd: Path) -> None:

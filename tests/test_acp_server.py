@@ -465,3 +465,28 @@ async def test_cancel_while_a_permission_question_is_pending(tmp_path: Path) -> 
         assert len(client.updates) == count, "nothing follows the cancelled answer"
         assert (await agent.prompt(sid, "hello")).stop_reason == "end_turn"
         agent.assert_schema_clean()
+
+
+async def test_a_projects_config_applies_to_its_sessions_wherever_the_agent_started(
+    tmp_path: Path,
+) -> None:
+    project, broken = tmp_path / "project", tmp_path / "broken"
+    for root, text in ((project, 'reasoning_effort = "high"\n'), (broken, "max_tokns = 5\n")):
+        (root / ".git").mkdir(parents=True)
+        (root / ".defect").mkdir()
+        (root / ".defect" / "config.toml").write_text(text)
+    async with spawn_defect() as agent:  # started in the repository root, not in `project`
+        await agent.initialize()
+        response = await agent.conn.new_session(cwd=str(project), mcp_servers=[])
+        options = {
+            (o.root if hasattr(o, "root") else o).id: (o.root if hasattr(o, "root") else o)
+            for o in response.config_options or []
+        }
+        assert options["reasoning_effort"].current_value == "high"
+        with pytest.raises(RequestError) as err:
+            await agent.conn.new_session(cwd=str(broken), mcp_servers=[])
+        assert err.value.code == -32602
+        assert ".defect/config.toml" in str(err.value) and "max_tokns" in str(err.value)
+        elsewhere = await agent.conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        assert elsewhere.session_id, "a broken project does not stop the agent serving others"
+        agent.assert_schema_clean()
