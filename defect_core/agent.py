@@ -281,10 +281,6 @@ class DefaultSession:
         if self._scope is not None:
             self._scope.cancel()
 
-    @property
-    def turn_running(self) -> bool:
-        return self._running
-
     def _turn_config(self) -> TurnConfig:
         s = self._settings
         return TurnConfig(
@@ -457,9 +453,6 @@ class DefaultSession:
             self._mode = mode_id
             await self._persist(mode=mode_id)
             await self._bus.publish(ModeChanged(mode_id))
-
-    def current_model(self) -> str:
-        return self._model
 
     def config_options(self) -> list[ConfigOption]:
         models = tuple(OptionChoice(m.id, m.name, m.description) for m in self._provider.models())

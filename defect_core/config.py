@@ -124,7 +124,6 @@ class Settings:
     allow_read_outside: bool = False
     script_path: str | None = None
     """The offline model's script (`DEFECT_SCRIPT`)."""
-    extra: dict[str, object] = field(default_factory=dict)
     base_url: str | None = None
     """The Anthropic API's base URL (None: the SDK's default or `ANTHROPIC_BASE_URL`)."""
     api_key_env: str = "ANTHROPIC_API_KEY"

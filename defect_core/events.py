@@ -16,7 +16,6 @@ consumers with their own pace; each gets its own stream (seed 003, `Session::sub
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -250,14 +249,3 @@ class EventBus:
         if send in self._subscribers:
             self._subscribers.remove(send)
             send.close()
-
-    @property
-    def subscriber_count(self) -> int:
-        return len(self._subscribers)
-
-
-async def iterate(stream: ObjectReceiveStream[AgentEvent]) -> AsyncIterator[AgentEvent]:
-    """Iterate a subscription until the bus closes it."""
-    async with stream:
-        async for event in stream:
-            yield event

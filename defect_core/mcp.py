@@ -79,7 +79,6 @@ CLOSE_TIMEOUT = 10.0
 SWEEP_GRACE = 0.5
 """Seconds a stopped server's leftover children get after SIGTERM before SIGKILL."""
 
-TOOL_NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 MAX_TOOL_NAME = 64
 MAX_DESCRIPTION_CHARS = 8_000
 MAX_REASON_CHARS = 400

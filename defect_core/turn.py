@@ -51,6 +51,7 @@ from defect_core.integrity import drop_malformed_tool_uses, repair_outbound
 from defect_core.log import get_logger
 from defect_core.model import (
     ContentBlock,
+    JsonPart,
     Message,
     ResultPart,
     TextBlock,
@@ -502,6 +503,6 @@ def _display_text(content: str | tuple[ResultPart, ...]) -> str:
     for p in content:
         if isinstance(p, TextBlock):
             parts.append(p.text)
-        elif hasattr(p, "value"):
+        elif isinstance(p, JsonPart):
             parts.append(json.dumps(p.value, indent=2))
     return "\n".join(parts)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from acp import schema as s
 
-from tests.support.acp_harness import agent_env, spawn_defect
+from tests.support.acp_harness import script_env, spawn_defect
 
 pytestmark = pytest.mark.anyio
 
@@ -27,12 +27,6 @@ def stdio(name: str, script: str, **env: str) -> s.McpServerStdio:
         args=[str(SERVERS / script)],
         env=[s.EnvVariable(name=k, value=v) for k, v in env.items()],
     )
-
-
-def script_env(tmp_path: Path, replies: list[dict[str, Any]]) -> dict[str, str]:
-    path = tmp_path / "script.json"
-    path.write_text(json.dumps(replies))
-    return agent_env(DEFECT_SCRIPT=str(path), DEFECT_STATE_DIR=str(tmp_path / "state"))
 
 
 def stored_servers(tmp_path: Path, session_id: str) -> list[dict[str, Any]]:

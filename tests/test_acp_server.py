@@ -10,20 +10,19 @@ import asyncio
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 from acp import RequestError
 
-from tests.support.acp_harness import RecordingClient, agent_env, raw_session, spawn_defect
+from tests.support.acp_harness import (
+    RecordingClient,
+    agent_env,
+    raw_session,
+    script_env,
+    spawn_defect,
+)
 
 pytestmark = pytest.mark.anyio
-
-
-def script_env(tmp_path: Path, replies: list[dict[str, Any]], **extra: str) -> dict[str, str]:
-    path = tmp_path / "script.json"
-    path.write_text(json.dumps(replies))
-    return agent_env(DEFECT_SCRIPT=str(path), **extra)
 
 
 async def test_initialize_negotiates_version_and_advertises_only_what_works() -> None:

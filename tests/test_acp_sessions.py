@@ -3,25 +3,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from acp import RequestError
 
-from tests.support.acp_harness import RecordingClient, agent_env, spawn_defect
+from tests.support.acp_harness import RecordingClient, script_env, spawn_defect
 
 pytestmark = pytest.mark.anyio
-
-
-def env_for(tmp_path: Path, replies: list[dict[str, Any]] | None = None) -> dict[str, str]:
-    extra = {"DEFECT_STATE_DIR": str(tmp_path / "state")}
-    if replies is not None:
-        script = tmp_path / "script.json"
-        script.write_text(json.dumps(replies))
-        extra["DEFECT_SCRIPT"] = str(script)
-    return agent_env(**extra)
 
 
 async def test_load_after_restart_replays_the_whole_conversation(tmp_path: Path) -> None:
@@ -37,7 +26,7 @@ async def test_load_after_restart_replays_the_whole_conversation(tmp_path: Path)
         {"tool_calls": [{"name": "write_file", "input": {"path": "a.txt", "content": "one\n"}}]},
         {"text": "Done writing."},
     ]
-    async with spawn_defect(env=env_for(tmp_path, replies)) as first:
+    async with spawn_defect(env=script_env(tmp_path, replies)) as first:
         await first.initialize()
         sid = await first.new_session(work)
         assert (await first.prompt(sid, "read then write\nsecond line")).stop_reason == "end_turn"
@@ -45,7 +34,7 @@ async def test_load_after_restart_replays_the_whole_conversation(tmp_path: Path)
     assert (work / "a.txt").read_text() == "one\n"
 
     client = RecordingClient()
-    async with spawn_defect(env=env_for(tmp_path), client=client) as second:
+    async with spawn_defect(env=script_env(tmp_path), client=client) as second:
         init = await second.initialize()
         assert init.agent_capabilities is not None and init.agent_capabilities.load_session
         response = await second.conn.load_session(cwd=str(work), session_id=sid, mcp_servers=[])
@@ -71,7 +60,7 @@ async def test_list_resume_close_delete(tmp_path: Path) -> None:
     work_a, work_b = tmp_path / "a", tmp_path / "b"
     work_a.mkdir()
     work_b.mkdir()
-    async with spawn_defect(env=env_for(tmp_path)) as agent:
+    async with spawn_defect(env=script_env(tmp_path)) as agent:
         await agent.initialize()
         first = await agent.new_session(work_a)
         await agent.prompt(first, "hello one")
@@ -108,7 +97,7 @@ async def test_list_resume_close_delete(tmp_path: Path) -> None:
 
 
 async def test_loading_a_live_session_does_not_duplicate_its_stream(tmp_path: Path) -> None:
-    async with spawn_defect(env=env_for(tmp_path)) as agent:
+    async with spawn_defect(env=script_env(tmp_path)) as agent:
         await agent.initialize()
         sid = await agent.new_session(tmp_path)
         await agent.prompt(sid, "hello")
@@ -125,13 +114,13 @@ async def test_loading_a_live_session_does_not_duplicate_its_stream(tmp_path: Pa
 
 
 async def test_resume_flag_continues_the_newest_session_for_the_cwd(tmp_path: Path) -> None:
-    async with spawn_defect(env=env_for(tmp_path)) as agent:
+    async with spawn_defect(env=script_env(tmp_path)) as agent:
         await agent.initialize()
         sid = await agent.new_session(tmp_path)
         await agent.prompt(sid, "hello from before")
 
     client = RecordingClient()
-    async with spawn_defect("--resume", env=env_for(tmp_path), client=client) as agent:
+    async with spawn_defect("--resume", env=script_env(tmp_path), client=client) as agent:
         await agent.initialize()
         resumed = await agent.new_session(tmp_path)
         assert resumed == sid
@@ -143,7 +132,7 @@ async def test_resume_flag_continues_the_newest_session_for_the_cwd(tmp_path: Pa
 
 
 async def test_capabilities_advertise_session_methods(tmp_path: Path) -> None:
-    async with spawn_defect(env=env_for(tmp_path)) as agent:
+    async with spawn_defect(env=script_env(tmp_path)) as agent:
         await agent.initialize()
         result = next(
             m["result"] for m in agent.wire.from_agent() if m.get("id") == 0 and "result" in m
@@ -158,7 +147,7 @@ async def test_close_cancels_the_running_turn(tmp_path: Path) -> None:
     import asyncio
 
     replies = [{"text": "slow " * 200, "chunk_delay_ms": 20}]
-    async with spawn_defect(env=env_for(tmp_path, replies)) as agent:
+    async with spawn_defect(env=script_env(tmp_path, replies)) as agent:
         await agent.initialize()
         sid = await agent.new_session(tmp_path)
         task = asyncio.create_task(agent.prompt(sid, "talk for a while"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -269,6 +270,19 @@ def agent_env(**extra: str) -> dict[str, str]:
     env.setdefault("DEFECT_LOG_LEVEL", "info")
     env.update(extra)
     return env
+
+
+def script_env(
+    tmp_path: Path, replies: list[dict[str, Any]] | None = None, **extra: str
+) -> dict[str, str]:
+    """`agent_env` for one test: sessions saved under `tmp_path/state`, and the offline model
+    playing `replies` (the DEFECT_SCRIPT format) when they are given."""
+    if replies is not None:
+        script = tmp_path / "script.json"
+        script.write_text(json.dumps(replies))
+        extra.setdefault("DEFECT_SCRIPT", str(script))
+    extra.setdefault("DEFECT_STATE_DIR", str(tmp_path / "state"))
+    return agent_env(**extra)
 
 
 @contextlib.asynccontextmanager
