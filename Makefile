@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck pytest bench clean
+.PHONY: install run test lint typecheck pytest bench acp-schema clean
 
 install: $(STAMP)
 
@@ -36,6 +36,10 @@ pytest: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_all.py
+
+# Refresh the vendored ACP schema (tests/schema/) from the published npm package.
+acp-schema: $(STAMP)
+	$(BIN)/python scripts/refresh_acp_schema.py $(if $(VERSION),--version $(VERSION))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -4,8 +4,9 @@ Owns `AcpSchema`: it validates each message the agent sends — a response again
 of the method it answers, a notification or reverse request against the schema of its
 method — so a test fails on the first message a real client could reject.
 
-The schema lives beside the project (`../shared/acp-schema/schema.v1.json`, or
-`$ACP_SCHEMA`); a copy of it is not needed in the repository.
+The schema is vendored in `tests/schema/schema.v1.json` (see `tests/schema/README.md` for its
+version and `scripts/refresh_acp_schema.py` to refresh it); `$ACP_SCHEMA` points elsewhere.
+A schema that cannot be loaded raises `SchemaUnavailable`: a test never runs unvalidated.
 """
 
 from __future__ import annotations
@@ -46,26 +47,34 @@ AGENT_REQUESTS = {
 AGENT_NOTIFICATIONS = {"session/update": "SessionNotification"}
 
 
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schema"
+"""The vendored ACP schema (`tests/schema/`)."""
+
+
 def schema_path() -> Path:
     env = os.environ.get("ACP_SCHEMA")
     if env:
         return Path(env)
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "shared" / "acp-schema" / "schema.v1.json"
-        if candidate.exists():
-            return candidate
-    return here.parents[3] / "shared" / "acp-schema" / "schema.v1.json"
+    return SCHEMA_DIR / "schema.v1.json"
 
 
 class SchemaViolation(AssertionError):
     pass
 
 
+class SchemaUnavailable(AssertionError):
+    """The ACP schema could not be loaded: nothing can be validated, so the test fails."""
+
+
 class AcpSchema:
     def __init__(self, path: Path | None = None) -> None:
         path = path or schema_path()
-        self.document = json.loads(path.read_text())
+        try:
+            self.document = json.loads(path.read_text())
+            if not isinstance(self.document.get("$defs"), dict):
+                raise ValueError("it has no $defs")
+        except (OSError, ValueError) as exc:
+            raise SchemaUnavailable(f"cannot load the ACP schema {path}: {exc}") from exc
         resource = Resource.from_contents(self.document)
         self._registry: Registry[Any] = Registry().with_resource("urn:acp", resource)
         self._validators: dict[str, Draft202012Validator] = {}
