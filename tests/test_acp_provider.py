@@ -15,8 +15,8 @@ import anyio
 import pytest
 from acp import RequestError
 
+from defect_fakeapi.server import DEFAULT_API_KEY, FakeProvider, Reply
 from tests.support.acp_harness import Agent, agent_env, spawn_defect
-from tests.support.fake_provider import DEFAULT_API_KEY, FakeProvider, Reply
 
 pytestmark = pytest.mark.anyio
 

@@ -45,14 +45,14 @@ from typing import Any
 
 import pytest
 
-from tests.support.acp_harness import Agent, RecordingClient, agent_env, spawn_defect
-from tests.support.fake_provider import (
+from defect_fakeapi.server import (
     DEFAULT_API_KEY,
     FakeProvider,
     Reply,
     RequestRecord,
     ToolUseBlock,
 )
+from tests.support.acp_harness import Agent, RecordingClient, agent_env, spawn_defect
 
 pytestmark = pytest.mark.anyio
 

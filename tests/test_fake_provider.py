@@ -29,8 +29,8 @@ import httpx2
 import pytest
 from botocore.eventstream import EventStreamBuffer
 
-from tests.support.eventstream import chunk_frame, decode_frames, exception_frame
-from tests.support.fake_provider import (
+from defect_fakeapi.eventstream import chunk_frame, decode_frames, exception_frame
+from defect_fakeapi.server import (
     DEFAULT_API_KEY,
     DEFAULT_AWS_ACCESS_KEY_ID,
     FakeProvider,
@@ -720,7 +720,7 @@ def test_cli_serves_a_script_to_another_process(tmp_path: Path) -> None:
     command = [
         sys.executable,
         "-m",
-        "tests.support.fake_provider",
+        "defect_fakeapi.server",
         "--port",
         "0",
         "--script",

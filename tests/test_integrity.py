@@ -1,7 +1,7 @@
 """`repair_outbound`: each damage a history can carry, and the wire-legal copy it becomes.
 
 Every repaired history is also encoded and run through the strict wire validator
-(`tests/support/wire_validator.py`), so these cases pin both the exact layout the repair
+(`defect_fakeapi/validation.py`), so these cases pin both the exact layout the repair
 chooses and that the real API would accept it. The cases follow seed 004's test list (clean
 no-op, single / deep / multiple / batched orphans, empty tool calls, orphaned results) plus
 the relocation, merge, malformed-call, thinking and first/last-message rules of seed 000 and
@@ -49,7 +49,7 @@ from defect_core.providers.anthropic_wire import (
     encode_message,
     encode_messages,
 )
-from tests.support.wire_validator import WireError, validate_request
+from defect_fakeapi.validation import WireError, validate_request
 
 # --------------------------------------------------------------------------------------------
 # Helpers

@@ -7,7 +7,7 @@ cut anywhere; blocks dropped, duplicated, moved between messages, reordered; orp
 orphan / duplicate results added; malformed calls, unsigned thinking, blank texts (also inside
 structured results) and empty messages slipped in. For every such history `h`:
 
-(a) the strict wire validator (`tests/support/wire_validator.py`) accepts
+(a) the strict wire validator (`defect_fakeapi/validation.py`) accepts
     `{"model": "m", "max_tokens": 1024, "messages": encode_messages(repair_outbound(h))}`;
 (b) `h` is unchanged (deep JSON dump and object identities);
 (c) every non-blank text the user or the model said in `h` is still in the output, as often;
@@ -43,7 +43,7 @@ from defect_core.model import (
     messages_to_json,
 )
 from defect_core.providers.anthropic_wire import encode_messages
-from tests.support.wire_validator import WireError, validate_request
+from defect_fakeapi.validation import WireError, validate_request
 
 # --------------------------------------------------------------------------------------------
 # Valid conversations

@@ -1,6 +1,6 @@
 """Claude on the Anthropic API and on Bedrock, through the real SDK, against the strict fake.
 
-Every request goes over HTTP on 127.0.0.1 to `tests.support.fake_provider`, which validates
+Every request goes over HTTP on 127.0.0.1 to `defect_fakeapi.server`, which validates
 it like the real API (tool pairing, thinking signatures, cache breakpoints, Bedrock's
 envelope) and answers like the real service, faults included. The retry and guard behaviour
 is driven through the real turn runner (`DefaultAgentCore`), so what is pinned down is what a
@@ -51,14 +51,14 @@ from defect_core.providers.base import (
 )
 from defect_core.session import Backends, TurnFailed
 from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolOutput
-from tests.support.fake_provider import (
+from defect_fakeapi.server import (
     DEFAULT_API_KEY,
     DEFAULT_AWS_ACCESS_KEY_ID,
     DEFAULT_AWS_SECRET_KEY,
     FakeProvider,
     Reply,
 )
-from tests.support.wire_validator import count_cache_breakpoints
+from defect_fakeapi.validation import count_cache_breakpoints
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""Tests for `tests.support.wire_validator`: one test per Messages API rule, exact messages.
+"""Tests for `defect_fakeapi.validation`: one test per Messages API rule, exact messages.
 
 Owns: the evidence that the strict fake rejects what the real API rejects, with the API's
 words, and accepts the conversations a correct agent sends.
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.wire_validator import WireError, validate_bedrock_body, validate_request
+from defect_fakeapi.validation import WireError, validate_bedrock_body, validate_request
 
 PATTERN = "^[a-zA-Z0-9_-]+$"
 MISSING = (

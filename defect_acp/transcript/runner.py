@@ -67,7 +67,7 @@ from defect_acp.transcript.patterns import (
 STDERR_TAIL_LINES = 15
 STRIPPED_ENV_PREFIXES = ("DEFECT_", "ANTHROPIC_", "AWS_")
 FAKE_PROVIDER_API_KEY = "sk-ant-api03-fake-provider-test-key"
-"""The key `tests.support.fake_provider` accepts by default."""
+"""The key `defect_fakeapi.server` accepts by default."""
 
 
 class _Timeout(Exception):
@@ -202,7 +202,7 @@ class _Run:
         command = spec.get("command") or [
             sys.executable,
             "-m",
-            "tests.support.fake_provider",
+            "defect_fakeapi.server",
             "--port",
             "0",
             "--script",

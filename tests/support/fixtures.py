@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.fake_provider import (
+from defect_fakeapi.server import (
     DEFAULT_API_KEY,
     DEFAULT_AWS_ACCESS_KEY_ID,
     DEFAULT_AWS_SECRET_KEY,

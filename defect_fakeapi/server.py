@@ -2,7 +2,7 @@
 
 Owns: `FakeProvider` (a threaded HTTP server and its script of replies), `Reply` and the
 scripted blocks it streams, `RequestRecord` (what the fake saw), and the CLI
-`python -m tests.support.fake_provider --port N --script FILE.json`, which serves a script to
+`python -m defect_fakeapi.server --port N --script FILE.json`, which serves a script to
 another process and prints the base URL, and nothing else, on stdout.
 
 Invariant: the fake behaves like the real service at the network edge and nowhere else. Every
@@ -64,8 +64,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from tests.support.eventstream import chunk_frame, exception_frame
-from tests.support.wire_validator import WireError, validate_bedrock_body, validate_request
+from defect_fakeapi.eventstream import chunk_frame, exception_frame
+from defect_fakeapi.validation import WireError, validate_bedrock_body, validate_request
 
 __all__ = [
     "DEFAULT_API_KEY",
@@ -1397,7 +1397,7 @@ class FakeProvider:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve a JSON script until SIGTERM/SIGINT; print the base URL (only) on stdout."""
-    parser = argparse.ArgumentParser(prog="python -m tests.support.fake_provider")
+    parser = argparse.ArgumentParser(prog="python -m defect_fakeapi.server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--script", help="JSON list of replies (see Reply.from_dict)")

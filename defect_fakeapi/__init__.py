@@ -1,0 +1,1 @@
+"""The strict fake Anthropic / Bedrock API server (`defect fake-api`)."""
