@@ -4,11 +4,17 @@ Owns `spawn_defect`, which starts `python -m defect_acp acp` with a chosen envir
 connects a `RecordingClient` (the test's editor) through the SDK's `ClientSideConnection`,
 and validates every message the agent writes against the ACP schema as it arrives.
 
+Validation fails loudly: the schema is loaded before the agent starts (an unloadable schema
+fails the test at once), anything a check raises — a violation or a crash of the check itself
+— is recorded rather than lost in the SDK, which logs and swallows what an observer raises, and
+`spawn_defect` fails the test at exit when any message was not clean, whether or not the test
+asked (`Agent.assert_schema_clean` checks earlier). `raw_session` validates what it reads too.
+
 The client records every `session/update`, answers permission questions from a policy the
 test sets, and — when the test advertises the capabilities — serves `fs/*` and `terminal/*`
 for real (files on disk, subprocesses), recording each call.
 
-Pitfalls this avoids (ACP-NOTES.md): the SDK's spawner trims the child's environment and
+Pitfalls this avoids: the SDK's spawner trims the child's environment and
 pipes stderr without reading it, so the child gets an explicit `env` and its stderr goes to
 a file the test can read.
 """
@@ -30,7 +36,7 @@ from acp import schema as s
 from acp.connection import StreamDirection, StreamEvent
 from acp.stdio import spawn_agent_process
 
-from tests.support.acp_schema import acp_schema
+from tests.support.acp_schema import SchemaViolation, acp_schema
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -215,6 +221,11 @@ class Wire:
             acp_schema().check_agent_message(message, answered)
         except AssertionError as exc:
             self.violations.append(str(exc))
+        except Exception as exc:  # the check itself broke: the message went unvalidated
+            self.violations.append(
+                f"the schema check raised {type(exc).__name__}: {exc}\n"
+                f"message: {json.dumps(message)[:2000]}"
+            )
 
     def from_agent(self) -> list[dict[str, Any]]:
         return [m for d, m in self.messages if d == "agent"]
@@ -232,7 +243,8 @@ class Agent:
         return self.stderr_path.read_text(errors="replace")
 
     def assert_schema_clean(self) -> None:
-        assert not self.wire.violations, "\n\n".join(self.wire.violations)
+        if self.wire.violations:
+            raise SchemaViolation("\n\n".join(self.wire.violations))
 
     async def initialize(self, **capabilities: Any) -> s.InitializeResponse:
         fs = capabilities.pop("fs", None)
@@ -291,8 +303,12 @@ async def spawn_defect(
     env: dict[str, str] | None = None,
     client: RecordingClient | None = None,
     cwd: Path | None = None,
+    command: list[str] | None = None,
 ) -> AsyncIterator[Agent]:
+    """The real agent (`python -m defect_acp acp *args`), or `command` in its place (a test
+    of the harness itself), connected to `client` and validated message by message."""
     client = client or RecordingClient()
+    acp_schema()  # raises SchemaUnavailable before anything runs unvalidated
     wire = Wire()
     # Kept open for the child's lifetime and closed in the `finally` below.
     stderr_file = tempfile.NamedTemporaryFile(  # noqa: SIM115
@@ -302,11 +318,7 @@ async def spawn_defect(
     try:
         async with spawn_agent_process(
             lambda _agent: client,
-            sys.executable,
-            "-m",
-            "defect_acp",
-            "acp",
-            *args,
+            *(command or [sys.executable, "-m", "defect_acp", "acp", *args]),
             env=env or agent_env(),
             cwd=str(cwd or REPO),
             transport_kwargs={"stderr": stderr_file.fileno()},
@@ -320,6 +332,8 @@ async def spawn_defect(
                 for proc in client.terminals.values():
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(proc.pid, 9)
+            # Reached only when the test body passed: a violation must not hide its own error.
+            agent.assert_schema_clean()
     finally:
         stderr_file.close()
         stderr_path.unlink(missing_ok=True)
@@ -328,9 +342,15 @@ async def spawn_defect(
 async def raw_session(
     lines: list[bytes], env: dict[str, str] | None = None, read_count: int = 1, timeout: float = 15
 ) -> tuple[list[dict[str, Any]], asyncio.subprocess.Process]:
-    """Write raw lines to a fresh agent and read `read_count` JSON lines back."""
-    import json
-
+    """Write raw lines to a fresh agent and read `read_count` JSON lines back, each one
+    validated against the ACP schema (a violation raises `SchemaViolation`)."""
+    schema = acp_schema()
+    methods: dict[Any, str] = {}
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            sent = json.loads(line)
+            if isinstance(sent, dict) and isinstance(sent.get("method"), str) and "id" in sent:
+                methods[json.dumps(sent["id"])] = sent["method"]
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -347,10 +367,21 @@ async def raw_session(
         proc.stdin.write(line)
     await proc.stdin.drain()
     out: list[dict[str, Any]] = []
-    async with asyncio.timeout(timeout):
-        while len(out) < read_count:
-            raw = await proc.stdout.readline()
-            if not raw:
-                break
-            out.append(json.loads(raw))
+    try:
+        async with asyncio.timeout(timeout):
+            while len(out) < read_count:
+                raw = await proc.stdout.readline()
+                if not raw:
+                    break
+                message = json.loads(raw)
+                answered = None
+                if "method" not in message:
+                    answered = methods.get(json.dumps(message.get("id")))
+                schema.check_agent_message(message, answered)
+                out.append(message)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise
     return out, proc
