@@ -7,6 +7,8 @@ Invariants:
 - Before anything else, the real stdout descriptor is set aside for the protocol and fd 1 is
   pointed at stderr: a library (or a child process) that prints can never corrupt the
   JSON-RPC stream. Only `defect_acp.transport` writes to the protocol descriptor.
+- `defect fake-api` serves the strict fake Anthropic/Bedrock API (`defect_fakeapi`), for
+  `provider_fake` transcripts and offline runs; it is imported only for that command.
 - `defect transcript run|record` plays or records scripted JSON-RPC sessions
   (`defect_acp.transcript`); it is a client, so it keeps stdout for its report.
 - Nothing heavy is imported before it is needed: `--help`/`--version` import no SDK, and
@@ -71,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     transcript.add_parser(sub)
+    # Listed for --help only: main() hands `fake-api ...` to defect_fakeapi's own parser.
+    sub.add_parser(
+        "fake-api",
+        help="serve the strict fake Anthropic/Bedrock API on 127.0.0.1 (tests, offline runs)",
+    )
     acp.add_argument("--provider", help="model provider (scripted, anthropic, bedrock)")
     acp.add_argument("--model", help="model id for the provider")
     acp.add_argument("--log-level", help="debug, info, warning, error")
@@ -86,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["fake-api"]:
+        from defect_fakeapi.cli import main as fake_api_main  # never on the `acp` path
+
+        return fake_api_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "acp":

@@ -1,1 +1,68 @@
-"""The strict fake Anthropic / Bedrock API server (`defect fake-api`)."""
+"""A strict fake of the Anthropic Messages API and of Bedrock's streaming invoke, on 127.0.0.1.
+
+Run it as `defect fake-api --script FILE.json` (or `python -m defect_fakeapi`), or hold a
+`FakeProvider` in a test: point the real `anthropic` SDK at its `url`, script its answers with
+`Reply`s, and read back what it saw (`RequestRecord`). It rejects exactly what the real API
+rejects (`validate_request`, the rules in `defect_fakeapi.validation`) with the API's own
+error, and streams exactly what the real API streams. See `docs/provider-wire.md`.
+
+Modules, one job each: `server` (`FakeProvider`), `http` (routes, auth, streaming), `sse` and
+`eventstream` (encoding), `validation` and `shape` (request rules), `script` (replies and
+faults), `cli` (`defect fake-api`).
+
+This package is a tool for tests and offline runs: nothing on `defect acp`'s path imports it.
+"""
+
+from defect_fakeapi.cli import main
+from defect_fakeapi.script import (
+    HttpError,
+    RedactedThinkingBlock,
+    Reply,
+    RequestRecord,
+    Responder,
+    ScriptBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    Usage,
+    estimate_tokens,
+    load_script,
+    write_script,
+)
+from defect_fakeapi.server import (
+    DEFAULT_API_KEY,
+    DEFAULT_AWS_ACCESS_KEY_ID,
+    DEFAULT_AWS_SECRET_KEY,
+    FakeProvider,
+)
+from defect_fakeapi.validation import (
+    WireError,
+    count_cache_breakpoints,
+    validate_bedrock_body,
+    validate_request,
+)
+
+__all__ = [
+    "DEFAULT_API_KEY",
+    "DEFAULT_AWS_ACCESS_KEY_ID",
+    "DEFAULT_AWS_SECRET_KEY",
+    "FakeProvider",
+    "HttpError",
+    "RedactedThinkingBlock",
+    "Reply",
+    "RequestRecord",
+    "Responder",
+    "ScriptBlock",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolUseBlock",
+    "Usage",
+    "WireError",
+    "count_cache_breakpoints",
+    "estimate_tokens",
+    "load_script",
+    "main",
+    "validate_bedrock_body",
+    "validate_request",
+    "write_script",
+]

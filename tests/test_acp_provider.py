@@ -15,7 +15,7 @@ import anyio
 import pytest
 from acp import RequestError
 
-from defect_fakeapi.server import DEFAULT_API_KEY, FakeProvider, Reply
+from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply
 from tests.support.acp_harness import Agent, agent_env, spawn_defect
 
 pytestmark = pytest.mark.anyio

@@ -43,8 +43,7 @@ from defect_core.providers.scripted import ScriptedProvider
 from defect_core.session import Backends
 from defect_core.store import AsyncStore, SqliteStore
 from defect_core.tools.base import Safety, ToolCallView, ToolOutput
-from defect_fakeapi.server import DEFAULT_API_KEY, FakeProvider, Reply, estimate_tokens
-from defect_fakeapi.validation import validate_request
+from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply, estimate_tokens, validate_request
 
 pytestmark = pytest.mark.anyio
 

@@ -45,7 +45,7 @@ from typing import Any
 
 import pytest
 
-from defect_fakeapi.server import (
+from defect_fakeapi import (
     DEFAULT_API_KEY,
     FakeProvider,
     Reply,

@@ -29,8 +29,7 @@ import httpx2
 import pytest
 from botocore.eventstream import EventStreamBuffer
 
-from defect_fakeapi.eventstream import chunk_frame, decode_frames, exception_frame
-from defect_fakeapi.server import (
+from defect_fakeapi import (
     DEFAULT_API_KEY,
     DEFAULT_AWS_ACCESS_KEY_ID,
     FakeProvider,
@@ -42,6 +41,7 @@ from defect_fakeapi.server import (
     load_script,
     write_script,
 )
+from defect_fakeapi.eventstream import chunk_frame, decode_frames, exception_frame
 
 REPO = Path(__file__).resolve().parents[1]
 HI: list[Any] = [{"role": "user", "content": "hi"}]
@@ -720,7 +720,7 @@ def test_cli_serves_a_script_to_another_process(tmp_path: Path) -> None:
     command = [
         sys.executable,
         "-m",
-        "defect_fakeapi.server",
+        "defect_fakeapi",
         "--port",
         "0",
         "--script",

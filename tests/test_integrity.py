@@ -49,7 +49,7 @@ from defect_core.providers.anthropic_wire import (
     encode_message,
     encode_messages,
 )
-from defect_fakeapi.validation import WireError, validate_request
+from defect_fakeapi import WireError, validate_request
 
 # --------------------------------------------------------------------------------------------
 # Helpers

@@ -43,7 +43,7 @@ from defect_core.model import (
     messages_to_json,
 )
 from defect_core.providers.anthropic_wire import encode_messages
-from defect_fakeapi.validation import WireError, validate_request
+from defect_fakeapi import WireError, validate_request
 
 # --------------------------------------------------------------------------------------------
 # Valid conversations

@@ -48,7 +48,7 @@ from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 from defect_core.tools.base import Safety, ToolContext, ToolOutput
 from defect_core.tools.builtin import builtin_tools
 from defect_core.turn import MAX_RESULT_CHARS
-from defect_fakeapi.server import DEFAULT_API_KEY, FakeProvider, Reply, ToolUseBlock
+from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply, ToolUseBlock
 
 SERVERS = Path(__file__).resolve().parent / "mcp_servers"
 ECHO = SERVERS / "echo_server.py"

@@ -1,6 +1,6 @@
 """Claude on the Anthropic API and on Bedrock, through the real SDK, against the strict fake.
 
-Every request goes over HTTP on 127.0.0.1 to `defect_fakeapi.server`, which validates
+Every request goes over HTTP on 127.0.0.1 to `defect_fakeapi` (the strict fake API), which validates
 it like the real API (tool pairing, thinking signatures, cache breakpoints, Bedrock's
 envelope) and answers like the real service, faults included. The retry and guard behaviour
 is driven through the real turn runner (`DefaultAgentCore`), so what is pinned down is what a
@@ -51,14 +51,14 @@ from defect_core.providers.base import (
 )
 from defect_core.session import Backends, TurnFailed
 from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolOutput
-from defect_fakeapi.server import (
+from defect_fakeapi import (
     DEFAULT_API_KEY,
     DEFAULT_AWS_ACCESS_KEY_ID,
     DEFAULT_AWS_SECRET_KEY,
     FakeProvider,
     Reply,
+    count_cache_breakpoints,
 )
-from defect_fakeapi.validation import count_cache_breakpoints
 
 pytestmark = pytest.mark.anyio
 

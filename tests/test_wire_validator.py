@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from defect_fakeapi.validation import WireError, validate_bedrock_body, validate_request
+from defect_fakeapi import WireError, validate_bedrock_body, validate_request
 
 PATTERN = "^[a-zA-Z0-9_-]+$"
 MISSING = (

@@ -67,7 +67,7 @@ from defect_acp.transcript.patterns import (
 STDERR_TAIL_LINES = 15
 STRIPPED_ENV_PREFIXES = ("DEFECT_", "ANTHROPIC_", "AWS_")
 FAKE_PROVIDER_API_KEY = "sk-ant-api03-fake-provider-test-key"
-"""The key `defect_fakeapi.server` accepts by default."""
+"""The key `defect fake-api` (`defect_fakeapi`) accepts by default."""
 
 
 class _Timeout(Exception):
@@ -202,7 +202,7 @@ class _Run:
         command = spec.get("command") or [
             sys.executable,
             "-m",
-            "defect_fakeapi.server",
+            "defect_fakeapi",
             "--port",
             "0",
             "--script",

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from defect_fakeapi.server import (
+from defect_fakeapi import (
     DEFAULT_API_KEY,
     DEFAULT_AWS_ACCESS_KEY_ID,
     DEFAULT_AWS_SECRET_KEY,
