@@ -4,7 +4,8 @@ Owns the conversion of `AgentEvent`s into `session/update` payloads, of ACP prom
 into core content blocks, and of core modes/config options into their ACP shapes.
 
 Invariant: this is the only module that knows both vocabularies; `defect_core` never sees an
-ACP type (DESIGN.md, rule 1). Updates are built with the SDK's schema models, so what leaves
+ACP type (docs/architecture.md, rule 1). Updates are built with the SDK's schema models, so what
+leaves
 here is what the protocol's schema allows.
 """
 

@@ -5,7 +5,7 @@ projects `AgentEvent`s to `session/update` and turns `PermissionRequested` into
 `session/request_permission`, and `serve()`, which wires it to stdio.
 
 Invariants:
-- The bridge reaches the runtime only through `AgentCore`/`Session` (DESIGN.md, rule 2).
+- The bridge reaches the runtime only through `AgentCore`/`Session` (docs/architecture.md, rule 2).
 - A `session/prompt` is answered only after every update of its turn has been written: the
   handler waits until the pump has forwarded the turn's last event. Nothing of that turn is
   sent after the answer.

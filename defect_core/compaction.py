@@ -10,7 +10,7 @@ Three levels, by how full the window is (fractions of the model's context window
   again. Ids and error flags are kept, the list keeps its length, and it is idempotent.
 - background (≥ `soft`): at most one summarisation runs off the turn's critical path, on a
   snapshot. Its result is written back with `History.splice_prefix`, so the messages the turn
-  appended meanwhile survive (seed 002/003).
+  appended meanwhile survive (docs/architecture.md, Storage).
 - full (≥ `hard`, or `/compact`): the turn waits for a summary before its next request.
 
 Invariants:

@@ -63,7 +63,7 @@ Invariants:
 - Strict: an unknown key, a wrong type or a bad value fails at start with a `ConfigError`
   naming the file (or variable, or flag) and the key. A typo must not silently run a session
   on defaults.
-- Cheap: importing this module loads the stdlib only (`tomllib`), no SDK (DESIGN.md, rule
+- Cheap: importing this module loads the stdlib only (`tomllib`), no SDK (docs/architecture.md, rule
   6); `[mcp]` tables borrow `defect_core.mcp`'s entry parser, imported only when present.
 """
 

@@ -10,7 +10,7 @@ Invariants:
   `session/update`, the store persists from them, logging reads them.
 
 Why a bus and not callbacks: the projection, the store and logging are independent
-consumers with their own pace; each gets its own stream (seed 003, `Session::subscribe`).
+consumers with their own pace; each gets its own stream (docs/architecture.md, Events).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Owns the `History` protocol and `VecHistory`, a list of messages behind a lock.
 Invariants:
 - `snapshot()` is a faithful copy of what was appended: nothing is repaired or injected here.
   An orphan `tool_use` stays an orphan in history, in storage and in the UI replay; only the
-  copy sent to a provider is patched, by `integrity.repair_outbound` (seed 000 explains why a
+  copy sent to a provider is patched, by `integrity.repair_outbound` (docs/architecture.md,
+  Integrity, explains why a
   repair in `snapshot` would leak synthetic blocks into the truth through `replace`).
 - Compaction is not done here (it needs a model call). The turn runner reads a snapshot,
   summarises, and writes back with `replace` (whole list) or `splice_prefix` (background
@@ -13,8 +14,8 @@ Invariants:
 - Token estimate = the real input size of the last model call (`record_input_tokens`) plus a
   bytes/4 estimate of what was appended since; with no baseline (new, or just rewritten) the
   whole list is estimated the same way; `None` when empty. Images count a fixed 2,000.
-  ("chars/4" in the seed is Rust's `str::len`, i.e. UTF-8 bytes: CJK text is not
-  underestimated.) Each message is estimated once, when it enters the list, and a running
+  (bytes, not characters: CJK text is not underestimated.) Each message is estimated once, when it
+  enters the list, and a running
   total is kept, so `token_estimate` is O(1) with or without a baseline.
 
 Every method takes the lock, so one history may be shared by the turn, a background

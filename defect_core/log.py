@@ -4,7 +4,7 @@ Owns the process's logging set-up: structlog for defect's own events, the stdlib
 root (which the ACP SDK and the provider SDKs use) routed to the same place.
 
 Invariant: nothing here writes to stdout. Under `defect acp`, stdout carries JSON-RPC and
-nothing else (DESIGN.md, rule 5); a stray line there corrupts the protocol stream.
+nothing else (docs/architecture.md, rule 5); a stray line there corrupts the protocol stream.
 
 Configuration: `DEFECT_LOG_LEVEL` (debug, info, warning — the default —, error) and
 `DEFECT_LOG_FILE` (also append JSON lines to this file).

@@ -28,7 +28,7 @@ Invariants:
   request of the session.
 - Safety comes from the tool's annotations: `readOnlyHint` → read-only, `destructiveHint` →
   destructive, anything else → mutating; permissions then apply as for built-in tools.
-- Importing this module imports no `mcp` (DESIGN.md, rule 6): the SDK (~1 s) is loaded by
+- Importing this module imports no `mcp` (docs/architecture.md, rule 6): the SDK (~1 s) is loaded by
   the first `connect` that has servers to connect.
 
 Why a hub per session: ACP gives MCP servers per `session/new`/`session/load`, and the session

@@ -12,7 +12,7 @@ Invariants:
   loads; data that cannot be understood raises `MessageFormatError` naming what is wrong.
 
 Why a model of our own: the core must not depend on the ACP SDK nor on a provider SDK
-(DESIGN.md, rule 1). The ACP bridge converts ACP content into these blocks on the way in;
+(docs/architecture.md, rule 1). The ACP bridge converts ACP content into these blocks on the way in;
 each provider encodes them for its wire on the way out, after `repair_outbound`.
 """
 

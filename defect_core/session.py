@@ -8,7 +8,8 @@ front end's description) and the errors they raise.
   number of subscribers, and exposes its modes and config options.
 
 Invariants:
-- The bridge reaches the runtime only through these protocols (DESIGN.md, rule 2): a test can
+- The bridge reaches the runtime only through these protocols (docs/architecture.md, rule 2): a
+  test can
   hand the bridge a fake core, and another front end could drive the same runtime.
 - One turn per session at a time: a second `run_turn` while one runs raises `TurnInProgress`
   at once (ACP clients serialise prompts per session; an immediate, clear error is what they
@@ -16,7 +17,7 @@ Invariants:
 - `run_turn` answers a stop reason for every normal end, `cancelled` included; it raises
   `TurnFailed` only when the turn could not go on (provider failure after retries, missing
   credentials). Either way the session stays usable.
-- No ACP types here (DESIGN.md, rule 1).
+- No ACP types here (docs/architecture.md, rule 1).
 """
 
 from __future__ import annotations

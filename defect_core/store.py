@@ -20,7 +20,8 @@ Invariants:
   replays: the real conversation, not the summary).
 - Stored as-is, never repaired. An orphan `tool_use` (a kill between the assistant message
   and its results) is stored and loaded as an orphan; only the copy sent to a provider is made
-  wire-legal, by `integrity.repair_outbound` (seed 000: a repair here would leak synthetic
+  wire-legal, by `integrity.repair_outbound` (docs/architecture.md, Integrity: a repair here would
+  leak synthetic
   blocks into the source of truth).
 - Faults are per call and never destroy data. Every sqlite error becomes a `StorageError` whose
   text says what could not be done and why (disk full, locked by another process, damaged file,

@@ -1,6 +1,7 @@
 """The turn runner: one user prompt → model requests and tool calls → a stop reason.
 
-Owns the loop DESIGN.md "A turn" describes: commit the prompt → build the request through
+Owns the loop docs/architecture.md "The life of a turn" describes: commit the prompt → build the
+request through
 `repair_outbound` → stream (deltas forwarded at once) → commit the assistant message →
 announce each tool call → decide permissions (policy, or ask the user) → run the approved
 calls concurrently → commit all results as one user message in `tool_use` order → repeat,
@@ -8,7 +9,8 @@ within `max_turn_requests`.
 
 Invariants:
 - Every request is built from `repair_outbound(history.snapshot())`, never from anything else.
-- Only a `Completed` stream becomes history (seed 004, layer 3): a failed, cut or stalled
+- Only a `Completed` stream becomes history (docs/architecture.md, Integrity): a failed, cut or
+  stalled
   stream leaves no assistant message and runs no tool. What was streamed stays shown.
 - Commits are shielded from cancellation: a cancel never leaves a half-written message. On
   cancel, every announced tool call gets a final status, and the calls that did not finish

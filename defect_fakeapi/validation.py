@@ -7,7 +7,7 @@ live in `defect_fakeapi.shape`; rules 2 to 6 are here.
 
 Invariant: a body this module accepts is one the real API accepts as far as the rules below
 go, and a body it rejects carries the API's own error message, word for word where the message
-is known from public reports (see the project's provider notes). Messages marked "judged"
+is known from public reports (see docs/provider-wire.md). Messages marked "judged"
 are worded the way the API words its neighbours; tests may rely on their text, but should
 prefer the known ones.
 

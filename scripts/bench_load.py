@@ -2,7 +2,7 @@
 
 What an editor waits for when it reopens a long conversation: the real `defect acp` process
 reads the session from SQLite, rebuilds its history and tool-call states, and replays the whole
-conversation as `session/update`s before it answers `session/load` (DESIGN.md, Persistence).
+conversation as `session/update`s before it answers `session/load` (docs/architecture.md, Storage).
 
 The session is written straight into a fresh store (`SqliteStore` + `SessionRecord` +
 `append_message` + `upsert_tool_call`) with realistic turns: a user prompt, assistant text

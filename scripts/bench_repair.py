@@ -1,6 +1,7 @@
 """Benchmark of the per-request hot path: `repair_outbound` and `VecHistory` accounting.
 
-Owns the numbers behind two promises of DESIGN.md: the outbound repair costs one cheap O(n)
+Owns the numbers behind two promises of docs/architecture.md: the outbound repair costs one cheap
+O(n)
 scan when nothing needs repair (clean 10k messages <= 10 ms) and stays linear when something
 does (corrupted 10k <= 30 ms); `VecHistory.append` is O(1) (<= 20 us per op) and
 `token_estimate` is O(1) with a baseline. Every request runs the repair over the whole history,

@@ -1,6 +1,7 @@
 """Kill -9 the real `defect acp` at each point of a turn, start it again, and check recovery.
 
-Covers the founding scenario (seed 000): whatever interrupts a turn, the next request to the
+Covers the founding scenario (docs/architecture.md, Integrity): whatever interrupts a turn, the
+next request to the
 model is wire-legal, repaired on the outbound copy only, while the stored history stays the
 truth. Each test drives the real process over stdio against the strict fake provider, SIGKILLs
 it at one point of a turn — during the model's stream; with the assistant's `tool_use`
@@ -57,14 +58,16 @@ from tests.support.acp_harness import Agent, RecordingClient, agent_env, spawn_d
 pytestmark = pytest.mark.anyio
 
 INTERRUPTED = "tool call interrupted; no result was recorded"
-"""The synthetic result the outbound repair gives an orphan `tool_use` (seed 000)."""
+"""The synthetic result the outbound repair gives an orphan `tool_use` (docs/architecture.md,
+Integrity)."""
 RECOVERED = "Back again, nothing lost."
 """What the fake answers the first prompt after a restart."""
 TIMEOUT = 15.0
 """Upper bound for any single wait; a healthy run needs a fraction of it."""
 
 UNCLOSED = ("pending", "in_progress")
-"""How a replay may show a tool call that has no result in history (seed 000)."""
+"""How a replay may show a tool call that has no result in history (docs/architecture.md,
+Integrity)."""
 REPLAY_CLOSES_ORPHANS = (
     "a tool call whose result never reached history must replay unclosed (its tool_calls row "
     "says completed, but the model is told it was interrupted)"

@@ -2,7 +2,7 @@
 
 Owns: the evidence that `FakeProvider` looks like the Anthropic API and like Bedrock to the
 SDK the agent uses (`_strict_response_validation=True` everywhere), that every scripted fault
-surfaces the way PROVIDER-NOTES.md says the real one does, and that the CLI serves a script
+surfaces the way docs/provider-wire.md says the real one does, and that the CLI serves a script
 to another process.
 
 Invariant: no test here mocks the SDK or the HTTP stack; a test passes only when real bytes

@@ -1,4 +1,5 @@
-"""`VecHistory`: the source of truth of a session and its token accounting (seed 002).
+"""`VecHistory`: the source of truth of a session and its token accounting
+(`defect_core/history.py`).
 
 Pins: the estimate is the last real input size plus chars/4 of what was appended since, or the
 chars/4 of everything when there is no baseline (images a flat 2,000), `None` when empty;

@@ -2,10 +2,11 @@
 
 Every repaired history is also encoded and run through the strict wire validator
 (`defect_fakeapi/validation.py`), so these cases pin both the exact layout the repair
-chooses and that the real API would accept it. The cases follow seed 004's test list (clean
-no-op, single / deep / multiple / batched orphans, empty tool calls, orphaned results) plus
-the relocation, merge, malformed-call, thinking and first/last-message rules of seed 000 and
-DESIGN.md. The last section pins the wire form the provider sends after the repair
+chooses and that the real API would accept it. The cases follow the rules of
+docs/architecture.md, Integrity (clean no-op, single / deep / multiple / batched orphans, empty
+tool calls, orphaned results, relocation, merge, malformed calls, thinking, first and last
+message), as `defect_core/integrity.py` states them. The last section pins the wire form the
+provider sends after the repair
 (`providers/anthropic_wire.py`) and the decoding of a final response's blocks.
 """
 
@@ -148,7 +149,7 @@ def test_clean_history_with_redacted_thinking_and_structured_results_is_untouche
 
 
 # --------------------------------------------------------------------------------------------
-# Orphan tool_use (seed 004: single, deep, several in one message, batches)
+# Orphan tool_use (single, deep, several in one message, batches)
 
 
 def test_single_orphan_at_the_end_gets_a_synthetic_result() -> None:

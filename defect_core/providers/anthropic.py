@@ -8,7 +8,7 @@ thinking), the assembly of a streamed response into one `Completed` message
 
 Invariants:
 - The request is `ModelRequest.messages` (already `repair_outbound`-ed by the runner) encoded by
-  `anthropic_wire`, and nothing else: no repair, no reordering here (DESIGN.md, rule 3).
+  `anthropic_wire`, and nothing else: no repair, no reordering here (docs/architecture.md, rule 3).
 - Seed 004, layer 3 (the stream-error guard): `Completed` is yielded only for a stream that
   reached `message_stop` (or a final `message_delta` with a stop reason, then a clean end) with
   every content block closed and every tool input parsed. An `event: error`, a cut stream, a

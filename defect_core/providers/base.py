@@ -5,10 +5,11 @@ streams back (`StreamChunk`), usage, and `ProviderError`.
 
 Invariants:
 - `ModelRequest.messages` has already been through `integrity.repair_outbound`: a provider
-  encodes it and nothing else (DESIGN.md, rule 3).
+  encodes it and nothing else (docs/architecture.md, rule 3).
 - A stream ends with exactly one `Completed` chunk or raises `ProviderError`. Deltas before a
   failure were only *shown*; the runner commits to history nothing but a `Completed` message
-  (seed 004, layer 3, the stream-error guard). A provider never yields `Completed` for a
+  (docs/architecture.md, Integrity: the stream-error guard). A provider never yields `Completed`
+  for a
   stream that was cut, errored or stalled.
 - `ProviderError.retryable` and `retry_after` carry the provider's judgement; the retry loop
   lives in the runner so every provider gets the same bounded, cancellable backoff.

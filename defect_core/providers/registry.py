@@ -4,7 +4,7 @@ Owns the name → factory table used by the `defect` command and by sessions (`-
 `DEFECT_PROVIDER`, the `provider` setting).
 
 Invariant: importing this module, listing names or building the offline provider costs no
-SDK import; the Anthropic and Bedrock providers import their SDK on first use (DESIGN.md,
+SDK import; the Anthropic and Bedrock providers import their SDK on first use (docs/architecture.md,
 rule 6: editors wait on `initialize` and `session/new`).
 """
 

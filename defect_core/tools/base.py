@@ -4,7 +4,8 @@ Owns the `Tool` protocol, its `Safety` class, `ToolContext`, `ToolOutput`, `Tool
 `ToolRegistry`.
 
 Invariants:
-- A tool touches files and processes only through `ctx.fs` / `ctx.shell` (DESIGN.md, rule 4),
+- A tool touches files and processes only through `ctx.fs` / `ctx.shell` (docs/architecture.md,
+  rule 4),
   so the bridge can route them to the editor (`fs/*`, `terminal/*`) or run them locally.
 - `describe` is cheap and side-effect free: the runner calls it to announce the call (title,
   kind, locations) before any permission is asked. `preview` may read (e.g. compute an edit's
