@@ -161,8 +161,12 @@ class SessionPump:
 class DefectAgent:
     """The handler object behind the SDK's router."""
 
-    def __init__(self, core: AgentCore, *, resume: str | None = None) -> None:
+    def __init__(
+        self, core: AgentCore, *, resume: str | None = None, terminal_shell: str = "/bin/sh"
+    ) -> None:
         self._core = core
+        self._terminal_shell = terminal_shell
+        """What the editor's terminal runs a command line with (`terminal_shell` setting)."""
         self._resume = resume
         """`--resume [ID]`: the first session/new continues ID ("" = newest for its cwd)."""
         self._conn: AgentSideConnection | None = None
@@ -469,7 +473,12 @@ class DefectAgent:
         self._after_answer.setdefault(session.id, []).append(follow)
 
     def _backends(self, session_id: str) -> Backends:
-        fs, shell = select_backends(self._client_capabilities, self.connection, session_id)
+        fs, shell = select_backends(
+            self._client_capabilities,
+            self.connection,
+            session_id,
+            terminal_shell=self._terminal_shell,
+        )
         name = self._client_info.name if self._client_info else None
         return Backends(
             fs=fs,
@@ -520,9 +529,15 @@ def _mcp_specs(servers: list[Any] | None) -> tuple[McpServerSpec, ...]:
     return tuple(specs)
 
 
-async def serve(core: AgentCore, protocol_fd: int, *, resume: str | None = None) -> None:
+async def serve(
+    core: AgentCore,
+    protocol_fd: int,
+    *,
+    resume: str | None = None,
+    terminal_shell: str = "/bin/sh",
+) -> None:
     """Serve ACP on stdin and `protocol_fd` until stdin closes."""
-    agent = DefectAgent(core, resume=resume)
+    agent = DefectAgent(core, resume=resume, terminal_shell=terminal_shell)
     reader = await open_stdin_reader()
     writer = await LineWriter(protocol_fd).open()
     transport = StdioTransport(
