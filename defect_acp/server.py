@@ -48,6 +48,7 @@ from defect_core.session import (
     TurnFailed,
     TurnInProgress,
 )
+from defect_core.tools.backends import LocalFsBackend
 
 log = get_logger("defect.acp")
 
@@ -276,7 +277,7 @@ class DefectAgent:
         session_id = f"sess_{uuid.uuid4().hex}"
         try:
             session = await self._core.create_session(
-                session_id, path, self._backends(session_id), _mcp_specs(mcp_servers)
+                session_id, path, self._backends(session_id, path), _mcp_specs(mcp_servers)
             )
         except AgentError as err:
             raise to_request_error(err) from None
@@ -386,12 +387,13 @@ class DefectAgent:
         return {}
 
     async def _restore(self, session_id: str, cwd: str, mcp_servers: list[Any] | None) -> Session:
+        path = _absolute_cwd(cwd)
         try:
             session = await self._core.load_session(
                 session_id,
-                self._backends(session_id),
+                self._backends(session_id, path),
                 _mcp_specs(mcp_servers),
-                cwd=_absolute_cwd(cwd),
+                cwd=path,
             )
         except AgentError as err:
             raise to_request_error(err) from None
@@ -472,11 +474,12 @@ class DefectAgent:
 
         self._after_answer.setdefault(session.id, []).append(follow)
 
-    def _backends(self, session_id: str) -> Backends:
+    def _backends(self, session_id: str, cwd: Path | None = None) -> Backends:
         fs, shell = select_backends(
             self._client_capabilities,
             self.connection,
             session_id,
+            local_fs=LocalFsBackend(root=cwd) if cwd is not None else None,
             terminal_shell=self._terminal_shell,
         )
         name = self._client_info.name if self._client_info else None
