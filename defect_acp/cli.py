@@ -13,6 +13,10 @@ Invariants:
   (`defect_acp.transcript`); it is a client, so it keeps stdout for its report.
 - Nothing heavy is imported before it is needed: `--help`/`--version` import no SDK, and
   `defect acp` imports the ACP SDK but no provider SDK (those load on the first prompt).
+- A person gets one line, never a traceback: a TTY on stdin is told what this command is
+  for (then it serves as usual), an unusable stdin or a bad log level exits non-zero.
+- A broken configuration file never stops the process: sessions it applies to fail with
+  its error (file, line, reason), so the editor can show it.
 - The process exits 0 when stdin closes or on SIGTERM/SIGINT, after closing its sessions
   (running turns cancelled, child processes killed).
 """
@@ -56,6 +60,23 @@ environment:
 """
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+TTY_NOTICE = (
+    "defect acp speaks the Agent Client Protocol (JSON-RPC) on stdin/stdout and is meant to "
+    "be launched by an editor; see README.md, 'Using defect from an editor'.\n"
+)
+
+
+def _log_level(value: str) -> str:
+    level = value.strip().lower()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"invalid log level {value!r}: choose one of {', '.join(LOG_LEVELS)}"
+        )
+    return level
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="defect",
@@ -63,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=HELP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"defect {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"defect {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     acp = sub.add_parser(
         "acp",
@@ -80,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     acp.add_argument("--provider", help="model provider (scripted, anthropic, bedrock)")
     acp.add_argument("--model", help="model id for the provider")
-    acp.add_argument("--log-level", help="debug, info, warning, error")
+    acp.add_argument("--log-level", type=_log_level, help=", ".join(LOG_LEVELS))
     acp.add_argument(
         "--resume",
         nargs="?",
@@ -110,23 +131,48 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_acp(args: argparse.Namespace) -> int:
+    from defect_acp.stdin import StdinUnusable, check_stdin
+
+    level = args.log_level or os.environ.get("DEFECT_LOG_LEVEL") or None
+    if level is not None and level.strip().lower() not in LOG_LEVELS:
+        sys.stderr.write(
+            f"defect: DEFECT_LOG_LEVEL={level!r} is not a log level: "
+            f"choose one of {', '.join(LOG_LEVELS)}\n"
+        )
+        return 2
+    try:
+        check_stdin()
+    except StdinUnusable as exc:
+        sys.stderr.write(f"defect: {exc}\n")
+        return 1
+    if os.isatty(0):
+        sys.stderr.write(TTY_NOTICE)
     protocol_fd = _claim_stdout()
     from defect_acp.fastimport import prepare_pydantic
 
     prepare_pydantic()
     from defect_core import log
 
-    log.configure(level=args.log_level)
-    from pathlib import Path
+    log.configure(level=level)
 
-    from defect_core.config import ConfigError, load_settings
+    from defect_core.config import ConfigError, load_settings, settings_without_files
     from defect_core.providers.registry import UnknownProvider, build_provider
 
     flags = {"provider": args.provider, "model": args.model}
     try:
-        # Checked at start, so a broken user-level file stops the agent with its name; each
-        # session then resolves its own settings from its working directory.
-        settings = load_settings(Path.cwd(), cli=flags)
+        # The user's file only: a project's file applies to the sessions in that project,
+        # not to the process that happens to start there.
+        settings = load_settings(None, cli=flags)
+    except ConfigError as exc:
+        # A broken file must not hide the agent: the editor still gets `initialize`, and every
+        # session/new answers with this error (file, line, reason) until the file is fixed.
+        log.get_logger("defect.cli").error("config_invalid", error=str(exc))
+        try:
+            settings = settings_without_files(cli=flags)
+        except ConfigError as bad:  # the environment or a flag: the person at hand
+            sys.stderr.write(f"defect: {bad}\n")
+            return 2
+    try:
         build_provider(settings.provider, settings)
     except (ConfigError, UnknownProvider, ValueError) as exc:
         sys.stderr.write(f"defect: {exc}\n")
@@ -172,7 +218,7 @@ def _serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             if task is not None:
                 loop.add_signal_handler(sig, task.cancel)
-        await serve(core, protocol_fd, resume=resume)
+        await serve(core, protocol_fd, resume=resume, terminal_shell=settings.terminal_shell)
 
     # Everything imported so far lives as long as the process: keep it out of the cyclic
     # collector's way, so a full collection (e.g. while loading a long session) stays short.

@@ -20,8 +20,11 @@ included, and `fs/write_text_file` lands edits in it (undo, formatting, no "file
 disk" prompt); a terminal shows the command live in the editor. The delegated fs has no
 stat: the editor and the agent share the machine, so `stat` looks at the disk.
 
-The command goes to `terminal/create` as one command line in `command` with no `args`, as
-Zed's own Claude adapter does: editors run it through the user's shell.
+The command line goes to `terminal/create` as `command: SHELL, args: ["-c", LINE]` (SHELL:
+the `terminal_shell` setting, `/bin/sh` by default). Zed, acpx and the Node SDK exec `command`
+with `args` as its argv and no shell of their own, so a whole line in `command` would be one
+program name (`spawn "echo hello world" ENOENT`); through `-c`, pipes, `&&` and quoting work
+on every client.
 """
 
 from __future__ import annotations
@@ -119,9 +122,10 @@ class ClientRequestError(OSError):
 class AcpFsBackend:
     """Reads and writes through the editor (`fs/read_text_file`, `fs/write_text_file`)."""
 
-    def __init__(self, conn: ClientConnection, session_id: str) -> None:
+    def __init__(self, conn: ClientConnection, session_id: str, shell: str = "/bin/sh") -> None:
         self._conn = conn
         self._session_id = session_id
+        self._shell = shell
 
     @property
     def delegated(self) -> bool:
@@ -154,9 +158,10 @@ class AcpFsBackend:
 class AcpShellBackend:
     """Commands in the editor's terminal (`terminal/*`); the handle is the terminal id."""
 
-    def __init__(self, conn: ClientConnection, session_id: str) -> None:
+    def __init__(self, conn: ClientConnection, session_id: str, shell: str = "/bin/sh") -> None:
         self._conn = conn
         self._session_id = session_id
+        self._shell = shell
 
     @property
     def delegated(self) -> bool:
@@ -172,8 +177,8 @@ class AcpShellBackend:
         try:
             created = await self._conn.create_terminal(
                 session_id=self._session_id,
-                command=command,
-                args=[],
+                command=self._shell,
+                args=["-c", command],
                 env=[EnvVariable(name=k, value=v) for k, v in (env or {}).items()],
                 cwd=str(cwd),
                 output_byte_limit=output_limit,
@@ -228,6 +233,7 @@ def select_backends(
     *,
     local_fs: FsBackend | None = None,
     local_shell: ShellBackend | None = None,
+    terminal_shell: str = "/bin/sh",
 ) -> tuple[FsBackend, ShellBackend]:
     """The session's (fs, shell): delegated where the client advertised it, else local.
 
@@ -243,7 +249,7 @@ def select_backends(
         fs = local_fs or LocalFsBackend()
     shell: ShellBackend
     if caps is not None and caps.terminal:
-        shell = AcpShellBackend(conn, session_id)
+        shell = AcpShellBackend(conn, session_id, terminal_shell)
     else:
         shell = local_shell or LocalShellBackend()
     return fs, shell

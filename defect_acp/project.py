@@ -150,10 +150,16 @@ def config_update(options: Sequence[ConfigOption]) -> s.ConfigOptionUpdate:
     )
 
 
-def displays(content: Sequence[ev.ToolDisplay]) -> list[Any]:
+def displays(content: Sequence[ev.ToolDisplay], replayed_output: str | None = None) -> list[Any]:
+    """ACP tool-call content. Live, a terminal is shown by its id; in a replay
+    (`replayed_output` given: the result the model read) the terminal was released long ago,
+    so what the command printed is shown as text instead."""
     out: list[Any] = []
     for item in content:
-        if isinstance(item, ev.TextDisplay):
+        if isinstance(item, ev.TerminalDisplay) and replayed_output is not None:
+            text = item.output if item.output is not None else replayed_output
+            out.append(tool_content(s.TextContentBlock(type="text", text=text)))
+        elif isinstance(item, ev.TextDisplay):
             out.append(tool_content(s.TextContentBlock(type="text", text=item.text)))
         elif isinstance(item, ev.DiffDisplay):
             out.append(tool_diff_content(item.path, item.new_text, item.old_text))
@@ -290,8 +296,17 @@ def _replayed_call(
         title=snap.title,
         kind=snap.kind,
         status=status,
-        content=displays(snap.content) or None,
+        content=displays(snap.content, _result_text(result)) or None,
         locations=locations(snap.locations) or None,
         raw_input=snap.raw_input or use.input,
         raw_output=snap.raw_output,
     )
+
+
+def _result_text(result: ToolResultBlock | None) -> str:
+    """The text of a tool result, for a replayed terminal that recorded no output."""
+    if result is None:
+        return "(the command did not finish: its output was not recorded)"
+    if isinstance(result.content, str):
+        return result.content
+    return "\n".join(getattr(part, "text", "") for part in result.content).strip()

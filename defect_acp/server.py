@@ -48,6 +48,7 @@ from defect_core.session import (
     TurnFailed,
     TurnInProgress,
 )
+from defect_core.tools.backends import LocalFsBackend
 
 log = get_logger("defect.acp")
 
@@ -161,8 +162,12 @@ class SessionPump:
 class DefectAgent:
     """The handler object behind the SDK's router."""
 
-    def __init__(self, core: AgentCore, *, resume: str | None = None) -> None:
+    def __init__(
+        self, core: AgentCore, *, resume: str | None = None, terminal_shell: str = "/bin/sh"
+    ) -> None:
         self._core = core
+        self._terminal_shell = terminal_shell
+        """What the editor's terminal runs a command line with (`terminal_shell` setting)."""
         self._resume = resume
         """`--resume [ID]`: the first session/new continues ID ("" = newest for its cwd)."""
         self._conn: AgentSideConnection | None = None
@@ -272,7 +277,7 @@ class DefectAgent:
         session_id = f"sess_{uuid.uuid4().hex}"
         try:
             session = await self._core.create_session(
-                session_id, path, self._backends(session_id), _mcp_specs(mcp_servers)
+                session_id, path, self._backends(session_id, path), _mcp_specs(mcp_servers)
             )
         except AgentError as err:
             raise to_request_error(err) from None
@@ -382,12 +387,13 @@ class DefectAgent:
         return {}
 
     async def _restore(self, session_id: str, cwd: str, mcp_servers: list[Any] | None) -> Session:
+        path = _absolute_cwd(cwd)
         try:
             session = await self._core.load_session(
                 session_id,
-                self._backends(session_id),
+                self._backends(session_id, path),
                 _mcp_specs(mcp_servers),
-                cwd=_absolute_cwd(cwd),
+                cwd=path,
             )
         except AgentError as err:
             raise to_request_error(err) from None
@@ -468,8 +474,14 @@ class DefectAgent:
 
         self._after_answer.setdefault(session.id, []).append(follow)
 
-    def _backends(self, session_id: str) -> Backends:
-        fs, shell = select_backends(self._client_capabilities, self.connection, session_id)
+    def _backends(self, session_id: str, cwd: Path | None = None) -> Backends:
+        fs, shell = select_backends(
+            self._client_capabilities,
+            self.connection,
+            session_id,
+            local_fs=LocalFsBackend(root=cwd) if cwd is not None else None,
+            terminal_shell=self._terminal_shell,
+        )
         name = self._client_info.name if self._client_info else None
         return Backends(
             fs=fs,
@@ -520,9 +532,15 @@ def _mcp_specs(servers: list[Any] | None) -> tuple[McpServerSpec, ...]:
     return tuple(specs)
 
 
-async def serve(core: AgentCore, protocol_fd: int, *, resume: str | None = None) -> None:
+async def serve(
+    core: AgentCore,
+    protocol_fd: int,
+    *,
+    resume: str | None = None,
+    terminal_shell: str = "/bin/sh",
+) -> None:
     """Serve ACP on stdin and `protocol_fd` until stdin closes."""
-    agent = DefectAgent(core, resume=resume)
+    agent = DefectAgent(core, resume=resume, terminal_shell=terminal_shell)
     reader = await open_stdin_reader()
     writer = await LineWriter(protocol_fd).open()
     transport = StdioTransport(

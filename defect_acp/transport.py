@@ -208,11 +208,7 @@ def _invalid_reason(message: Any) -> str | None:
 
 
 async def open_stdin_reader() -> asyncio.StreamReader:
-    """An asyncio reader over stdin."""
-    import sys
+    """An asyncio reader over stdin, whatever kind of file it is (`defect_acp.stdin`)."""
+    from defect_acp.stdin import open_reader
 
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=LINE_LIMIT)
-    protocol = asyncio.StreamReaderProtocol(reader)
-    await loop.connect_read_pipe(lambda: protocol, sys.stdin)
-    return reader
+    return await open_reader(0, LINE_LIMIT)

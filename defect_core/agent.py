@@ -148,6 +148,8 @@ class DefaultSession:
         self._tool_state: dict[str, Any] = {}
         self._running = False
         self._turn = 0
+        self._title_prompt: list[ContentBlock] | None = None
+        """The prompt that names the session once the model answers it (see `_commit`)."""
         self._scope: anyio.CancelScope | None = None
         self._pending: dict[str, tuple[anyio.Event, list[str | None]]] = {}
         self._closed = False
@@ -236,7 +238,7 @@ class DefaultSession:
         try:
             if command is not None:
                 return await self._run_command(turn, *command)
-            await self._maybe_title(prompt)
+            self._title_prompt = prompt
             runner = TurnRunner(
                 history=self._history,
                 provider=self._provider,
@@ -273,6 +275,7 @@ class DefaultSession:
                 await self._bus.publish(TurnEnded(turn, stop, usage))
             return stop
         finally:
+            self._title_prompt = None
             self._scope = None
             self._running = False
             self._updated_at = _now()
@@ -362,6 +365,11 @@ class DefaultSession:
         self._transcript.append(message)
         if self._store is not None:
             await self._store.append_message(self._id, message)
+        if message.role == "assistant" and self._title_prompt is not None:
+            # Titled once the model has answered: a first prompt that failed before any
+            # output (no credentials, a 400) must not name the session in session/list.
+            prompt, self._title_prompt = self._title_prompt, None
+            await self._maybe_title(prompt)
 
     async def _publish(self, event: AgentEvent) -> None:
         """Keep what a replay needs (tool-call states), persist it, then fan the event out."""

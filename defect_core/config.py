@@ -26,6 +26,7 @@ Keys (every one optional; tables merge key by key across layers):
     read_timeout = 120.0              # seconds without a byte before a stream is stalled
     connect_timeout = 10.0            # seconds to open a connection
     allow_read_outside = false        # may tools read files outside the workspace
+    terminal_shell = "/bin/sh"        # the editor's terminal runs commands as SHELL -c LINE
     script_path = "replies.json"      # the offline model's script (relative to the file)
 
     [anthropic]
@@ -51,8 +52,9 @@ Keys (every one optional; tables merge key by key across layers):
 
 Environment: DEFECT_PROVIDER, DEFECT_MODEL, DEFECT_SCRIPT, DEFECT_MAX_TOKENS,
 DEFECT_MAX_TURN_REQUESTS, DEFECT_RETRIES, DEFECT_REASONING_EFFORT, DEFECT_READ_TIMEOUT,
-ANTHROPIC_BASE_URL, ANTHROPIC_BEDROCK_BASE_URL, AWS_REGION, AWS_PROFILE. AWS_DEFAULT_REGION is
-what its name says: the provider falls back to it only when no layer names a region.
+DEFECT_TERMINAL_SHELL, ANTHROPIC_BASE_URL, ANTHROPIC_BEDROCK_BASE_URL, AWS_REGION,
+AWS_PROFILE. AWS_DEFAULT_REGION is what its name says: the provider falls back to it only
+when no layer names a region.
 
 Invariants:
 - Settings are immutable once resolved; a session copies what it may change (model, mode,
@@ -60,11 +62,13 @@ Invariants:
 - Secrets never live here: a setting may name the environment variable that holds a key,
   never the key itself. A key such as `api_key` is unknown, and `api_key_env` must look like a
   variable name, so a pasted key fails at start instead of landing in a checked-in file.
-- Strict: an unknown key, a wrong type or a bad value fails at start with a `ConfigError`
-  naming the file (or variable, or flag) and the key. A typo must not silently run a session
-  on defaults.
-- Cheap: importing this module loads the stdlib only (`tomllib`), no SDK (docs/architecture.md, rule
-  6); `[mcp]` tables borrow `defect_core.mcp`'s entry parser, imported only when present.
+- Strict: an unknown key, a wrong type or a bad value is a `ConfigError` naming the file
+  (with the line, for a file), or the variable, or the flag, and the key. A typo must not
+  silently run a session on defaults. A broken file fails the sessions it applies to, never
+  the process: the editor must still see the agent to show the error.
+- Cheap: importing this module loads the stdlib only (`tomllib`), no SDK
+  (docs/architecture.md, rule 6); `[mcp]` tables borrow `defect_core.mcp`'s entry parser,
+  imported only when present.
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ __all__ = [
     "config_paths",
     "load_settings",
     "settings_from_env",
+    "settings_without_files",
 ]
 
 EFFORT_LEVELS = ("off", "low", "medium", "high")
@@ -100,12 +105,14 @@ class ConfigError(ValueError):
     """A configuration that cannot be used. `str(e)` names where (file, variable or flag),
     the key, and what is wrong."""
 
-    def __init__(self, source: str, key: str | None, problem: str) -> None:
-        where = f"{source}: {key}" if key else source
+    def __init__(self, source: str, key: str | None, problem: str, line: int | None = None) -> None:
+        place = f"{source}, line {line}" if line is not None else source
+        where = f"{place}: {key}" if key else place
         super().__init__(f"{where}: {problem}")
         self.source = source
         self.key = key
         self.problem = problem
+        self.line = line
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +148,14 @@ class Settings:
     read_timeout: float = 120.0
     """Seconds without a byte from the provider before a stream counts as stalled."""
     connect_timeout: float = 10.0
+    terminal_shell: str = "/bin/sh"
+    """The program the editor's terminal runs a command line with (`SHELL -c LINE`): clients
+    exec `terminal/create`'s command without a shell."""
     sources: tuple[str, ...] = ()
     """The configuration files that were read, lowest layer first (for logs and errors)."""
+    provider_origin: str = "the default"
+    """What chose `provider`: a file's path, `DEFECT_PROVIDER`, `the --provider flag` or the
+    default; a missing-credentials hint names it, so the user changes the right place."""
 
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
@@ -259,6 +272,7 @@ _TOP: dict[str, tuple[str, Check]] = {
     "connect_timeout": ("connect_timeout", _number(positive=True)),
     "allow_read_outside": ("allow_read_outside", _bool),
     "script_path": ("script_path", _string),
+    "terminal_shell": ("terminal_shell", _string),
 }
 _TABLES: dict[str, dict[str, tuple[str, Check]]] = {
     "anthropic": {
@@ -287,6 +301,7 @@ _ENV: dict[str, tuple[str, Callable[[str], object], Check]] = {
     "DEFECT_RETRIES": ("retries", int, _int(0)),
     "DEFECT_REASONING_EFFORT": ("reasoning_effort", str, _TOP["reasoning_effort"][1]),
     "DEFECT_READ_TIMEOUT": ("read_timeout", float, _number(positive=True)),
+    "DEFECT_TERMINAL_SHELL": ("terminal_shell", str, _string),
     "ANTHROPIC_BASE_URL": ("base_url", str, _url),
     "ANTHROPIC_BEDROCK_BASE_URL": ("bedrock_base_url", str, _url),
     "AWS_REGION": ("aws_region", str, _string),
@@ -420,8 +435,38 @@ def _read_file(path: Path, env: Mapping[str, str]) -> Layer | None:
     except UnicodeDecodeError:
         raise ConfigError(str(path), None, "is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
+        # tomllib's message ends with "(at line L, column C)": the line is in the text.
         raise ConfigError(str(path), None, f"is not valid TOML: {exc}") from None
-    return parse_layer(data, str(path), base_dir=path.parent, env=env)
+    try:
+        return parse_layer(data, str(path), base_dir=path.parent, env=env)
+    except ConfigError as exc:
+        if exc.line is not None or exc.key is None:
+            raise
+        line = key_line(raw.decode("utf-8"), exc.key)
+        raise ConfigError(exc.source, exc.key, exc.problem, line) from None
+
+
+def key_line(text: str, key: str) -> int | None:
+    """The 1-based line where `key` (dotted: `table.sub`) is set or its table opens."""
+    parts = key.split(".")
+    leaf = re.escape(parts[-1])
+    assignment = re.compile(rf'^\s*(?:"{leaf}"|\'{leaf}\'|{leaf})\s*=')
+    header = re.compile(rf"^\s*\[+\s*{re.escape(key)}\s*\]+")
+    table = ".".join(parts[:-1])
+    current = ""
+    anywhere: int | None = None  # e.g. a dotted key (`anthropic.base_url = ...`) at the top
+    for number, line in enumerate(text.splitlines(), start=1):
+        opened = re.match(r"^\s*\[+\s*([^\]]+?)\s*\]+", line)
+        if opened:
+            current = opened.group(1).replace('"', "").replace("'", "")
+            if header.match(line):
+                return number
+            continue
+        if assignment.match(line):
+            if current == table:
+                return number
+            anywhere = anywhere or number
+    return anywhere
 
 
 def _env_layer(env: Mapping[str, str]) -> Layer:
@@ -467,8 +512,10 @@ def _cli_layer(cli: Mapping[str, object]) -> Layer:
     return layer
 
 
-def _apply(settings: Settings, layer: Layer) -> Settings:
+def _apply(settings: Settings, layer: Layer, origin: str | None = None) -> Settings:
     changes = dict(layer)
+    if origin is not None and "provider" in changes:
+        changes["provider_origin"] = origin
     for table in ("models", "context_windows"):
         if table in changes:
             changes[table] = {**getattr(settings, table), **changes[table]}
@@ -521,10 +568,10 @@ def load_settings(
     for path in config_paths(cwd, env):
         layer = _read_file(path, env)
         if layer is not None:
-            settings = _apply(settings, layer)
+            settings = _apply(settings, layer, origin=str(path))
             read.append(str(path))
-    settings = _apply(settings, _env_layer(env))
-    settings = _apply(settings, _cli_layer(cli or {}))
+    settings = _apply(settings, _env_layer(env), origin="DEFECT_PROVIDER")
+    settings = _apply(settings, _cli_layer(cli or {}), origin="the --provider flag")
     if settings.retry_max_delay < settings.retry_base_delay:
         raise ConfigError(
             read[-1] if read else "configuration",
@@ -532,6 +579,16 @@ def load_settings(
             "must not be smaller than retry_base_delay",
         )
     return replace(settings, sources=tuple(read))
+
+
+def settings_without_files(
+    env: Mapping[str, str] | None = None, cli: Mapping[str, object] | None = None
+) -> Settings:
+    """Defaults < environment < flags: what the process runs with when a configuration file
+    is broken (each session then fails with that file's error, see `load_settings`)."""
+    env = os.environ if env is None else env
+    settings = _apply(Settings(), _env_layer(env), origin="DEFECT_PROVIDER")
+    return _apply(settings, _cli_layer(cli or {}), origin="the --provider flag")
 
 
 def settings_from_env(

@@ -50,6 +50,9 @@ class DiffDisplay:
 @dataclass(frozen=True, slots=True)
 class TerminalDisplay:
     terminal_id: str
+    output: str | None = None
+    """What the command printed, once it ended (fenced, with its exit line): a replay after
+    the terminal was released (or the process restarted) shows this instead of a dead id."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -253,7 +253,10 @@ def tool_display_to_json(display: ToolDisplay) -> dict[str, Any]:
             "new_text": display.new_text,
         }
     if isinstance(display, TerminalDisplay):
-        return {"type": "terminal", "terminal_id": display.terminal_id}
+        data = {"type": "terminal", "terminal_id": display.terminal_id}
+        if display.output is not None:
+            data["output"] = display.output
+        return data
     if isinstance(display, ImageDisplay):
         return {"type": "image", "media_type": display.media_type, "data": display.data}
     raise TypeError(f"not a tool display: {display!r}")
@@ -273,7 +276,11 @@ def tool_display_from_json(data: dict[str, Any]) -> ToolDisplay:
                 new_text=_str(data["new_text"]),
             )
         if kind == "terminal":
-            return TerminalDisplay(terminal_id=_str(data["terminal_id"]))
+            output = data.get("output")
+            return TerminalDisplay(
+                terminal_id=_str(data["terminal_id"]),
+                output=None if output is None else _str(output),
+            )
         if kind == "image":
             return ImageDisplay(media_type=_str(data["media_type"]), data=_str(data["data"]))
     except (KeyError, TypeError) as exc:

@@ -133,12 +133,14 @@ def make_workspace(root: Path) -> None:
     (root / "src" / "calc.py").write_text("def add(a: int, b: int) -> int:\n    return a + b\n")
 
 
-async def run(workspace: Path) -> int:
+async def run(workspace: Path, state_dir: Path) -> int:
     editor = Editor()
     env = dict(os.environ)
     env.pop("DEFECT_SCRIPT", None)
     env["DEFECT_PROVIDER"] = "scripted"
-    env.setdefault("DEFECT_STATE_DIR", str(workspace / ".defect-demo-state"))
+    # The demo's sessions live beside the workspace, never in it: the listing the model
+    # shows must be the project's files only.
+    env.setdefault("DEFECT_STATE_DIR", str(state_dir))
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     failures: list[str] = []
 
@@ -225,17 +227,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", type=Path, help="use this directory (default: a temp dir)")
     args = parser.parse_args()
-    if args.workspace:
-        args.workspace.mkdir(parents=True, exist_ok=True)
-        make_workspace(args.workspace)
-        return asyncio.run(run(args.workspace.resolve()))
-    root = Path(tempfile.mkdtemp(prefix="defect-demo-"))
+    state = Path(tempfile.mkdtemp(prefix="defect-demo-state-"))
     try:
-        make_workspace(root)
-        return asyncio.run(run(root))
+        if args.workspace:
+            args.workspace.mkdir(parents=True, exist_ok=True)
+            make_workspace(args.workspace)
+            return asyncio.run(run(args.workspace.resolve(), state))
+        root = Path(tempfile.mkdtemp(prefix="defect-demo-"))
+        try:
+            make_workspace(root)
+            return asyncio.run(run(root, state))
+        finally:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(root)
     finally:
         with contextlib.suppress(OSError):
-            shutil.rmtree(root)
+            shutil.rmtree(state)
 
 
 if __name__ == "__main__":

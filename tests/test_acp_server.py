@@ -416,25 +416,6 @@ def test_cli_version_and_help() -> None:
     assert "provider" in bad.stderr and "'nope'" in bad.stderr and "anthropic" in bad.stderr
 
 
-def test_a_bad_config_file_stops_the_agent_naming_the_file_and_key(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    (tmp_path / ".git").mkdir()
-    (tmp_path / ".defect").mkdir()
-    (tmp_path / ".defect" / "config.toml").write_text('provider = "anthropic"\nmax_tokns = 5\n')
-    run = subprocess.run(
-        [sys.executable, "-m", "defect_acp", "acp"],
-        capture_output=True,
-        text=True,
-        env=agent_env(),
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-    )
-    assert run.returncode == 2 and run.stdout == ""
-    assert ".defect/config.toml" in run.stderr and "max_tokns" in run.stderr
-
-
 async def test_cancel_while_a_permission_question_is_pending(tmp_path: Path) -> None:
     replies = [
         {"tool_calls": [{"name": "write_file", "input": {"path": "x.txt", "content": "x\n"}}]},

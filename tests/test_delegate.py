@@ -257,7 +257,7 @@ async def test_bash_runs_in_the_editor_terminal_and_reports_it_at_once(tmp_path:
     assert reports == [((TerminalDisplay("term-1"),), ["create_terminal"])]
     method, create = client.calls[0]
     assert method == "create_terminal"
-    assert create["command"] == "make test" and create["args"] == []
+    assert create["command"] == "/bin/sh" and create["args"] == ["-c", "make test"]
     assert create["cwd"] == str(tmp_path)
     assert EnvVariable(name="GIT_PAGER", value="cat") in create["env"]
     assert create["output_byte_limit"] > 0
@@ -268,7 +268,9 @@ async def test_bash_runs_in_the_editor_terminal_and_reports_it_at_once(tmp_path:
         "release_terminal",
     ]
     assert out.content == "hello from the terminal\n[exit code: 0]"
-    assert out.display == (TerminalDisplay("term-1"),)
+    # Once it ended, the display also keeps what it printed, for a replay after release.
+    shown = "```\nhello from the terminal\n```\n[exit code: 0]"
+    assert out.display == (TerminalDisplay("term-1", output=shown),)
     assert not out.is_error
 
 

@@ -281,3 +281,30 @@ def test_parse_ignore_skips_comments_blanks_and_keeps_escaped_spaces() -> None:
 def test_search_identity() -> None:
     assert (SEARCH.name, SEARCH.kind, SEARCH.safety.value) == ("search", "search", "read_only")
     assert SEARCH.permission_key({"pattern": "x"}) == "search"
+
+
+@pytest.mark.anyio
+async def test_a_catastrophic_pattern_runs_in_linear_time(tmp_path: Path) -> None:
+    # `(a+)+$` backtracks exponentially in Python's `re` on a line of `a`s that ends in `b`
+    # (it would hold the GIL for longer than the universe has existed); RE2 answers at once.
+    write(tmp_path, {"aaa.txt": "a" * 200_000 + "b\n", "ok.txt": "aaa\n"})
+    out = await SEARCH.run({"pattern": r"(a+)+$"}, make_ctx(tmp_path))
+    assert out.content == "1 matching line in 1 file:\nok.txt:1: aaa"
+
+
+@pytest.mark.anyio
+async def test_patterns_re2_cannot_run_are_a_clear_error(tmp_path: Path) -> None:
+    write(tmp_path, {"a.txt": "ab\n"})
+    for pattern in (r"(?<=a)b", r"(a)\1"):
+        with pytest.raises(ToolError, match=r"the syntax is RE2: like Python's, without lookar"):
+            await SEARCH.run({"pattern": pattern}, make_ctx(tmp_path))
+
+
+@pytest.mark.anyio
+async def test_unicode_and_case_insensitive_matching(tmp_path: Path) -> None:
+    write(tmp_path, {"fr.txt": "une École\nune ecole\n", "x.txt": "ÉCOLE"})
+    out = await SEARCH.run({"pattern": r"école$", "case_insensitive": True}, make_ctx(tmp_path))
+    assert out.content == "2 matching lines in 2 files:\nfr.txt:1: une École\nx.txt:1: ÉCOLE"
+    # RE2's `\w` is ASCII; `\pL` is any letter.
+    out = await SEARCH.run({"pattern": r"\pL+cole"}, make_ctx(tmp_path))
+    assert "fr.txt:1: une École" in out.content and "fr.txt:2: une ecole" in out.content

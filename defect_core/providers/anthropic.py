@@ -815,8 +815,8 @@ class AnthropicProvider:
                 else (f"{variable} (named by api_key_env in your defect config)")
             )
             raise CredentialsMissing(
-                f"no Anthropic API key: set {named} "
-                "(or choose another provider with DEFECT_PROVIDER=bedrock)"
+                f"no Anthropic API key: set {named} in the environment defect runs in "
+                f"({_chosen_by(self._settings, 'bedrock')})"
             )
         return key
 
@@ -868,8 +868,7 @@ class AnthropicProvider:
                         "no AWS credentials for Bedrock: set AWS_ACCESS_KEY_ID and "
                         "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (then `aws sso login` for an SSO "
                         "profile), or run on an instance/role with credentials, or set "
-                        "AWS_BEARER_TOKEN_BEDROCK (or choose another provider with "
-                        "DEFECT_PROVIDER=anthropic)"
+                        f"AWS_BEARER_TOKEN_BEDROCK ({_chosen_by(s, 'anthropic')})"
                     )
         if not region:
             raise CredentialsMissing(
@@ -907,3 +906,16 @@ def anthropic_provider(settings: Settings) -> AnthropicProvider:
 def bedrock_provider(settings: Settings) -> AnthropicProvider:
     """Claude on AWS Bedrock (the boto3 credential chain; AWS_REGION or `region`)."""
     return AnthropicProvider(settings, route="bedrock")
+
+
+def _chosen_by(settings: Settings, other: str) -> str:
+    """Which setting chose this provider, and how to choose `other` in that same place."""
+    origin = settings.provider_origin
+    chosen = f"the provider {settings.provider!r} was chosen by {origin}"
+    if origin == "the --provider flag":
+        return f"{chosen}; or pass --provider {other}"
+    if origin == "DEFECT_PROVIDER":
+        return f"{chosen}; or set DEFECT_PROVIDER={other}"
+    if origin == "the default":
+        return f"{chosen}; or set DEFECT_PROVIDER={other}"
+    return f'{chosen}; or set provider = "{other}" there'

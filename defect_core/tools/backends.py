@@ -26,12 +26,24 @@ from typing import Protocol, runtime_checkable
 import anyio
 import anyio.to_thread
 
+from defect_core.tools.beneath import kind_of, open_beneath, open_regular, replace_beneath
+
 
 @dataclass(frozen=True, slots=True)
 class FileStat:
     size: int
     mtime_ns: int
     is_dir: bool = False
+    kind: str = "file"
+    """`file`, `dir`, or what else it is in words ("a FIFO (named pipe)", "a socket", ...)."""
+    mode: int = 0o644
+    """Permission bits (`stat.S_IMODE`)."""
+    nlink: int = 1
+    """Hard links to the file: above 1, writing in place would change the other names too."""
+
+    @property
+    def is_regular(self) -> bool:
+        return self.kind == "file"
 
 
 class FsBackend(Protocol):
@@ -115,7 +127,21 @@ def local_stat(path: Path) -> FileStat | None:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    return FileStat(size=st.st_size, mtime_ns=st.st_mtime_ns, is_dir=stat_mod.S_ISDIR(st.st_mode))
+    is_dir = stat_mod.S_ISDIR(st.st_mode)
+    if stat_mod.S_ISREG(st.st_mode):
+        kind = "file"
+    elif is_dir:
+        kind = "dir"
+    else:
+        kind = kind_of(st.st_mode)
+    return FileStat(
+        size=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        is_dir=is_dir,
+        kind=kind,
+        mode=stat_mod.S_IMODE(st.st_mode),
+        nlink=st.st_nlink,
+    )
 
 
 _BLOCK = 1 << 16
@@ -145,14 +171,64 @@ def _nth_newline(chunk: bytes, n: int) -> int:
     return lo - 1
 
 
-def _read_window(path: Path, line: int | None, limit: int | None) -> str:
-    """`limit` lines from 1-based `line`, reading only as far as needed. Strict UTF-8."""
-    if line is None and limit is None:
-        return path.read_bytes().decode("utf-8")
-    skip = max(line or 1, 1) - 1
-    want = limit
-    parts: list[bytes] = []
-    with open(path, "rb") as f:
+WINDOW_LINE_BYTES = 256 * 1024
+"""A window read keeps at most this much of one line (the tools show far less of it): a
+200 MB file of one line costs a few megabytes, not gigabytes."""
+WINDOW_BYTES = 8 * 1024 * 1024
+"""And at most this much in all, whatever `limit` says."""
+
+
+def _cut_utf8(data: bytes) -> bytes:
+    """`data` without a UTF-8 sequence the cut split at its end."""
+    end = len(data)
+    back = 0
+    while back < 3 and end - back > 0 and (data[end - back - 1] & 0xC0) == 0x80:
+        back += 1
+    if end - back > 0 and data[end - back - 1] >= 0xC0:
+        return data[: end - back - 1]
+    return data
+
+
+def _collect(
+    chunk: bytes, out: bytearray, line_len: int, want: int | None
+) -> tuple[int, int, bool]:
+    """Add `chunk`'s lines to `out`, each cut at `WINDOW_LINE_BYTES`; returns (length of the
+    unfinished last line, lines still wanted, done)."""
+    pos = 0
+    while pos < len(chunk):
+        nl = chunk.find(b"\n", pos)
+        end = len(chunk) if nl < 0 else nl
+        room = WINDOW_LINE_BYTES - line_len
+        if room > 0:
+            piece = chunk[pos : min(end, pos + room)]
+            out += piece if len(piece) < room or end - pos <= room else _cut_utf8(piece)
+        line_len += end - pos
+        if nl < 0:
+            return line_len, want if want is not None else -1, False
+        out += b"\n"
+        line_len = 0
+        pos = nl + 1
+        if want is not None:
+            want -= 1
+            if want <= 0:
+                return 0, 0, True
+        if len(out) >= WINDOW_BYTES:
+            return 0, want if want is not None else -1, True
+    return line_len, want if want is not None else -1, False
+
+
+def _read_window(path: Path, line: int | None, limit: int | None, root: Path | None = None) -> str:
+    """`limit` lines from 1-based `line`, reading only as far as needed. Strict UTF-8.
+
+    Without `line` and `limit`: the whole file (callers check its size first). A window is
+    bounded by `WINDOW_LINE_BYTES` per line and `WINDOW_BYTES` in all."""
+    with os.fdopen(_open_for_read(path, root), "rb") as f:
+        if line is None and limit is None:
+            return f.read().decode("utf-8")
+        skip = max(line or 1, 1) - 1
+        want = limit
+        out = bytearray()
+        line_len = 0
         while True:
             chunk = f.read(_CHUNK)
             if not chunk:
@@ -164,20 +240,28 @@ def _read_window(path: Path, line: int | None, limit: int | None) -> str:
                     continue
                 chunk = chunk[_nth_newline(chunk, skip) + 1 :]
                 skip = 0
-            if want is None:
-                parts.append(chunk)
-                continue
-            count = chunk.count(b"\n")
-            if count >= want:
-                parts.append(chunk[: _nth_newline(chunk, want) + 1])
+            line_len, left, done = _collect(chunk, out, line_len, want)
+            want = None if left < 0 else left
+            if done:
                 break
-            want -= count
-            parts.append(chunk)
-    return b"".join(parts).decode("utf-8")
+    return bytes(out).decode("utf-8")
 
 
-def _read_head(path: Path, limit: int | None) -> bytes:
-    with open(path, "rb") as f:
+def _open_for_read(path: Path, root: Path | None) -> int:
+    """A descriptor of the regular file at `path`: beneath `root` when it lies inside it
+    (`tools.beneath`), plainly otherwise (a read outside the workspace the session allows)."""
+    if root is not None and _lexically_inside(path, root):
+        return open_beneath(root, path)
+    return open_regular(path)
+
+
+def _lexically_inside(path: Path, root: Path) -> bool:
+    rel = os.path.relpath(os.path.normpath(path), os.path.normpath(root))
+    return rel != ".." and not rel.startswith("../")
+
+
+def _read_head(path: Path, limit: int | None, root: Path | None = None) -> bytes:
+    with os.fdopen(_open_for_read(path, root), "rb") as f:
         return f.read() if limit is None else f.read(limit)
 
 
@@ -215,20 +299,31 @@ def _atomic_write(path: Path, content: str) -> None:
 
 
 class LocalFsBackend:
-    """Files on this machine, read and written by the agent process itself."""
+    """Files on this machine, read and written by the agent process itself.
+
+    With a `root` (the session's workspace), every file inside it is opened and replaced
+    beneath the root's descriptor (`tools.beneath`), so a symlink swapped after the path was
+    checked cannot carry a read or a write outside. Writes outside the root are refused."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self._root = root
 
     @property
     def delegated(self) -> bool:
         return False
 
     async def read_text(self, path: Path, line: int | None = None, limit: int | None = None) -> str:
-        return await anyio.to_thread.run_sync(_read_window, path, line, limit)
+        return await anyio.to_thread.run_sync(_read_window, path, line, limit, self._root)
 
     async def read_bytes(self, path: Path, limit: int | None = None) -> bytes:
-        return await anyio.to_thread.run_sync(_read_head, path, limit)
+        return await anyio.to_thread.run_sync(_read_head, path, limit, self._root)
 
     async def write_text(self, path: Path, content: str) -> None:
-        await anyio.to_thread.run_sync(_atomic_write, path, content)
+        if self._root is None:
+            await anyio.to_thread.run_sync(_atomic_write, path, content)
+            return
+        data = content.encode("utf-8")
+        await anyio.to_thread.run_sync(replace_beneath, self._root, path, data)
 
     async def stat(self, path: Path) -> FileStat | None:
         return local_stat(path)

@@ -217,10 +217,11 @@ def _result(
     text = cap_middle(text.rstrip("\n"))
     line, failed = _status_line(status, out, timeout)
     body = f"{text}\n{line}" if text else f"(no output)\n{line}"
+    shown = f"{_fenced(text)}\n{line}" if text else line
     if terminal_id is not None:
-        display: tuple[ToolDisplay, ...] = (TerminalDisplay(terminal_id),)
+        display: tuple[ToolDisplay, ...] = (TerminalDisplay(terminal_id, output=shown),)
     else:
-        display = (TextDisplay(f"{_fenced(text)}\n{line}" if text else line),)
+        display = (TextDisplay(shown),)
     return ToolOutput(content=body, is_error=failed, display=display)
 
 

@@ -158,6 +158,28 @@ async def _write(fs: FsBackend, path: Path, rel: str, content: str) -> None:
         raise _io_error(exc, rel, "write") from None
 
 
+def _check_writable(st: FileStat, rel: str, ctx: ToolContext) -> None:
+    """Refuse to write what must not be written: not a regular file, read-only, or (through
+    the editor, which writes in place) a file with other hard links.
+
+    Locally a write replaces the file atomically (a new inode), so a hard link elsewhere
+    keeps the old content; the editor writes through the name, which would change every
+    linked name, possibly outside the workspace."""
+    if st.is_dir:
+        raise ToolError(f"{rel} is a directory")
+    if not st.is_regular:
+        raise ToolError(f"{rel} is {st.kind}, not a regular file; it cannot be written")
+    if not st.mode & 0o222:
+        raise ToolError(
+            f"{rel} is read-only (mode {st.mode:o}); make it writable first if it should change"
+        )
+    if st.nlink > 1 and ctx.fs.delegated:
+        raise ToolError(
+            f"{rel} has {st.nlink} hard links; writing it through the editor would change "
+            "the other names too, so it is refused"
+        )
+
+
 def _binary(rel: str) -> ToolError:
     return ToolError(f"{rel} is a binary file; it cannot be read or edited as text")
 
@@ -289,6 +311,8 @@ class ReadFileTool(_FileTool):
             raise ToolError(f"file not found: {rel}")
         if st.is_dir:
             raise ToolError(f"{rel} is a directory; use search with a glob to list its files")
+        if not st.is_regular:
+            raise ToolError(f"{rel} is {st.kind}, not a regular file; it cannot be read")
         reader = ctx.fs if isinstance(ctx.fs, BinaryReader) and not ctx.fs.delegated else None
         if path.suffix.lower() in IMAGE_SUFFIXES:
             return await self._image(path, rel, st, reader)
@@ -420,8 +444,8 @@ class WriteFileTool(_FileTool):
         """(rel, stat, old text or None, new text) — reads, never writes."""
         rel = display_path(path, ctx.cwd)
         st = await _stat(ctx.fs, path, rel)
-        if st is not None and st.is_dir:
-            raise ToolError(f"{rel} is a directory")
+        if st is not None:
+            _check_writable(st, rel, ctx)
         old: str | None = None
         if st is not None and st.size <= MAX_EDIT_BYTES:
             try:
@@ -694,8 +718,7 @@ class EditFileTool(_FileTool):
                 raise ToolError(f"file not found: {rel}")
             new = a.new_string
             return rel, None, None, EditPlan(new, 1, 1, new.count("\n") + 1, "exact")
-        if st.is_dir:
-            raise ToolError(f"{rel} is a directory")
+        _check_writable(st, rel, ctx)
         if st.size > MAX_EDIT_BYTES:
             raise ToolError(f"{rel} is too large to edit ({st.size} bytes)")
         text = await _read_all(ctx.fs, path, rel)

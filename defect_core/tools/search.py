@@ -14,6 +14,12 @@ Invariants:
   that are not UTF-8 and files over `MAX_FILE_BYTES` are skipped and counted.
 - Results are capped (`max_results`, line text `MAX_LINE_CHARS`) and a marker says so; paths
   are relative to the project root, ready for `read_file`.
+- Matching takes time linear in the file's size, whatever the pattern: the regex engine is
+  RE2 (`google-re2`), not Python's backtracking `re`, where a pattern such as `(a+)+$` over a
+  line of `a`s runs for ages holding the GIL — freezing every session of the process, with
+  no way to cancel it. With RE2, each file is one bounded step (files over
+  `MAX_FILE_BYTES` are skipped), and the scan checks for a cancel or the deadline between
+  files. RE2 has no lookaround and no backreferences: such a pattern is a clear tool error.
 
 Why it reads the disk directly rather than through `ctx.fs`: a search touches thousands of
 files and is read-only; asking the editor for each one (`fs/read_text_file`) would be slow by
@@ -327,10 +333,33 @@ class ScanResult:
     stopped: bool = False
 
 
+Regex = Any
+"""A compiled RE2 pattern over UTF-8 bytes (`compile_pattern`); the binding is untyped."""
+
+
+def compile_pattern(pattern: str, case_insensitive: bool = False) -> Regex:
+    """RE2 over UTF-8 bytes, `^`/`$` at line boundaries. `ToolError` says what is wrong."""
+    import re2  # on the first search, not on the session/new path
+
+    options = re2.Options()
+    options.log_errors = False  # the error reaches the model; no stray line on stderr
+    options.case_sensitive = not case_insensitive
+    try:
+        return re2.compile(b"(?m)" + pattern.encode("utf-8", "surrogatepass"), options)
+    except (re2.error, UnicodeError) as exc:
+        detail = exc.args[0] if exc.args else exc
+        if isinstance(detail, bytes):
+            detail = detail.decode("utf-8", "replace")
+        raise ToolError(
+            f"invalid regular expression {pattern!r}: {detail} (the syntax is RE2: like "
+            "Python's, without lookaround or backreferences)"
+        ) from None
+
+
 def scan(
     files: Iterator[tuple[str, str]],
     shown_prefix: str,
-    regex: re.Pattern[str] | None,
+    regex: Regex | None,
     glob: GlobFilter | None,
     max_results: int,
     stop: threading.Event,
@@ -363,7 +392,7 @@ def scan(
     return result
 
 
-def _text_of(full: str, result: ScanResult) -> str | None:
+def _text_of(full: str, result: ScanResult) -> bytes | None:
     # os.read sized by fstat: a buffered `read(MAX_FILE_BYTES)` allocates the whole maximum
     # for every file, which made a 20k-file scan four times slower.
     try:
@@ -382,16 +411,17 @@ def _text_of(full: str, result: ScanResult) -> str | None:
         result.binary += 1
         return None
     try:
-        return data.decode("utf-8")
+        data.decode("utf-8")
     except UnicodeDecodeError:
         result.binary += 1
         return None
+    return data
 
 
-def _grep(
-    text: str, regex: re.Pattern[str], shown: str, result: ScanResult, max_results: int
-) -> bool:
+def _grep(text: bytes, regex: Regex, shown: str, result: ScanResult, max_results: int) -> bool:
     """Add the matching lines of one file; False once the cap is reached."""
+    if regex.search(text) is None:  # the common case, in one call
+        return True
     found = False
     line_no = 1
     counted_to = 0
@@ -403,12 +433,12 @@ def _grep(
         if len(result.lines) >= max_results:
             result.capped = True
             return False
-        line_no += text.count("\n", counted_to, start)
+        line_no += text.count(b"\n", counted_to, start)
         counted_to = start
-        line_start = text.rfind("\n", 0, start) + 1
-        end = text.find("\n", start)
+        line_start = text.rfind(b"\n", 0, start) + 1
+        end = text.find(b"\n", start)
         next_line_start = len(text) + 1 if end < 0 else end + 1
-        line = text[line_start : None if end < 0 else end].rstrip("\r")
+        line = text[line_start : None if end < 0 else end].rstrip(b"\r").decode("utf-8")
         if len(line) > MAX_LINE_CHARS:
             line = line[:MAX_LINE_CHARS] + "…"
         result.lines.append(f"{shown}:{line_no}: {line}")
@@ -438,8 +468,10 @@ class SearchTool:
     @property
     def description(self) -> str:
         return (
-            "Search the project: `pattern` is a regular expression (Python syntax) matched "
-            "against file contents, giving `path:line: text` for each matching line; `glob` "
+            "Search the project: `pattern` is a regular expression (RE2 syntax: like Python's, "
+            "without lookaround or backreferences; `\\w` is ASCII, `\\pL` any letter) "
+            "matched against file contents, giving "
+            "`path:line: text` for each matching line; `glob` "
             "(e.g. `*.py`, `src/**/*.ts`, `*.{js,jsx}`) selects files by name — alone, it lists "
             "the matching files. `path` limits the search to a directory or file. Files that "
             f".gitignore excludes, binary files and files over {MAX_FILE_BYTES >> 20} MB are "
@@ -498,13 +530,7 @@ class SearchTool:
         a = parse_args(SearchArgs, args, self.name)
         if not a.pattern and not a.glob:
             raise ToolError("invalid arguments for search: give a `pattern`, a `glob`, or both")
-        regex = None
-        if a.pattern:
-            flags = re.MULTILINE | (re.IGNORECASE if a.case_insensitive else 0)
-            try:
-                regex = re.compile(a.pattern, flags)
-            except re.error as exc:
-                raise ToolError(f"invalid regular expression {a.pattern!r}: {exc}") from None
+        regex = compile_pattern(a.pattern, a.case_insensitive) if a.pattern else None
         glob = GlobFilter.parse(a.glob) if a.glob else None
         root = resolve_path(
             a.path or ".", ctx.cwd, write=False, allow_read_outside=ctx.allow_read_outside
@@ -526,7 +552,7 @@ class SearchTool:
         root: Path,
         cwd: Path,
         rel_root: str,
-        regex: re.Pattern[str] | None,
+        regex: Regex | None,
         glob: GlobFilter | None,
         max_results: int,
         stop: threading.Event,

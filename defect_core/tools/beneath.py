@@ -1,0 +1,221 @@
+"""Opening and replacing files *beneath* the workspace, whatever happens to the tree meanwhile.
+
+Owns `open_beneath` (a file descriptor for reading) and `replace_beneath` (an atomic write),
+both of which reach the file from a descriptor of the workspace root, one path component at a
+time, with `O_NOFOLLOW`.
+
+Invariant: the file opened or replaced lies inside the root at the moment it is opened — not
+merely when the path was checked. `tools.workspace.resolve_path` checks a path once; a
+symbolic link flipped between that check and the open (an inside target, then an outside
+one) used to let a read or a write land outside. Here every directory is opened relative to
+the one before it and never through a link; a link met on the way (a workspace may link
+inside itself) is read with `readlink` and its target walked the same way from the root,
+refused if it would leave the root, at most `MAX_HOPS` times. The last component is opened
+with `O_NOFOLLOW` too, so a link swapped in at the very end fails instead of being followed.
+
+Why not `openat2(RESOLVE_BENEATH)`: it is Linux-only and not in Python's standard library;
+this walk gives the same guarantee with `os.open(..., dir_fd=...)`, on every POSIX system.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat as stat_mod
+from collections import deque
+from pathlib import Path
+
+MAX_HOPS = 40
+"""Symbolic links followed (inside the root) for one path, as the kernel's own limit."""
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Escape(PermissionError):
+    """The path leaves the root (directly, through `..`, or through a link)."""
+
+
+def _relative_parts(root: str, path: str) -> list[str]:
+    rel = os.path.relpath(os.path.normpath(path), os.path.normpath(root))
+    if rel == ".":
+        return []
+    if rel == ".." or rel.startswith("../"):
+        raise Escape(errno.EACCES, "outside the workspace", path)
+    return rel.split("/")
+
+
+def _walk(root: str, parts: list[str], *, create: bool) -> tuple[int, str, list[str]]:
+    """(descriptor of the last directory, the final name, the real directories walked).
+
+    Every directory on the way is opened without following links; a link is resolved by
+    hand and its target walked from the root (absolute) or from where it stands (relative).
+    """
+    if not parts:
+        raise IsADirectoryError(errno.EISDIR, "is the workspace itself", root)
+    real_root = os.path.realpath(root)
+    fd = os.open(real_root, _DIR_FLAGS)
+    walked: list[str] = []
+    queue = deque(parts)
+    hops = 0
+    try:
+        while len(queue) > 1:
+            name = queue.popleft()
+            if name in ("", "."):
+                continue
+            if name == "..":
+                if not walked:
+                    raise Escape(errno.EACCES, "outside the workspace", "/".join(parts))
+                walked.pop()
+                parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = parent
+                continue
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, dir_fd=fd)
+                queue.appendleft(name)
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                    raise
+                hops += 1
+                target = _link_target(fd, name, hops)
+                if os.path.isabs(target):
+                    queue = deque([*_relative_parts(real_root, target), *queue])
+                    walked = []
+                    os.close(fd)
+                    fd = os.open(real_root, _DIR_FLAGS)
+                else:
+                    queue = deque([*target.split("/"), *queue])
+                continue
+            os.close(fd)
+            fd = child
+            walked.append(name)
+        final = queue[0] if queue else "."
+        if final in ("", ".", ".."):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", "/".join(parts))
+        return fd, final, walked
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _link_target(dir_fd: int, name: str, hops: int) -> str:
+    if hops > MAX_HOPS:
+        raise OSError(errno.ELOOP, "too many levels of symbolic links", name)
+    try:
+        return os.readlink(name, dir_fd=dir_fd)
+    except OSError:
+        # Not a link: a regular file where a directory was expected.
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", name) from None
+
+
+def _resolve_final(root: str, path: str, *, create: bool) -> tuple[int, str]:
+    """The directory descriptor and name of the file itself, links at the end resolved."""
+    parts = _relative_parts(root, path)
+    for hops in range(MAX_HOPS + 1):
+        fd, name, walked = _walk(root, parts, create=create)
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return fd, name
+        if not stat_mod.S_ISLNK(st.st_mode):
+            return fd, name
+        target = _link_target(fd, name, hops + 1)
+        os.close(fd)
+        real_root = os.path.realpath(root)
+        if os.path.isabs(target):
+            parts = _relative_parts(real_root, target)
+        else:
+            parts = _relative_parts(real_root, os.path.join(real_root, *walked, target))
+        root = real_root
+    raise OSError(errno.ELOOP, "too many levels of symbolic links", path)
+
+
+class NotRegularFile(OSError):
+    """A FIFO, socket, device or directory where a regular file was expected."""
+
+
+def kind_of(mode: int) -> str:
+    """What a file is, in words, for a refusal ("a FIFO", "a character device", ...)."""
+    if stat_mod.S_ISDIR(mode):
+        return "a directory"
+    if stat_mod.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat_mod.S_ISSOCK(mode):
+        return "a socket"
+    if stat_mod.S_ISCHR(mode):
+        return "a character device"
+    if stat_mod.S_ISBLK(mode):
+        return "a block device"
+    return "not a regular file"
+
+
+def open_regular(path: str | Path, *, dir_fd: int | None = None) -> int:
+    """Open for reading, refusing (before any read can block) anything but a regular file.
+
+    `O_NONBLOCK` keeps the open of a FIFO with no writer from blocking; `fstat` on the
+    descriptor (not the name) says what was really opened."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat_mod.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"is {kind_of(st.st_mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_beneath(root: str | Path, path: str | Path) -> int:
+    """A read descriptor of the regular file `path`, reached beneath `root` (see above)."""
+    dir_fd, name = _resolve_final(os.fspath(root), os.fspath(path), create=False)
+    try:
+        return open_regular(name, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def replace_beneath(root: str | Path, path: str | Path, data: bytes) -> None:
+    """Write `data` as the new content of `path` beneath `root`, atomically.
+
+    A temporary file in the same directory (opened through the same descriptor) is written,
+    synced and renamed over the name: a reader or a crash sees the old file or the new one.
+    The new file keeps an existing file's mode, and is a new inode, so a hard link to the
+    old one (possibly outside the workspace) keeps the old content.
+    """
+    dir_fd, name = _resolve_final(os.fspath(root), os.fspath(path), create=True)
+    try:
+        try:
+            mode: int | None = stat_mod.S_IMODE(
+                os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+            )
+        except FileNotFoundError:
+            mode = None
+        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=dir_fd)
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            os.close(fd)
+            fd = -1
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,196 @@
+"""Files that attack the file tools, through the real `defect acp` process: a FIFO and a
+socket to read, a 200 MB file of one line, a symlink flipped between an inside and an outside
+target while the model reads and writes through it, a hard link to a file outside, and a
+read-only file. Each answer is a clear failed tool call; the process keeps serving."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.acp_harness import RecordingClient, script_env, spawn_defect
+
+pytestmark = pytest.mark.anyio
+
+
+def _calls(*calls: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"tool_calls": [{"name": name, "input": args} for name, args in calls]},
+        {"text": "done"},
+    ]
+
+
+def _results(tmp_path: Path) -> list[tuple[bool, str]]:
+    """(is_error, text) of every tool result stored under `tmp_path/state`."""
+    db = sqlite3.connect(tmp_path / "state" / "sessions.sqlite3")
+    try:
+        rows = [r[0] for r in db.execute("SELECT body FROM messages ORDER BY session_id, seq")]
+    finally:
+        db.close()
+    out: list[tuple[bool, str]] = []
+    for raw in rows:
+        for block in json.loads(raw).get("content", []):
+            if block.get("type") == "tool_result":
+                content = block.get("content", "")
+                if not isinstance(content, str):
+                    content = "\n".join(p.get("text", "") for p in content)
+                out.append((bool(block.get("is_error")), content))
+    return out
+
+
+async def _run(
+    tmp_path: Path, work: Path, replies: list[dict[str, Any]], mode: str = "ask", **caps: Any
+) -> None:
+    client = RecordingClient()
+    async with spawn_defect(env=script_env(tmp_path, replies), client=client) as agent:
+        await agent.initialize(**caps)
+        sid = await agent.new_session(work)
+        if mode != "ask":
+            await agent.conn.set_session_mode(session_id=sid, mode_id=mode)
+        assert (await agent.prompt(sid, "go")).stop_reason == "end_turn"
+        # Still serving: the same session answers again.
+        assert (await agent.prompt(sid, "again")).stop_reason == "end_turn"
+        agent.assert_schema_clean()
+
+
+async def test_a_fifo_and_a_socket_are_refused_not_read(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    os.mkfifo(work / "pipe")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(work / "sock"))
+    try:
+        replies = _calls(("read_file", {"path": "pipe"}), ("read_file", {"path": "sock"}))
+        await _run(tmp_path, work, replies)
+    finally:
+        server.close()
+    assert _results(tmp_path) == [
+        (True, "pipe is a FIFO (named pipe), not a regular file; it cannot be read"),
+        (True, "sock is a socket, not a regular file; it cannot be read"),
+    ]
+
+
+async def test_writing_over_a_fifo_is_refused(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    os.mkfifo(work / "pipe")
+    await _run(
+        tmp_path, work, _calls(("write_file", {"path": "pipe", "content": "x"})), mode="yolo"
+    )
+    assert _results(tmp_path) == [
+        (True, "pipe is a FIFO (named pipe), not a regular file; it cannot be written")
+    ]
+
+
+async def test_a_200_mb_line_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    with (work / "huge.txt").open("wb") as f:
+        block = b"x" * (1 << 20)
+        for _ in range(200):
+            f.write(block)
+        f.write(b"\n")
+    client = RecordingClient()
+    replies = _calls(("read_file", {"path": "huge.txt"}))
+    async with spawn_defect(env=script_env(tmp_path, replies), client=client) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        assert (await agent.prompt(sid, "read it")).stop_reason == "end_turn"
+        status = Path(f"/proc/{agent.process.pid}/status").read_text()
+        peak_kib = int(next(x for x in status.splitlines() if x.startswith("VmHWM")).split()[1])
+        assert peak_kib < 200 * 1024, f"peak RSS {peak_kib} KiB"
+    ((is_error, text),) = _results(tmp_path)
+    assert not is_error
+    assert text.startswith("     1\t" + "x" * 100)
+    assert "chars cut]" in text
+
+
+async def test_a_symlink_flipped_during_reads_and_writes_never_leaves_the_workspace(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "work"
+    (work / "inside").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f.txt").write_text("SECRET\n")
+    (work / "inside" / "f.txt").write_text("inside\n")
+    link = work / "link"
+    link.symlink_to(work / "inside")
+    stop = threading.Event()
+
+    def flip() -> None:
+        targets = [outside, work / "inside"]
+        i = 0
+        while not stop.is_set():
+            tmp = work / f".flip{i % 2}"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(targets[i % 2])
+            os.replace(tmp, link)
+            i += 1
+
+    calls: list[tuple[str, dict[str, Any]]] = []
+    for n in range(40):
+        calls.append(("read_file", {"path": "link/f.txt"}))
+        calls.append(("write_file", {"path": "link/f.txt", "content": f"write {n}\n"}))
+    flipper = threading.Thread(target=flip, daemon=True)
+    flipper.start()
+    try:
+        await _run(tmp_path, work, _calls(*calls), mode="yolo")
+    finally:
+        stop.set()
+        flipper.join()
+    assert (outside / "f.txt").read_text() == "SECRET\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["f.txt"]
+    results = _results(tmp_path)
+    assert len(results) == 80
+    assert not any("SECRET" in text for _, text in results)
+    # Some calls went through (the link pointed inside), the others were refused.
+    assert any(not err for err, _ in results)
+
+
+@pytest.mark.parametrize("delegated", [False, True], ids=["local", "editor-fs"])
+async def test_a_hard_link_to_a_file_outside_is_never_written_through(
+    tmp_path: Path, delegated: bool
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("outside\n")
+    os.link(outside, work / "linked.txt")
+    replies = _calls(("write_file", {"path": "linked.txt", "content": "new\n"}))
+    caps = {"fs": True} if delegated else {}
+    await _run(tmp_path, work, replies, mode="yolo", **caps)
+    assert outside.read_text() == "outside\n"
+    ((is_error, text),) = _results(tmp_path)
+    if delegated:
+        # The editor writes in place: refused before it is asked.
+        assert is_error and "has 2 hard links" in text
+        assert (work / "linked.txt").read_text() == "outside\n"
+    else:
+        # Locally the write replaces the name with a new file; the link keeps the old one.
+        assert not is_error
+        assert (work / "linked.txt").read_text() == "new\n"
+
+
+async def test_a_read_only_file_is_not_replaced(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    target = work / "locked.txt"
+    target.write_text("keep\n")
+    target.chmod(0o444)
+    replies = _calls(
+        ("write_file", {"path": "locked.txt", "content": "new\n"}),
+        ("edit_file", {"path": "locked.txt", "old_string": "keep", "new_string": "x"}),
+    )
+    await _run(tmp_path, work, replies, mode="yolo")
+    assert target.read_text() == "keep\n"
+    assert [r for r in _results(tmp_path)] == [
+        (True, "locked.txt is read-only (mode 444); make it writable first if it should change"),
+    ] * 2
