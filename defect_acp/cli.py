@@ -11,8 +11,10 @@ Invariants:
   (`defect_acp.transcript`); it is a client, so it keeps stdout for its report.
 - Nothing heavy is imported before it is needed: `--help`/`--version` import no SDK, and
   `defect acp` imports the ACP SDK but no provider SDK (those load on the first prompt).
-- The process exits 0 when stdin closes or on SIGTERM/SIGINT, after closing its sessions
-  (running turns cancelled, child processes killed).
+- The process exits 0 when stdin closes or on SIGTERM/SIGINT, after closing its sessions:
+  running turns are cancelled and committed as a cancel commits them, and their prompts are
+  answered `cancelled` (`defect_acp.server.serve`); child processes are killed. A second
+  signal stops without waiting for that.
 """
 
 from __future__ import annotations
@@ -157,10 +159,18 @@ def _serve(
         core = DefaultAgentCore(settings, store=_open_store(), settings_for=settings_for)
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+
+        def on_signal() -> None:
+            # The first signal ends gracefully (running prompts answered `cancelled`, turns
+            # committed); a second one does not wait for that.
+            if stop.is_set() and task is not None:
+                task.cancel()
+            stop.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            if task is not None:
-                loop.add_signal_handler(sig, task.cancel)
-        await serve(core, protocol_fd, resume=resume)
+            loop.add_signal_handler(sig, on_signal)
+        await serve(core, protocol_fd, resume=resume, stop=stop)
 
     # Everything imported so far lives as long as the process: keep it out of the cyclic
     # collector's way, so a full collection (e.g. while loading a long session) stays short.

@@ -52,6 +52,9 @@ from defect_core.session import (
 log = get_logger("defect.acp")
 
 SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
+SHUTDOWN_GRACE_SECONDS = 1.5
+"""On SIGTERM, requests already received get this long to be answered (running turns are
+cancelled first, so a prompt answers `cancelled` in a fraction of it)."""
 
 
 def to_request_error(err: AgentError) -> RequestError:
@@ -482,6 +485,13 @@ class DefectAgent:
             ),
         )
 
+    def cancel_turns(self) -> None:
+        """Cancel every running turn (the process is ending): each prompt answers `cancelled`."""
+        for session_id in list(self._pumps):
+            session = self._core.session(session_id)
+            if session is not None:
+                session.cancel_turn()
+
     async def shutdown(self) -> None:
         for pump in list(self._pumps.values()):
             await pump.stop()
@@ -520,13 +530,27 @@ def _mcp_specs(servers: list[Any] | None) -> tuple[McpServerSpec, ...]:
     return tuple(specs)
 
 
-async def serve(core: AgentCore, protocol_fd: int, *, resume: str | None = None) -> None:
-    """Serve ACP on stdin and `protocol_fd` until stdin closes."""
+async def serve(
+    core: AgentCore,
+    protocol_fd: int,
+    *,
+    resume: str | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve ACP on stdin and `protocol_fd` until stdin closes or `stop` is set (SIGTERM).
+
+    Either end is graceful and bounded: running turns are cancelled, requests already received
+    are answered — a running `session/prompt` with `cancelled`, its partial turn committed as
+    any cancel commits it — within `SHUTDOWN_GRACE_SECONDS`, then every session is closed."""
     agent = DefectAgent(core, resume=resume)
     reader = await open_stdin_reader()
     writer = await LineWriter(protocol_fd).open()
     transport = StdioTransport(
-        reader, writer, on_response=agent.on_response, on_cancel_request=agent.on_cancel_request
+        reader,
+        writer,
+        on_response=agent.on_response,
+        on_cancel_request=agent.on_cancel_request,
+        on_eof=agent.cancel_turns,
     )
     conn = AgentSideConnection(
         agent,  # type: ignore[arg-type]
@@ -535,9 +559,25 @@ async def serve(core: AgentCore, protocol_fd: int, *, resume: str | None = None)
         use_unstable_protocol=True,
     )
     _add_routes(conn, agent)
+    listening = asyncio.ensure_future(conn.listen())
+    stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
     try:
-        await conn.listen()
+        await asyncio.wait(
+            [t for t in (listening, stopping) if t is not None],
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if listening.done():
+            listening.result()  # the input ended (after `on_eof` and the answers), or it failed
+        else:
+            log.info("shutdown_requested")
+            agent.cancel_turns()
+            await transport.wait_answered(SHUTDOWN_GRACE_SECONDS)
     finally:
+        for task in (listening, stopping):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await agent.shutdown()
         with contextlib.suppress(Exception):
             await conn.close()

@@ -10,6 +10,9 @@ session store that cannot be used.
 - The same, exhaustively and in process: one turn of the runner (model chunks, tool calls that
   run, fail, ask, are unknown) cancelled at each of its points in turn — every publish, commit,
   streamed chunk, permission answer and tool step — until a run passes them all.
+- Shutdown: stdin closed or SIGTERM while the model streams or while a `sleep 30` runs: the
+  prompt is answered `cancelled`, the store holds the turn as a cancel commits it, the command
+  is killed and the process exits 0.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import sqlite3
 from collections import Counter
 from collections.abc import AsyncGenerator
@@ -28,6 +32,7 @@ from typing import Any, ClassVar
 import anyio
 import anyio.lowlevel
 import pytest
+from acp import schema as s
 
 from defect_core.events import PermissionRequested, ToolCallStarted, ToolCallUpdated
 from defect_core.history import VecHistory
@@ -45,8 +50,8 @@ from defect_core.tools.base import (
     ToolOutput,
     ToolRegistry,
 )
-from defect_core.turn import TurnConfig, TurnRunner
-from tests.support.acp_harness import Agent, agent_env, spawn_defect
+from defect_core.turn import CANCELLED_RESULT_TEXT, TurnConfig, TurnRunner
+from tests.support.acp_harness import Agent, RecordingClient, agent_env, script_env, spawn_defect
 from tests.support.fake_provider import DEFAULT_API_KEY, FakeProvider, Reply
 from tests.support.wire_validator import validate_request
 
@@ -450,3 +455,132 @@ async def test_a_turn_cancelled_at_any_point_ends_every_call_once_and_stays_wire
             break  # the turn ran to its end: every point was tried
         target += 1
     assert target > 40, "the turn should pass many points"
+
+
+# --- shutdown in the middle of a turn ------------------------------------------------------
+
+
+def stored_tool_calls(db: Path, session_id: str) -> dict[str, str]:
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        rows = conn.execute(
+            "SELECT tool_call_id, status FROM tool_calls WHERE session_id = ?", (session_id,)
+        ).fetchall()
+    return dict(rows)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("how", ["stdin EOF", "SIGTERM"])
+@pytest.mark.parametrize("during", ["model stream", "running tool"])
+async def test_shutdown_mid_turn_answers_the_prompt_commits_the_turn_and_exits(
+    tmp_path: Path, how: str, during: str
+) -> None:
+    pid_file = tmp_path / "command.pid"
+    if during == "model stream":
+        replies = [{"text": " ".join(f"word{i}" for i in range(300)), "chunk_delay_ms": 50}]
+    else:
+        command = f"echo $$ > {pid_file}; exec sleep 30"
+        replies = [
+            {"text": "Running it.", "tool_calls": [{"name": "bash", "input": {"command": command}}]}
+        ]
+    work = tmp_path / "work"
+    work.mkdir()
+    env = script_env(tmp_path, replies)
+    async with spawn_defect(env=env) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        await agent.conn.set_session_mode(session_id=sid, mode_id="yolo")
+        turn = asyncio.create_task(agent.prompt(sid, "go"))
+        if during == "model stream":
+            await agent.client.wait_for(lambda: "agent_message_chunk" in agent.client.kinds(sid))
+        else:
+            async with asyncio.timeout(TIMEOUT):
+                while not (pid_file.exists() and pid_file.read_text().strip()):
+                    await asyncio.sleep(0.02)
+        if how == "SIGTERM":
+            agent.process.send_signal(signal.SIGTERM)
+        else:
+            assert agent.process.stdin is not None
+            agent.process.stdin.close()
+        # Generous bounds: a healthy agent answers and is gone well within 2 s.
+        response = await asyncio.wait_for(turn, 5)
+        assert response.stop_reason == "cancelled"
+        assert await asyncio.wait_for(agent.process.wait(), 5) == 0
+        finals = check_turns_on_the_wire(agent, {sid})
+        agent.assert_schema_clean()
+
+    log = stored_messages(tmp_path / "state" / "sessions.sqlite3", sid)
+    assert log[0] == {"role": "user", "content": [{"type": "text", "text": "go"}]}
+    if during == "model stream":
+        assert len(log) == 1, "a cut stream never becomes history"
+        assert finals == Counter()
+        return
+    assert [m["role"] for m in log] == ["user", "assistant", "user"]
+    assert check_every_tool_use_has_one_result(log) == 1
+    (result,) = blocks_of(log[2], "tool_result")
+    assert result["is_error"] is True and result["content"] == CANCELLED_RESULT_TEXT
+    assert list(stored_tool_calls(tmp_path / "state" / "sessions.sqlite3", sid).values()) == [
+        "failed"
+    ]
+    assert finals == Counter({"failed": 1})
+    assert not alive(int(pid_file.read_text())), "the command was killed with the turn"
+
+
+class ShellTerminalClient(RecordingClient):
+    """An editor whose terminals run the command line through a shell, as Zed's do."""
+
+    async def create_terminal(
+        self,
+        command: str,
+        session_id: str,
+        args: list[str] | None = None,
+        cwd: str | None = None,
+        env: Any = None,
+        output_byte_limit: int | None = None,
+        **kwargs: Any,
+    ) -> s.CreateTerminalResponse:
+        self.reverse_calls.append(("terminal/create", {"command": command, "cwd": cwd}))
+        proc = await asyncio.create_subprocess_shell(
+            command, cwd=cwd, stdout=asyncio.subprocess.PIPE, start_new_session=True
+        )
+        terminal_id = f"term_{len(self.terminals) + 1}"
+        self.terminals[terminal_id] = proc
+        return s.CreateTerminalResponse(terminal_id=terminal_id)
+
+
+async def test_stdin_eof_while_the_editor_runs_the_command_still_answers_and_exits(
+    tmp_path: Path,
+) -> None:
+    """The editor closed its side: its answer to our terminal/kill can never come, so the
+    cancel must not wait for it."""
+    replies = [{"tool_calls": [{"name": "bash", "input": {"command": "sleep 30"}}]}]
+    work = tmp_path / "work"
+    work.mkdir()
+    client = ShellTerminalClient()
+    async with spawn_defect(env=script_env(tmp_path, replies), client=client) as agent:
+        await agent.initialize(terminal=True)
+        sid = await agent.new_session(work)
+        await agent.conn.set_session_mode(session_id=sid, mode_id="yolo")
+        turn = asyncio.create_task(agent.prompt(sid, "go"))
+        await client.wait_for(
+            lambda: any(m == "terminal/wait_for_exit" for m, _ in client.reverse_calls)
+        )
+        assert agent.process.stdin is not None
+        agent.process.stdin.close()
+        response = await asyncio.wait_for(turn, 5)
+        assert response.stop_reason == "cancelled"
+        assert await asyncio.wait_for(agent.process.wait(), 5) == 0
+        assert check_turns_on_the_wire(agent, {sid}) == Counter({"failed": 1})
+        agent.assert_schema_clean()
+    for proc in client.terminals.values():  # the editor's command, killed by the harness
+        await proc.wait()
+    log = stored_messages(tmp_path / "state" / "sessions.sqlite3", sid)
+    assert [m["role"] for m in log] == ["user", "assistant", "user"]
+    (result,) = blocks_of(log[2], "tool_result")
+    assert result["content"] == CANCELLED_RESULT_TEXT
