@@ -128,19 +128,21 @@ def run_acp(args: argparse.Namespace) -> int:
     return _serve(settings, settings_for, protocol_fd, args.resume)
 
 
-def _open_store() -> AsyncStore | None:
-    """The session store; without one (unusable database) sessions still work, unsaved."""
+def _open_store() -> tuple[AsyncStore | None, str | None]:
+    """The session store, or None and why it cannot be used (a read-only or full disk, a
+    damaged or locked database). Sessions then still work, unsaved: the core tells the client
+    (no `loadSession`, a warning in each new session) or refuses them (`require_persistence`)."""
     from defect_core.log import get_logger
     from defect_core.session import StorageError
     from defect_core.store import AsyncStore, SqliteStore
 
     try:
-        return AsyncStore(SqliteStore())
+        return AsyncStore(SqliteStore()), None
     except (StorageError, OSError) as exc:
         get_logger("defect.cli").error(
             "session_store_unavailable", error=str(exc), effect="sessions will not be saved"
         )
-        return None
+        return None, str(exc)
 
 
 def _serve(
@@ -156,7 +158,10 @@ def _serve(
     from defect_core.agent import DefaultAgentCore
 
     async def main_task() -> None:
-        core = DefaultAgentCore(settings, store=_open_store(), settings_for=settings_for)
+        store, problem = _open_store()
+        core = DefaultAgentCore(
+            settings, store=store, store_problem=problem, settings_for=settings_for
+        )
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()

@@ -227,10 +227,13 @@ class DefectAgent:
             else max(SUPPORTED_PROTOCOL_VERSIONS)
         )
         transports = supported_transports()
+        # Loading, listing and resuming stored sessions only when sessions are saved: with an
+        # unusable store, nothing could be loaded after a restart (each new session says why).
+        saved = self._core.storage_problem is None
         response = s.InitializeResponse(
             protocol_version=version,
             agent_capabilities=s.AgentCapabilities(
-                load_session=True,
+                load_session=saved,
                 prompt_capabilities=s.PromptCapabilities(
                     image=True, audio=False, embedded_context=True
                 ),
@@ -238,8 +241,8 @@ class DefectAgent:
                     http="http" in transports, sse="sse" in transports
                 ),
                 session_capabilities=s.SessionCapabilities(
-                    list=s.SessionListCapabilities(),
-                    resume=s.SessionResumeCapabilities(),
+                    list=s.SessionListCapabilities() if saved else None,
+                    resume=s.SessionResumeCapabilities() if saved else None,
                     delete=s.SessionDeleteCapabilities(),
                 ),
             ),

@@ -75,7 +75,7 @@ from defect_core.providers.base import (
     ToolUseStarted,
     Usage,
 )
-from defect_core.session import StorageError, TurnFailed
+from defect_core.session import SessionNotFound, StorageError, TurnFailed
 from defect_core.tools.base import (
     Tool,
     ToolCallView,
@@ -323,7 +323,7 @@ class TurnRunner:
         turn never goes on past a message that is not saved, and the client is told why)."""
         try:
             await self._commit(message)
-        except StorageError as exc:
+        except (StorageError, SessionNotFound) as exc:  # not found: deleted by another process
             raise TurnFailed(
                 f"{exc} (the turn was stopped: its conversation could not be saved)",
                 {"kind": "storage", "retryable": True},

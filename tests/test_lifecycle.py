@@ -13,6 +13,12 @@ session store that cannot be used.
 - Shutdown: stdin closed or SIGTERM while the model streams or while a `sleep 30` runs: the
   prompt is answered `cancelled`, the store holds the turn as a cancel commits it, the command
   is killed and the process exits 0.
+- An unusable store — a state directory that cannot be created, a damaged database, a lock
+  held by another process, a full disk (`RLIMIT_FSIZE` on the agent makes writes fail as on a
+  full disk) — is told to the client: no `loadSession` when nothing can be saved, a warning in
+  each new session (or a refused `session/new` under `require_persistence`), an error naming
+  the reason on a prompt whose messages cannot be saved, a warning when only the replay
+  record of a tool call cannot; and the agent keeps serving.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import contextlib
 import json
 import os
 import random
+import resource
 import signal
 import sqlite3
 from collections import Counter
@@ -32,6 +39,7 @@ from typing import Any, ClassVar
 import anyio
 import anyio.lowlevel
 import pytest
+from acp import RequestError
 from acp import schema as s
 
 from defect_core.events import PermissionRequested, ToolCallStarted, ToolCallUpdated
@@ -584,3 +592,160 @@ async def test_stdin_eof_while_the_editor_runs_the_command_still_answers_and_exi
     assert [m["role"] for m in log] == ["user", "assistant", "user"]
     (result,) = blocks_of(log[2], "tool_result")
     assert result["content"] == CANCELLED_RESULT_TEXT
+
+
+# --- a session store that cannot be used ---------------------------------------------------
+
+NOT_SAVED = "This session is not being saved"
+
+
+async def stop_of(agent: Agent, session_id: str, text: str) -> str:
+    """The stop reason of one prompt (bounded: a turn that never ends fails the test)."""
+    response = await asyncio.wait_for(agent.prompt(session_id, text), TIMEOUT)
+    return str(response.stop_reason)
+
+
+async def open_unsaved(agent: Agent, work: Path) -> str:
+    """Initialize (loading not offered), open a session and wait for its warning."""
+    response = await agent.initialize()
+    caps = response.agent_capabilities
+    assert caps is not None and caps.load_session is False
+    assert caps.session_capabilities is not None
+    assert caps.session_capabilities.list is None and caps.session_capabilities.resume is None
+    sid = await agent.new_session(work)
+    await agent.client.wait_for(lambda: NOT_SAVED in agent.client.text(sid))
+    return sid
+
+
+async def test_a_state_directory_that_cannot_be_created_is_told_and_sessions_still_work(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    env = script_env(tmp_path, [{"text": "still here"}], DEFECT_STATE_DIR=str(blocker / "state"))
+    async with spawn_defect(env=env) as agent:
+        sid = await open_unsaved(agent, work)
+        warning = agent.client.text(sid)
+        assert "cannot create the state directory" in warning and str(blocker) in warning
+        assert await stop_of(agent, sid, "hello") == "end_turn"
+        assert agent.client.text(sid).endswith("still here")
+        assert "session_store_unavailable" in agent.stderr()
+        agent.assert_schema_clean()
+    assert blocker.read_text() == "not a directory\n"
+
+
+async def test_a_damaged_database_is_told_left_as_it_is_and_can_be_required(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    garbage = random.Random(7).randbytes(64 * 1024)
+    (state / "sessions.sqlite3").write_bytes(garbage)
+    work = tmp_path / "work"
+    work.mkdir()
+    async with spawn_defect(env=script_env(tmp_path, [{"text": "unsaved reply"}])) as agent:
+        sid = await open_unsaved(agent, work)
+        assert "damaged or not a defect database" in agent.client.text(sid)
+        assert await stop_of(agent, sid, "hello") == "end_turn"
+        # A project that cannot work unsaved says so; its session/new fails with the reason.
+        strict = tmp_path / "strict"
+        (strict / ".defect").mkdir(parents=True)
+        (strict / ".defect" / "config.toml").write_text("require_persistence = true\n")
+        with pytest.raises(RequestError) as refused:
+            await agent.new_session(strict)
+        assert refused.value.code == -32603
+        assert "require_persistence" in str(refused.value)
+        assert "damaged or not a defect database" in str(refused.value)
+        assert await stop_of(agent, sid, "still there?") == "end_turn"
+        agent.assert_schema_clean()
+    assert (state / "sessions.sqlite3").read_bytes() == garbage, "the file is left as it was"
+
+
+async def test_a_database_locked_mid_session_fails_that_prompt_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    env = script_env(tmp_path, [{"text": "one"}, {"text": "three"}])
+    db = tmp_path / "state" / "sessions.sqlite3"
+    async with spawn_defect(env=env) as agent:
+        response = await agent.initialize()
+        assert response.agent_capabilities is not None
+        assert response.agent_capabilities.load_session is True
+        sid = await agent.new_session(work)
+        assert await stop_of(agent, sid, "first") == "end_turn"
+        with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as holder:
+            holder.execute("BEGIN EXCLUSIVE")  # another process writing, for longer than 5 s
+            with pytest.raises(RequestError) as failed:
+                await asyncio.wait_for(agent.prompt(sid, "second"), TIMEOUT)
+            holder.execute("ROLLBACK")
+        assert failed.value.code == -32603
+        assert "locked by another process" in str(failed.value)
+        assert failed.value.data == {"kind": "storage", "retryable": True}
+        assert await stop_of(agent, sid, "third") == "end_turn"
+        agent.assert_schema_clean()
+    texts = [b["text"] for m in stored_messages(db, sid) for b in blocks_of(m, "text")]
+    assert texts == ["first", "one", "third", "three"]
+
+
+def wal_size(db: Path) -> int:
+    wal = db.with_name(db.name + "-wal")
+    return wal.stat().st_size if wal.exists() else 0
+
+
+async def test_a_full_disk_mid_session_fails_the_prompt_it_cannot_save_and_serving_goes_on(
+    tmp_path: Path,
+) -> None:
+    """RLIMIT_FSIZE on the agent: a write past the limit fails (EFBIG), as on a full disk."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = script_env(tmp_path, [{"text": "small reply"}], DEFECT_LOG_LEVEL="warning")
+    db = tmp_path / "state" / "sessions.sqlite3"
+    async with spawn_defect(env=env) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        limit = wal_size(db) + 96 * 1024  # room for small writes, not for 400 KB
+        resource.prlimit(agent.process.pid, resource.RLIMIT_FSIZE, (limit, limit))
+        with pytest.raises(RequestError) as failed:
+            await asyncio.wait_for(agent.prompt(sid, "big " * 100_000), TIMEOUT)
+        assert failed.value.code == -32603
+        assert "cannot save a message" in str(failed.value)
+        assert "the turn was stopped" in str(failed.value)
+        assert await stop_of(agent, sid, "small") == "end_turn"
+        assert agent.client.text(sid).endswith("small reply")
+        agent.assert_schema_clean()
+    log = stored_messages(db, sid)
+    assert [b["text"] for m in log for b in blocks_of(m, "text")] == ["small", "small reply"]
+
+
+async def test_tool_call_state_the_disk_cannot_hold_is_warned_about_and_the_turn_goes_on(
+    tmp_path: Path,
+) -> None:
+    """The message log takes the 150 KB edit; the tool call's replay record, holding it
+    twice, does not fit: the client is told, and the turn still ends normally."""
+    work = tmp_path / "work"
+    work.mkdir()
+    content = "x" * 150_000
+    replies = [
+        {"tool_calls": [{"name": "write_file", "input": {"path": "big.txt", "content": content}}]},
+        {"text": "written"},
+    ]
+    env = script_env(tmp_path, replies, DEFECT_LOG_LEVEL="warning")
+    db = tmp_path / "state" / "sessions.sqlite3"
+    async with spawn_defect(env=env) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        await agent.conn.set_session_mode(session_id=sid, mode_id="yolo")
+        limit = wal_size(db) + 260 * 1024  # the message (~160 KB) fits, not a second copy
+        resource.prlimit(agent.process.pid, resource.RLIMIT_FSIZE, (limit, limit))
+        assert await stop_of(agent, sid, "write it") == "end_turn"
+        assert "could not save this session's state" in agent.client.text(sid)
+        assert agent.client.text(sid).count("could not save") == 1, "told once"
+        assert check_turns_on_the_wire(agent, {sid}) == Counter({"completed": 1})
+        agent.assert_schema_clean()
+    assert (work / "big.txt").read_text() == content
+    log = stored_messages(db, sid)
+    assert [m["role"] for m in log] == ["user", "assistant", "user", "assistant"]
+    assert check_every_tool_use_has_one_result(log) == 1
