@@ -17,8 +17,10 @@ Invariants:
   for (then it serves as usual), an unusable stdin or a bad log level exits non-zero.
 - A broken configuration file never stops the process: sessions it applies to fail with
   its error (file, line, reason), so the editor can show it.
-- The process exits 0 when stdin closes or on SIGTERM/SIGINT, after closing its sessions
-  (running turns cancelled, child processes killed).
+- The process exits 0 when stdin closes or on SIGTERM/SIGINT, after closing its sessions:
+  running turns are cancelled and committed as a cancel commits them, and their prompts are
+  answered `cancelled` (`defect_acp.server.serve`); child processes are killed. A second
+  signal stops without waiting for that.
 """
 
 from __future__ import annotations
@@ -184,19 +186,21 @@ def run_acp(args: argparse.Namespace) -> int:
     return _serve(settings, settings_for, protocol_fd, args.resume)
 
 
-def _open_store() -> AsyncStore | None:
-    """The session store; without one (unusable database) sessions still work, unsaved."""
+def _open_store() -> tuple[AsyncStore | None, str | None]:
+    """The session store, or None and why it cannot be used (a read-only or full disk, a
+    damaged or locked database). Sessions then still work, unsaved: the core tells the client
+    (no `loadSession`, a warning in each new session) or refuses them (`require_persistence`)."""
     from defect_core.log import get_logger
     from defect_core.session import StorageError
     from defect_core.store import AsyncStore, SqliteStore
 
     try:
-        return AsyncStore(SqliteStore())
+        return AsyncStore(SqliteStore()), None
     except (StorageError, OSError) as exc:
         get_logger("defect.cli").error(
             "session_store_unavailable", error=str(exc), effect="sessions will not be saved"
         )
-        return None
+        return None, str(exc)
 
 
 def _serve(
@@ -212,13 +216,30 @@ def _serve(
     from defect_core.agent import DefaultAgentCore
 
     async def main_task() -> None:
-        core = DefaultAgentCore(settings, store=_open_store(), settings_for=settings_for)
+        store, problem = _open_store()
+        core = DefaultAgentCore(
+            settings, store=store, store_problem=problem, settings_for=settings_for
+        )
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+
+        def on_signal() -> None:
+            # The first signal ends gracefully (running prompts answered `cancelled`, turns
+            # committed); a second one does not wait for that.
+            if stop.is_set() and task is not None:
+                task.cancel()
+            stop.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            if task is not None:
-                loop.add_signal_handler(sig, task.cancel)
-        await serve(core, protocol_fd, resume=resume, terminal_shell=settings.terminal_shell)
+            loop.add_signal_handler(sig, on_signal)
+        await serve(
+            core,
+            protocol_fd,
+            resume=resume,
+            stop=stop,
+            terminal_shell=settings.terminal_shell,
+        )
 
     # Everything imported so far lives as long as the process: keep it out of the cyclic
     # collector's way, so a full collection (e.g. while loading a long session) stays short.

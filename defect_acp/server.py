@@ -53,6 +53,9 @@ from defect_core.tools.backends import LocalFsBackend
 log = get_logger("defect.acp")
 
 SUPPORTED_PROTOCOL_VERSIONS = (PROTOCOL_VERSION,)
+SHUTDOWN_GRACE_SECONDS = 1.5
+"""On SIGTERM, requests already received get this long to be answered (running turns are
+cancelled first, so a prompt answers `cancelled` in a fraction of it)."""
 
 
 def to_request_error(err: AgentError) -> RequestError:
@@ -229,10 +232,13 @@ class DefectAgent:
             else max(SUPPORTED_PROTOCOL_VERSIONS)
         )
         transports = supported_transports()
+        # Loading, listing and resuming stored sessions only when sessions are saved: with an
+        # unusable store, nothing could be loaded after a restart (each new session says why).
+        saved = self._core.storage_problem is None
         response = s.InitializeResponse(
             protocol_version=version,
             agent_capabilities=s.AgentCapabilities(
-                load_session=True,
+                load_session=saved,
                 prompt_capabilities=s.PromptCapabilities(
                     image=True, audio=False, embedded_context=True
                 ),
@@ -240,8 +246,8 @@ class DefectAgent:
                     http="http" in transports, sse="sse" in transports
                 ),
                 session_capabilities=s.SessionCapabilities(
-                    list=s.SessionListCapabilities(),
-                    resume=s.SessionResumeCapabilities(),
+                    list=s.SessionListCapabilities() if saved else None,
+                    resume=s.SessionResumeCapabilities() if saved else None,
                     delete=s.SessionDeleteCapabilities(),
                 ),
             ),
@@ -494,6 +500,13 @@ class DefectAgent:
             ),
         )
 
+    def cancel_turns(self) -> None:
+        """Cancel every running turn (the process is ending): each prompt answers `cancelled`."""
+        for session_id in list(self._pumps):
+            session = self._core.session(session_id)
+            if session is not None:
+                session.cancel_turn()
+
     async def shutdown(self) -> None:
         for pump in list(self._pumps.values()):
             await pump.stop()
@@ -537,14 +550,23 @@ async def serve(
     protocol_fd: int,
     *,
     resume: str | None = None,
+    stop: asyncio.Event | None = None,
     terminal_shell: str = "/bin/sh",
 ) -> None:
-    """Serve ACP on stdin and `protocol_fd` until stdin closes."""
+    """Serve ACP on stdin and `protocol_fd` until stdin closes or `stop` is set (SIGTERM).
+
+    Either end is graceful and bounded: running turns are cancelled, requests already received
+    are answered — a running `session/prompt` with `cancelled`, its partial turn committed as
+    any cancel commits it — within `SHUTDOWN_GRACE_SECONDS`, then every session is closed."""
     agent = DefectAgent(core, resume=resume, terminal_shell=terminal_shell)
     reader = await open_stdin_reader()
     writer = await LineWriter(protocol_fd).open()
     transport = StdioTransport(
-        reader, writer, on_response=agent.on_response, on_cancel_request=agent.on_cancel_request
+        reader,
+        writer,
+        on_response=agent.on_response,
+        on_cancel_request=agent.on_cancel_request,
+        on_eof=agent.cancel_turns,
     )
     conn = AgentSideConnection(
         agent,  # type: ignore[arg-type]
@@ -553,9 +575,25 @@ async def serve(
         use_unstable_protocol=True,
     )
     _add_routes(conn, agent)
+    listening = asyncio.ensure_future(conn.listen())
+    stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
     try:
-        await conn.listen()
+        await asyncio.wait(
+            [t for t in (listening, stopping) if t is not None],
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if listening.done():
+            listening.result()  # the input ended (after `on_eof` and the answers), or it failed
+        else:
+            log.info("shutdown_requested")
+            agent.cancel_turns()
+            await transport.wait_answered(SHUTDOWN_GRACE_SECONDS)
     finally:
+        for task in (listening, stopping):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await agent.shutdown()
         with contextlib.suppress(Exception):
             await conn.close()

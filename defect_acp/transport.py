@@ -5,9 +5,12 @@ the protocol descriptor, and what the SDK's own stdio transport does not do:
 - a line that is not JSON is answered with -32700 (id null); an object that is not a
   JSON-RPC 2.0 request, notification or response is answered with -32600; the connection
   keeps serving either way (the SDK drops such lines silently);
-- when stdin closes, requests already received are answered (within a grace period)
-  before the connection ends;
+- when stdin closes, `on_eof` runs first (the agent cancels its running turns), then
+  requests already received are answered (within a grace period) before the connection
+  ends; `wait_answered` offers the same wait to a shutdown that is not an end of input;
 - `$/cancel_request` is handed to the agent (the SDK ignores it);
+- a request of ours the client can no longer answer (its input to us closed) fails at once
+  instead of waiting for ever: pending ones get an error response, new ones `ConnectionError`;
 - once a response has been written, `on_response(method, params, response)` runs, so the
   agent can send what must follow an answer (e.g. `available_commands_update` after
   `session/new` — a client ignores updates for a session it has not been told about yet).
@@ -30,10 +33,19 @@ log = get_logger("defect.acp.transport")
 
 ResponseHook = Callable[[str, Any, dict[str, Any]], Awaitable[None] | None]
 CancelHook = Callable[[Any, str | None, Any], None]
+EofHook = Callable[[], None]
 
 LINE_LIMIT = 50 * 1024 * 1024
-EOF_GRACE_SECONDS = 10.0
-"""When stdin closes, requests already received get this long to be answered."""
+EOF_GRACE_SECONDS = 1.5
+"""When stdin closes, requests already received get this long to be answered. Running turns
+are cancelled first (`on_eof`), so a prompt answers `cancelled` in a fraction of it; the bound
+is for a handler that hangs, so the process still ends soon after its input."""
+
+
+_NO_ANSWER: dict[str, Any] = {
+    "code": -32603,
+    "message": "the client closed the connection: no answer can come",
+}
 
 
 class StdioTransport:
@@ -46,6 +58,7 @@ class StdioTransport:
         *,
         on_response: ResponseHook | None = None,
         on_cancel_request: CancelHook | None = None,
+        on_eof: EofHook | None = None,
     ) -> None:
         self._reader = reader
         self._writer = writer
@@ -53,17 +66,27 @@ class StdioTransport:
         self._inflight: dict[Any, tuple[str, Any]] = {}
         self._on_response = on_response
         self._on_cancel_request = on_cancel_request
+        self._on_eof = on_eof
         self._closed = False
         self._answered = asyncio.Event()
+        self._awaiting: set[Any] = set()
+        """Ids of our requests to the client that it has not answered yet."""
+        self._input_ended = False
+        self._unanswerable: list[dict[str, Any]] = []
 
     # --- receiving --------------------------------------------------------------------------
 
     async def receive(self) -> dict[str, Any] | None:
         while True:
+            if self._unanswerable:
+                return self._unanswerable.pop()
+            if self._input_ended:
+                await self.wait_answered(EOF_GRACE_SECONDS)
+                return None
             line = await self._read_line()
             if line is None:
-                await self._drain_inflight()
-                return None
+                self._end_input()
+                continue
             text = line.strip()
             if not text:
                 continue
@@ -87,7 +110,24 @@ class StdioTransport:
                 continue
             if method is not None and "id" in message:
                 self._inflight[message["id"]] = (method, message.get("params"))
+            elif method is None:
+                self._awaiting.discard(message.get("id"))
             return dict(message)
+
+    def _end_input(self) -> None:
+        """The client closed our input: cancel running turns (`on_eof`), and fail our requests
+        it can no longer answer (an editor's terminal/kill must not hold a cancel for ever)."""
+        self._input_ended = True
+        if self._on_eof is not None:
+            try:
+                self._on_eof()
+            except Exception:
+                log.exception("eof_hook_failed")
+        self._unanswerable = [
+            {"jsonrpc": "2.0", "id": request_id, "error": _NO_ANSWER}
+            for request_id in self._awaiting
+        ]
+        self._awaiting.clear()
 
     async def _read_line(self) -> bytes | None:
         chunks: list[bytes] = []
@@ -105,18 +145,21 @@ class StdioTransport:
             data = b"".join(chunks)
             return data if data else None
 
-    async def _drain_inflight(self) -> None:
-        """At end of input, let requests already received be answered (bounded wait)."""
+    async def wait_answered(self, grace: float) -> bool:
+        """Wait until every request received so far is answered, at most `grace` seconds.
+        False (and a warning naming the methods) if some are still unanswered."""
         try:
-            async with asyncio.timeout(EOF_GRACE_SECONDS):
+            async with asyncio.timeout(grace):
                 while self._inflight:
                     self._answered.clear()
                     await self._answered.wait()
         except TimeoutError:
             log.warning(
-                "eof_with_unanswered_requests",
+                "shutdown_with_unanswered_requests",
                 methods=sorted({m for m, _ in self._inflight.values()}),
             )
+            return False
+        return True
 
     def _cancel_request(self, params: Any) -> None:
         request_id = params.get("requestId") if isinstance(params, dict) else None
@@ -127,6 +170,10 @@ class StdioTransport:
     # --- sending ----------------------------------------------------------------------------
 
     async def send(self, message: dict[str, Any]) -> None:
+        if "method" in message and "id" in message:
+            if self._input_ended:
+                raise ConnectionError(_NO_ANSWER["message"])
+            self._awaiting.add(message["id"])
         await self._write(message)
         if "method" not in message and "id" in message:
             entry = self._inflight.pop(message["id"], None)

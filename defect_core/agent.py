@@ -15,12 +15,16 @@ Invariants:
   transaction); tool-call states, title, mode, options and "always" answers are written as
   they change, so a session killed at any point loads as it was. The store keeps the truth:
   an orphan `tool_use` is stored as-is and only the outbound copy is repaired.
+- A store that fails is never silent: a message it cannot save stops the turn with the reason
+  (the turn runner), replay state it cannot save is a warning to the user (`_save_state`),
+  and without a usable store each new session opens with a warning saying so — or is refused
+  under `require_persistence`. Every turn that started ends with `TurnEnded`/`TurnFailed`.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,7 @@ from defect_core.events import (
     ConfigChanged,
     EventBus,
     ModeChanged,
+    Notice,
     PermissionRequested,
     TitleChanged,
     ToolCallStarted,
@@ -58,6 +63,7 @@ from defect_core.prompt import build_system_prompt
 from defect_core.providers.base import LlmProvider
 from defect_core.providers.registry import build_provider
 from defect_core.session import (
+    AgentError,
     Backends,
     ConfigOption,
     DuplicateSessionId,
@@ -68,6 +74,7 @@ from defect_core.session import (
     SessionNotFound,
     SessionPage,
     SessionSummary,
+    StorageError,
     ToolCallSnapshot,
     TurnFailed,
     TurnInProgress,
@@ -119,8 +126,12 @@ class DefaultSession:
         stored: StoredSession | None = None,
         mcp: McpHub | None = None,
         mcp_servers: tuple[McpServerSpec, ...] = (),
+        unsaved_reason: str | None = None,
     ) -> None:
         self._id = session_id
+        self._unsaved_reason = unsaved_reason
+        """Why this session is not saved, for the user (None: saved, or a library's choice)."""
+        self._store_failing = False
         self._mcp = mcp
         self._mcp_servers = mcp_servers
         self._cwd = cwd
@@ -255,12 +266,7 @@ class DefaultSession:
             result: TurnResult | None = None
             with anyio.CancelScope() as scope:
                 self._scope = scope
-                try:
-                    result = await runner.run(prompt, self._turn_config())
-                except TurnFailed as err:
-                    with anyio.CancelScope(shield=True):
-                        await self._bus.publish(TurnFailedEvent(turn, str(err), err.data))
-                    raise
+                result = await runner.run(prompt, self._turn_config())
             stop: TurnStopReason = "cancelled" if result is None else result.stop_reason
             usage = {}
             if result is not None:
@@ -274,6 +280,13 @@ class DefaultSession:
             with anyio.CancelScope(shield=True):
                 await self._bus.publish(TurnEnded(turn, stop, usage))
             return stop
+        except AgentError as err:
+            # However the turn stopped, it ends with an event: a front end that waits for a
+            # turn's last update (the ACP bridge) must never wait for ever.
+            data = err.data if isinstance(err, TurnFailed) else {}
+            with anyio.CancelScope(shield=True):
+                await self._bus.publish(TurnFailedEvent(turn, str(err), data))
+            raise
         finally:
             self._title_prompt = None
             self._scope = None
@@ -381,14 +394,29 @@ class DefaultSession:
         if record is not None:
             self._tool_calls[record.tool_call_id] = record
             if self._store is not None:
-                with anyio.CancelScope(shield=True):
-                    await self._store.upsert_tool_call(record)
+                await self._save_state(self._store.upsert_tool_call(record))
         await self._bus.publish(event)
 
     async def _persist(self, **fields: Any) -> None:
         if self._store is not None:
+            await self._save_state(self._store.update(self._id, **fields))
+
+    async def _save_state(self, write: Awaitable[Any]) -> None:
+        """Write what a replay shows (tool-call states, title, mode, options, "always"
+        answers). A store that fails here does not stop the session — what the model sees is
+        the message log, whose failures stop the turn — but the user is told, once until a
+        write works again."""
+        try:
             with anyio.CancelScope(shield=True):
-                await self._store.update(self._id, **fields)
+                await write
+        except (StorageError, SessionNotFound) as exc:
+            log.warning("store_write_failed", session_id=self._id, error=str(exc))
+            if not self._store_failing:
+                self._store_failing = True
+                text = f"defect could not save this session's state: {exc}"
+                await self._bus.publish(Notice(text, level="warning"))
+            return
+        self._store_failing = False
 
     async def _maybe_title(self, prompt: list[ContentBlock]) -> None:
         if self._title is not None:
@@ -521,9 +549,17 @@ class DefaultSession:
         return SLASH_COMMANDS
 
     def notices(self) -> tuple[str, ...]:
-        """What the user should read when the session opens (MCP servers that failed)."""
+        """What the user should read when the session opens (no saving, failed MCP servers)."""
+        notices: list[str] = []
+        if self._unsaved_reason is not None:
+            notices.append(
+                f"This session is not being saved, so it will be lost when defect exits: "
+                f"{self._unsaved_reason}"
+            )
         notice = self._mcp.failure_notice() if self._mcp is not None else None
-        return (notice,) if notice else ()
+        if notice:
+            notices.append(notice)
+        return tuple(notices)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -563,9 +599,11 @@ class DefaultAgentCore:
         tools: Callable[[], Iterable[Tool]] | None = None,
         provider: LlmProvider | None = None,
         store: AsyncStore | None = None,
+        store_problem: str | None = None,
         settings_for: Callable[[Path], Settings] | None = None,
     ) -> None:
         self._settings = settings
+        self._store_problem = store_problem
         self._settings_for = settings_for
         self._tools_factory = tools or default_tools
         self._provider = provider
@@ -581,6 +619,13 @@ class DefaultAgentCore:
     @property
     def store(self) -> AsyncStore | None:
         return self._store
+
+    @property
+    def storage_problem(self) -> str | None:
+        """Why sessions are not saved (None when they are)."""
+        if self._store is not None:
+            return None
+        return self._store_problem or "no session store is configured"
 
     def provider(self, settings: Settings | None = None) -> LlmProvider:
         """The provider for `settings` (default: the process's), built once per shape."""
@@ -618,6 +663,13 @@ class DefaultAgentCore:
         ):
             raise DuplicateSessionId(f"session id already in use: {session_id}")
         settings = self._session_settings(cwd)
+        if self._store is None and self._store_problem is not None:
+            if settings.require_persistence:
+                raise StorageError(
+                    f"sessions cannot be saved ({self._store_problem}), and the configuration "
+                    "sets require_persistence"
+                )
+            log.warning("session_not_saved", session_id=session_id, reason=self._store_problem)
         hub = await self._connect_mcp(cwd, mcp_servers, settings)
         try:
             session = DefaultSession(
@@ -630,6 +682,7 @@ class DefaultAgentCore:
                 store=self._store,
                 mcp=hub,
                 mcp_servers=mcp_servers,
+                unsaved_reason=self._store_problem if self._store is None else None,
             )
             if self._store is not None:
                 await self._store.create(session.record())

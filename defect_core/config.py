@@ -27,6 +27,7 @@ Keys (every one optional; tables merge key by key across layers):
     connect_timeout = 10.0            # seconds to open a connection
     allow_read_outside = false        # may tools read files outside the workspace
     terminal_shell = "/bin/sh"        # the editor's terminal runs commands as SHELL -c LINE
+    require_persistence = false       # refuse new sessions when they cannot be saved
     script_path = "replies.json"      # the offline model's script (relative to the file)
 
     [anthropic]
@@ -129,6 +130,9 @@ class Settings:
     reasoning_effort: str = "medium"
     """`off`, `low`, `medium`, `high`: maps to a thinking budget where the model supports it."""
     allow_read_outside: bool = False
+    require_persistence: bool = False
+    """Refuse `session/new` when the session store cannot be used, instead of running the
+    session unsaved (with a warning)."""
     script_path: str | None = None
     """The offline model's script (`DEFECT_SCRIPT`)."""
     base_url: str | None = None
@@ -271,6 +275,7 @@ _TOP: dict[str, tuple[str, Check]] = {
     "read_timeout": ("read_timeout", _number(positive=True)),
     "connect_timeout": ("connect_timeout", _number(positive=True)),
     "allow_read_outside": ("allow_read_outside", _bool),
+    "require_persistence": ("require_persistence", _bool),
     "script_path": ("script_path", _string),
     "terminal_shell": ("terminal_shell", _string),
 }

@@ -222,6 +222,12 @@ class Session(Protocol):
 
 
 class AgentCore(Protocol):
+    @property
+    def storage_problem(self) -> str | None:
+        """Why sessions are not saved, so nothing can be loaded after a restart (None when
+        they are saved): a front end must not offer loading then, and tells the user."""
+        ...
+
     async def create_session(
         self,
         session_id: str,

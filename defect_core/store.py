@@ -25,8 +25,9 @@ Invariants:
   blocks into the source of truth).
 - Faults are per call and never destroy data. Every sqlite error becomes a `StorageError` whose
   text says what could not be done and why (disk full, locked by another process, damaged file,
-  newer schema); a write that fails is rolled back whole; a row that cannot be parsed fails the
-  load of its own session only, names the session and the row, and is left untouched on disk.
+  newer schema, a state directory that cannot be created); a write that fails is rolled back
+  whole; a row that cannot be parsed fails the load of its own session only, names the session
+  and the row, and is left untouched on disk.
 - Schema changes go through `MIGRATIONS` (`PRAGMA user_version` = how many were applied), each
   in its own transaction. A database from a newer defect is refused, never "downgraded".
 - Two processes may share one database: WAL lets readers run beside a writer, every write is a
@@ -496,7 +497,13 @@ class SqliteStore:
             raise ValueError(f"unknown synchronous level {level!r} (FULL or NORMAL)")
         self.synchronous = level
         if not self.path.parent.exists():
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StorageError(
+                    f"cannot create the state directory {self.path.parent} "
+                    f"({exc.strerror or exc}); set DEFECT_STATE_DIR to a writable directory"
+                ) from exc
         fresh = not self.path.exists()
         what = "open the session database"
         try:

@@ -12,10 +12,15 @@ Invariants:
 - Only a `Completed` stream becomes history (docs/architecture.md, Integrity): a failed, cut or
   stalled
   stream leaves no assistant message and runs no tool. What was streamed stays shown.
-- Commits are shielded from cancellation: a cancel never leaves a half-written message. On
-  cancel, every announced tool call gets a final status, and the calls that did not finish
-  get an error result, so the results message is still committed whole (only a kill of the
-  process can leave an orphan `tool_use`, which the outbound repair handles).
+- Commits are shielded from cancellation: a cancel never leaves a half-written message.
+  Committing an assistant message and announcing its tool calls is one shielded step, and
+  from there each call is owed exactly one final status and one result: `_finish` sets the
+  result and reports the final `completed`/`failed` update as one step a cancel cannot split,
+  and on cancel the calls not finished get an error result, so the results message is still
+  committed whole, whatever moment the cancel lands at (only a kill of the process, or a
+  store that fails, can leave an orphan `tool_use`, which the outbound repair handles).
+- A message the store cannot save stops the turn with `TurnFailed` naming the reason
+  (`kind: storage`): the turn never goes on past a message that is not durable.
 - Retries (bounded, exponential backoff with jitter or the server's `retry-after`) happen only
   before any output of that attempt was forwarded; the backoff sleep is cancellable.
 - The runner knows no wire format and no front end: it speaks `LlmProvider`, `Tool` and
@@ -72,7 +77,7 @@ from defect_core.providers.base import (
     ToolUseStarted,
     Usage,
 )
-from defect_core.session import TurnFailed
+from defect_core.session import SessionNotFound, StorageError, TurnFailed
 from defect_core.tools.base import (
     Tool,
     ToolCallView,
@@ -125,8 +130,8 @@ class _Call:
     view: ToolCallView
     args: dict[str, Any]
     result: ToolResultBlock | None = None
+    """Set, with the final status reported, exactly once (`TurnRunner._finish`)."""
     approved: bool = False
-    finished: bool = False
 
 
 class TurnRunner:
@@ -163,7 +168,7 @@ class TurnRunner:
         result = TurnResult(stop_reason="end_turn")
         user_message = Message(role="user", content=tuple(prompt))
         with anyio.CancelScope(shield=True):
-            await self._commit(user_message)
+            await self._save(user_message)
             await self._publish(UserPromptCommitted(user_message))
 
         while True:
@@ -185,15 +190,20 @@ class TurnRunner:
                     role="assistant",
                     content=tuple(b for b in message.content if not isinstance(b, ToolUseBlock)),
                 )
-            if message.content:
-                with anyio.CancelScope(shield=True):
-                    await self._commit(message)
+            calls = [self._prepare(use) for use in message.tool_uses()]
+            # One shielded step: once the assistant message is history, each of its tool calls
+            # is announced and owes a result. `_run_tools` is entered with no suspension point
+            # in between, so a cancel lands inside its `try`, whose `finally` pays that debt.
+            with anyio.CancelScope(shield=True):
+                if message.content:
+                    await self._save(message)
                     await self._publish(MessageCommitted(message))
-            await self._publish(UsageReported(used=self._used(config), size=config.context_window))
-
-            uses = message.tool_uses()
-            if uses:
-                await self._run_tools(uses, config)
+                used = self._used(config)
+                await self._publish(UsageReported(used=used, size=config.context_window))
+                for call in calls:
+                    await self._announce(call)
+            if calls:
+                await self._run_tools(calls, config)
                 continue
             if completed.stop_reason == "pause_turn":
                 continue
@@ -308,23 +318,38 @@ class TurnRunner:
                     data["partialOutputShown"] = True
                 raise TurnFailed(err.message, data, auth=err.kind == "auth_required") from err
 
+    # --- commits ----------------------------------------------------------------------------
+
+    async def _save(self, message: Message) -> None:
+        """Commit `message`; a store that cannot take it stops the turn with the reason (the
+        turn never goes on past a message that is not saved, and the client is told why)."""
+        try:
+            await self._commit(message)
+        except (StorageError, SessionNotFound) as exc:  # not found: deleted by another process
+            raise TurnFailed(
+                f"{exc} (the turn was stopped: its conversation could not be saved)",
+                {"kind": "storage", "retryable": True},
+            ) from exc
+
     # --- tools ------------------------------------------------------------------------------
 
-    async def _run_tools(self, uses: list[ToolUseBlock], config: TurnConfig) -> None:
-        calls = [self._prepare(use) for use in uses]
+    async def _announce(self, call: _Call) -> None:
+        await self._publish(
+            ToolCallStarted(
+                tool_call_id=call.use.id,
+                name=call.use.name,
+                title=call.view.title,
+                kind=call.view.kind,
+                raw_input=call.use.input,
+                locations=call.view.locations,
+                content=call.view.content,
+            )
+        )
+
+    async def _run_tools(self, calls: list[_Call], config: TurnConfig) -> None:
+        """Decide and run announced calls; whatever happens, each ends with exactly one final
+        status and one result, and the results are committed as one message."""
         try:
-            for call in calls:
-                await self._publish(
-                    ToolCallStarted(
-                        tool_call_id=call.use.id,
-                        name=call.use.name,
-                        title=call.view.title,
-                        kind=call.view.kind,
-                        raw_input=call.use.input,
-                        locations=call.view.locations,
-                        content=call.view.content,
-                    )
-                )
             for call in calls:
                 await self._decide(call, config)
             async with anyio.create_task_group() as tg:
@@ -335,21 +360,26 @@ class TurnRunner:
             with anyio.CancelScope(shield=True):
                 for call in calls:
                     if call.result is None:
-                        call.result = _error_result(call.use.id, CANCELLED_RESULT_TEXT)
-                    if not call.finished:
-                        call.finished = True
-                        await self._publish(
+                        await self._finish(
+                            call,
+                            _error_result(call.use.id, CANCELLED_RESULT_TEXT),
                             ToolCallUpdated(
-                                call.use.id,
-                                status="failed",
-                                content=(TextDisplay("Cancelled."),),
-                            )
+                                call.use.id, status="failed", content=(TextDisplay("Cancelled."),)
+                            ),
                         )
                 results = Message(
                     role="user", content=tuple(c.result for c in calls if c.result is not None)
                 )
-                await self._commit(results)
+                await self._save(results)
                 await self._publish(MessageCommitted(results))
+
+    async def _finish(self, call: _Call, result: ToolResultBlock, final: ToolCallUpdated) -> None:
+        """Give `call` its result and report its final status, as one step a cancel cannot
+        split: the result and the update the client sees go together, so the `finally` of
+        `_run_tools` never leaves a call unreported nor reports one twice."""
+        call.result = result
+        with anyio.CancelScope(shield=True):
+            await self._publish(final)
 
     def _prepare(self, use: ToolUseBlock) -> _Call:
         tool = self._tools.get(use.name)
@@ -430,26 +460,24 @@ class TurnRunner:
                 "search more specifically."
             )
             content, output = text, ToolOutput(text, is_error=True, display=(TextDisplay(text),))
-        call.result = ToolResultBlock(
-            tool_use_id=call.use.id, content=content, is_error=output.is_error
-        )
-        display = output.display or (TextDisplay(_display_text(content)),)
-        call.finished = True
-        await self._publish(
+        # The tool has done its work: from here on a cancel changes nothing of its outcome.
+        await self._finish(
+            call,
+            ToolResultBlock(tool_use_id=call.use.id, content=content, is_error=output.is_error),
             ToolCallUpdated(
                 call.use.id,
                 status="failed" if output.is_error else "completed",
-                content=display,
+                content=output.display or (TextDisplay(_display_text(content)),),
                 locations=output.locations,
                 raw_output=output.raw_output,
-            )
+            ),
         )
 
     async def _fail(self, call: _Call, message: str) -> None:
-        call.result = _error_result(call.use.id, message)
-        call.finished = True
-        await self._publish(
-            ToolCallUpdated(call.use.id, status="failed", content=(TextDisplay(message),))
+        await self._finish(
+            call,
+            _error_result(call.use.id, message),
+            ToolCallUpdated(call.use.id, status="failed", content=(TextDisplay(message),)),
         )
 
 

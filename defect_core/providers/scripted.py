@@ -5,8 +5,10 @@ Owns `ScriptedProvider`, which answers model requests either from a script file
 `make run`: it looks around the workspace with the tools it is offered, writes a note when
 asked to, runs a command when asked to, streams slowly when asked to count, then answers.
 
-Script format (JSON): either a list of replies or `{"replies": [...]}`; one reply is used per
-model request, in order. A reply is an object with any of:
+Script format (JSON): either a list of replies or `{"replies": [...], "loop": false}`; one
+reply is used per model request, in order. With `"loop": true` the script starts over when it
+runs out (a long-running test or demo; leave tool call ids out then, so every call gets a fresh
+one). A reply is an object with any of:
 
     {"thinking": "…",                 # streamed as thinking, with a signature
      "text": "…",                     # streamed word by word
@@ -18,7 +20,8 @@ model request, in order. A reply is an object with any of:
      "error": {"message": "…", "kind": "overloaded", "retryable": true, "retry_after": 0.1,
                "after_chunks": 0}}    # fail (after that many chunks) instead of completing
 
-When the script runs out, every further request answers "(the script has no more replies)".
+When a script that does not loop runs out, every further request answers "(the script has no
+more replies)".
 
 Invariant: like every provider, a stream ends in exactly one `Completed` or raises
 `ProviderError`; tool inputs are streamed as JSON fragments before the call completes.
@@ -78,13 +81,15 @@ class ScriptError(ValueError):
 class ScriptedProvider:
     name = "scripted"
 
-    def __init__(self, script: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, script: list[dict[str, Any]] | None = None, *, loop: bool = False) -> None:
         self._script = list(script) if script is not None else None
+        self._loop = loop
         self._position = 0
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedProvider:
-        return cls(load_script(path))
+        replies, loop = load_script(path)
+        return cls(replies, loop=loop)
 
     def models(self) -> list[ModelInfo]:
         return list(OFFLINE_MODELS)
@@ -95,8 +100,8 @@ class ScriptedProvider:
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
         if self._script is None:
             reply = demo_reply(request)
-        elif self._position < len(self._script):
-            reply = self._script[self._position]
+        elif self._position < len(self._script) or (self._loop and self._script):
+            reply = self._script[self._position % len(self._script)]
             self._position += 1
         else:
             reply = {"text": EXHAUSTED_TEXT}
@@ -104,7 +109,8 @@ class ScriptedProvider:
             yield chunk
 
 
-def load_script(path: str | Path) -> list[dict[str, Any]]:
+def load_script(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
+    """The script's replies, and whether it loops."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -119,7 +125,10 @@ def load_script(path: str | Path) -> list[dict[str, Any]]:
             f"the offline model's script {path} must be a list of reply objects "
             'or {"replies": [...]}'
         )
-    return replies
+    loop = data.get("loop", False) if isinstance(data, dict) else False
+    if not isinstance(loop, bool):
+        raise ScriptError(f'the offline model\'s script {path}: "loop" must be true or false')
+    return replies, loop
 
 
 async def _play(reply: dict[str, Any], request: ModelRequest) -> AsyncIterator[StreamChunk]:
