@@ -1,12 +1,16 @@
 """Hostile input against the real `defect acp` process, over real stdio, in raw lines.
 
 Each test writes what a broken or malicious client could send - ids of the wrong type, nesting
-100,000 deep, 20 MB lines, bytes that are not UTF-8 - and checks the exact answer, then that
-the agent still serves: a new session takes a prompt to its end. Every line the agent writes
-is read as strict JSON in strict UTF-8 and checked against the ACP schema (`RawAgent`), so an
-answer that is not JSON, or a second line where one was due, fails the test.
+100,000 deep, 20 MB lines, bytes that are not UTF-8, lone surrogates, empty prompts, images
+and documents the model's API would refuse, params of the wrong type - and checks the exact
+answer, then that the agent still serves: a new session takes a prompt to its end. Every line
+the agent writes is read as strict JSON in strict UTF-8 and checked against the ACP schema
+(`RawAgent`), so an answer that is not JSON, or a second line where one was due, fails the
+test. What was refused must leave nothing in the store.
 
-The last tests cover the writer's fallback for an answer that is not JSON.
+The last tests cover the repair side: a session stored with an image the API refuses (as an
+older defect stored it) takes the next prompt against the strict fake API, which refuses that
+image the real API's way; and the writer's fallback for an answer that is not JSON.
 """
 
 from __future__ import annotations
@@ -22,11 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from defect_acp.transport import LINE_LIMIT, MAX_DEPTH, encode_message
-from tests.support.acp_harness import REPO, script_env
+from defect_core.model import ImageBlock, TextBlock, assistant, user
+from defect_core.providers.anthropic_wire import encode_messages
+from defect_core.store import SqliteStore
+from tests.support.acp_harness import REPO, agent_env, script_env, spawn_defect
 from tests.support.acp_schema import acp_schema
+from tests.support.fake_provider import DEFAULT_API_KEY, FakeProvider, Reply
+from tests.support.images import PNG_1X1, b64, gif, jpeg, png, webp_vp8l
+from tests.support.wire_validator import WireError, validate_request
 
 pytestmark = pytest.mark.anyio
 
@@ -259,7 +270,7 @@ async def test_huge_lines_and_many_keys_are_answered(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# 3. Invalid UTF-8
+# 3. Invalid UTF-8 and lone surrogates
 
 
 NOT_UTF8 = [
@@ -282,6 +293,354 @@ async def test_bytes_that_are_not_utf8_are_a_parse_error(tmp_path: Path) -> None
                 None, -32700, f"Parse error: the line is not UTF-8 (byte {shown} at {at})"
             )
         await agent.assert_serving(tmp_path)
+
+
+async def test_lone_surrogates_are_invalid_params_and_nothing_is_stored(tmp_path: Path) -> None:
+    async with raw_agent(tmp_path) as agent:
+        await agent.initialize()
+        answer = await agent.call("session/new", {"cwd": "/tmp/\ud800", "mcpServers": []}, 2)
+        assert answer == invalid_params(
+            2, "cwd: holds a lone surrogate (\\ud800), which is not text"
+        )
+        server = {
+            "name": "s",
+            "command": "/bin/true",
+            "args": [],
+            "env": [{"name": "K", "value": "\ud83d"}],
+        }
+        answer = await agent.call("session/new", {"cwd": str(tmp_path), "mcpServers": [server]}, 3)
+        assert answer == invalid_params(
+            3, "mcpServers[0].env[0].value: holds a lone surrogate (\\ud83d), which is not text"
+        )
+        info = {"name": "editor", "\udfff": 1}
+        answer = await agent.call("initialize", {"protocolVersion": 1, "clientInfo": info}, 4)
+        assert answer == invalid_params(
+            4, "a key in clientInfo: holds a lone surrogate (\\udfff), which is not text"
+        )
+        session_id = await agent.new_session(tmp_path)
+        poisoned = {"sessionId": session_id, "prompt": [{"type": "text", "text": "a\udc00b"}]}
+        answer = await agent.call("session/prompt", poisoned, 5)
+        assert answer == invalid_params(
+            5, "prompt[0].text: holds a lone surrogate (\\udc00), which is not text"
+        )
+        assert (await agent.prompt(session_id, "hello"))["result"]["stopReason"] == "end_turn"
+        await agent.assert_serving(tmp_path)
+
+    with SqliteStore(tmp_path / "state" / "sessions.sqlite3") as store:
+        assert len(store.list().sessions) == 2, "no session for a refused session/new"
+        stored = store.load(session_id).transcript
+    prompts = [m.text() for m in stored if m.role == "user"]
+    assert prompts == ["hello"], "the refused prompt left nothing in the store"
+
+
+# --------------------------------------------------------------------------------------------
+# 4. Empty prompts
+
+
+async def test_empty_prompts_are_answered_invalid_params(tmp_path: Path) -> None:
+    async with raw_agent(tmp_path) as agent:
+        await agent.initialize()
+        session_id = await agent.new_session(tmp_path)
+        answer = await agent.call("session/prompt", {"sessionId": session_id, "prompt": []}, 2)
+        assert answer == invalid_params(
+            2, "prompt: empty; a prompt needs at least one content block"
+        )
+        blanks = [{"type": "text", "text": ""}, {"type": "text", "text": " \n\t"}]
+        answer = await agent.call("session/prompt", {"sessionId": session_id, "prompt": blanks}, 3)
+        assert answer == invalid_params(3, "prompt: nothing to send (every text block is empty)")
+        assert (await agent.prompt(session_id, "hello"))["result"]["stopReason"] == "end_turn"
+        await agent.assert_serving(tmp_path)
+
+
+# --------------------------------------------------------------------------------------------
+# 5. Images and documents the model's API would refuse
+
+
+def image(mime: str, data: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "image", "mimeType": mime, "data": data, **extra}
+
+
+def blob(uri: str, mime: str, data: str) -> dict[str, Any]:
+    return {"type": "resource", "resource": {"uri": uri, "mimeType": mime, "blob": data}}
+
+
+OVER_5_MB = b64(png(10, 10)) + "A" * (5 * 1024 * 1024)
+REFUSED_BLOCKS = [
+    (image("image/png", "!!not base64!!"), "prompt[1] (image): not valid base64"),
+    (image("image/png", b64(b"\x00\x01 garbage bytes")), "prompt[1] (image): not a valid PNG"),
+    (
+        image("image/png", b64(jpeg(64, 64))),
+        "prompt[1] (image): not a valid PNG (the bytes are a JPEG)",
+    ),
+    (
+        image("image/webp", b64(gif(9, 9))),
+        "prompt[1] (image): not a valid WebP (the bytes are a GIF)",
+    ),
+    (
+        image("image/bmp", b64(b"BM" + bytes(60))),
+        "prompt[1] (image): type 'image/bmp' is not supported (PNG, JPEG, GIF or WebP)",
+    ),
+    (
+        image("image/png", b64(png(8001, 600))),
+        "prompt[1] (image): 8001x600 pixels, over the 8000-pixel limit",
+    ),
+    (
+        image("image/jpeg", b64(jpeg(300, 9000))),
+        "prompt[1] (image): 300x9000 pixels, over the 8000-pixel limit",
+    ),
+    (
+        image("image/webp", b64(webp_vp8l(16000, 10))),
+        "prompt[1] (image): 16000x10 pixels, over the 8000-pixel limit",
+    ),
+    (
+        image("image/png", OVER_5_MB),
+        f"prompt[1] (image): larger than 5 MB ({len(OVER_5_MB)} bytes of base64)",
+    ),
+    (image("image/png", "", uri="file:///home/me/a.png"), "prompt[1] (image): not an http(s) URL"),
+    (image("image/png", ""), "prompt[1] (image): no data and no uri"),
+    (
+        blob("file:///r.pdf", "application/pdf", "%%%"),
+        "prompt[1] (resource file:///r.pdf): not valid base64",
+    ),
+    (
+        blob("file:///r.pdf", "application/pdf", b64(b"<html>not a pdf")),
+        "prompt[1] (resource file:///r.pdf): not a valid PDF",
+    ),
+]
+
+
+async def test_images_and_documents_the_api_would_refuse_are_invalid_params(tmp_path: Path) -> None:
+    async with raw_agent(tmp_path) as agent:
+        await agent.initialize()
+        session_id = await agent.new_session(tmp_path)
+        for request_id, (block, problem) in enumerate(REFUSED_BLOCKS, start=10):
+            prompt = [{"type": "text", "text": "look"}, block]
+            params = {"sessionId": session_id, "prompt": prompt}
+            assert await agent.call("session/prompt", params, request_id) == invalid_params(
+                request_id, problem
+            )
+        accepted = [
+            {"type": "text", "text": "look"},
+            image("image/png", PNG_1X1),
+            blob("file:///r.pdf", "application/pdf", b64(b"%PDF-1.7\n%\xe2\xe3\n")),
+        ]
+        answer = await agent.call("session/prompt", {"sessionId": session_id, "prompt": accepted})
+        assert answer["result"]["stopReason"] == "end_turn"
+        await agent.assert_serving(tmp_path)
+
+    with SqliteStore(tmp_path / "state" / "sessions.sqlite3") as store:
+        stored = store.load(session_id).transcript
+    images = [b for m in stored for b in m.content if isinstance(b, ImageBlock)]
+    assert [i.data for i in images] == [PNG_1X1], "only the accepted prompt was stored"
+
+
+def anthropic_env(fake: FakeProvider, tmp_path: Path) -> dict[str, str]:
+    return agent_env(
+        DEFECT_PROVIDER="anthropic",
+        ANTHROPIC_BASE_URL=fake.url,
+        ANTHROPIC_API_KEY=DEFAULT_API_KEY,
+        DEFECT_REASONING_EFFORT="off",
+        DEFECT_STATE_DIR=str(tmp_path / "state"),
+    )
+
+
+async def test_a_stored_image_the_api_refuses_is_replaced_on_the_wire_only(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    env = anthropic_env(fake_provider, tmp_path)
+    async with spawn_defect(env=env) as agent:
+        await agent.initialize()
+        session_id = await agent.new_session(tmp_path)
+    # What an older defect stored: a JPEG labelled PNG, which the API refuses on every request.
+    poisoned = ImageBlock(media_type="image/png", data=b64(jpeg(32, 32)))
+    with SqliteStore(tmp_path / "state" / "sessions.sqlite3") as store:
+        store.append_message(session_id, user("what is in this picture?", poisoned))
+        store.append_message(session_id, assistant("A small picture."))
+    next_prompt = user("and now?")
+    with pytest.raises(WireError) as refused:  # the fake API refuses it as the real one does
+        history = [*store_transcript(tmp_path, session_id), next_prompt]
+        validate_request({"model": "m", "max_tokens": 1024, "messages": encode_messages(history)})
+    assert refused.value.message == (
+        "messages.0.content.1.image.source.base64.data: Image does not match the provided "
+        "media type image/png"
+    )
+
+    fake_provider.enqueue(Reply.text("Now it works."))
+    async with spawn_defect(env=env) as agent:
+        await agent.initialize()
+        await agent.conn.load_session(cwd=str(tmp_path), session_id=session_id, mcp_servers=[])
+        shown = [
+            u.content for _, u in agent.client.updates if u.session_update == "user_message_chunk"
+        ]
+        assert any(getattr(c, "data", None) == poisoned.data for c in shown), "replay shows it"
+        response = await agent.prompt(session_id, "and now?")
+        assert response.stop_reason == "end_turn"
+        agent.assert_schema_clean()
+    await anyio.to_thread.run_sync(fake_provider.wait_for_requests, len(fake_provider.requests))
+    record = fake_provider.requests[-1]
+    assert record.rejected is False, record.error_message
+    first = [
+        {k: v for k, v in block.items() if k != "cache_control"}
+        for block in record.body["messages"][0]["content"]
+    ]
+    assert first == [
+        {"type": "text", "text": "what is in this picture?"},
+        {"type": "text", "text": "[image removed: not a valid PNG (the bytes are a JPEG)]"},
+    ]
+    stored = store_transcript(tmp_path, session_id)
+    assert stored[0].content[1] == poisoned, "the store keeps the image; only the copy changed"
+    assert isinstance(stored[0].content[0], TextBlock)
+
+
+def store_transcript(tmp_path: Path, session_id: str) -> list[Any]:
+    with SqliteStore(tmp_path / "state" / "sessions.sqlite3") as store:
+        return list(store.load(session_id).transcript)
+
+
+# --------------------------------------------------------------------------------------------
+# 6. Params of the wrong type
+
+
+async def test_params_of_the_wrong_type_are_invalid_params_naming_the_field(tmp_path: Path) -> None:
+    cwd = str(tmp_path)
+    long_cwd = "/" + "a" * 100_000
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        (
+            "initialize",
+            {"protocolVersion": 1, "clientCapabilities": {"fs": "yes"}},
+            "clientCapabilities.fs: expected an object, got a string",
+        ),
+        (
+            "initialize",
+            {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": "yes"}}},
+            "clientCapabilities.fs.readTextFile: expected a boolean, got a string",
+        ),
+        (
+            "initialize",
+            {"protocolVersion": 1, "clientCapabilities": {"terminal": 1}},
+            "clientCapabilities.terminal: expected a boolean, got a number",
+        ),
+        (
+            "initialize",
+            {"protocolVersion": "1"},
+            "protocolVersion: expected an integer, got a string",
+        ),
+        (
+            "initialize",
+            {"protocolVersion": 70000},
+            "protocolVersion: 70000 is not a protocol version (0-65535)",
+        ),
+        (
+            "initialize",
+            {"protocolVersion": 1, "clientInfo": {"name": 5}},
+            "clientInfo.name: expected a string, got a number",
+        ),
+        ("session/new", {"cwd": cwd, "mcpServers": [{"bad": 1}]}, "mcpServers[0].name: required"),
+        (
+            "session/new",
+            {"cwd": cwd, "mcpServers": [{"name": "x"}]},
+            "mcpServers[0].command: required",
+        ),
+        (
+            "session/new",
+            {
+                "cwd": cwd,
+                "mcpServers": [{"name": "x", "command": "/bin/x", "args": "-v", "env": []}],
+            },
+            "mcpServers[0].args: expected an array, got a string",
+        ),
+        (
+            "session/new",
+            {
+                "cwd": cwd,
+                "mcpServers": [
+                    {"type": "http", "name": "x", "url": "http://h", "headers": [{"name": "a"}]}
+                ],
+            },
+            "mcpServers[0].headers[0].value: required",
+        ),
+        (
+            "session/new",
+            {"cwd": cwd, "mcpServers": [{"type": "acp", "name": "x"}]},
+            "mcpServers[0].type: 'acp' is not one of stdio, http, sse",
+        ),
+        (
+            "session/new",
+            {"cwd": cwd, "mcpServers": "none"},
+            "mcpServers: expected an array, got a string",
+        ),
+        ("session/new", {"cwd": cwd}, "mcpServers: required"),
+        (
+            "session/new",
+            {"cwd": long_cwd, "mcpServers": []},
+            "cwd: 100001 bytes long, over the 4096-byte limit of a path",
+        ),
+        (
+            "session/new",
+            {"cwd": "/tmp/" + "d" * 300, "mcpServers": []},
+            "cwd: a directory name of 300 bytes, over the 255 limit",
+        ),
+        (
+            "session/new",
+            {"cwd": "/tmp/a\x00b", "mcpServers": []},
+            "cwd: holds a NUL character, which no path can",
+        ),
+        (
+            "session/load",
+            {"cwd": cwd, "mcpServers": [], "sessionId": ["s"]},
+            "sessionId: expected a string, got an array",
+        ),
+        (
+            "session/set_mode",
+            {"sessionId": "s" * 5000, "modeId": "ask"},
+            "sessionId: 5000 characters, longer than any id (1024)",
+        ),
+        (
+            "session/prompt",
+            {"sessionId": "s", "prompt": [{"type": "video"}]},
+            "prompt[0].type: 'video' is not one of text, image, audio, resource_link, resource",
+        ),
+        (
+            "session/prompt",
+            {"sessionId": "s", "prompt": [{"type": "text", "text": None}]},
+            "prompt[0].text: required",
+        ),
+        # What the SDK's own models refuse comes back as one line too.
+        (
+            "session/prompt",
+            {"sessionId": "s", "prompt": [{"type": "audio"}]},
+            "prompt[0].audio.data: Field required (and 1 more)",
+        ),
+        ("session/list", [], "params: expected an object, got an array"),
+    ]
+    async with raw_agent(tmp_path) as agent:
+        await agent.initialize()
+        for request_id, (method, params, problem) in enumerate(cases, start=10):
+            answer = await agent.call(method, params, request_id)
+            assert answer == invalid_params(request_id, problem), method
+        # Fields a newer client may add are accepted, wherever they are.
+        newer = {
+            "protocolVersion": 1,
+            "clientCapabilities": {"fs": {"readTextFile": False, "x": 1}, "future": {"y": [1]}},
+            "clientInfo": {"name": "next-editor", "version": "9", "vendor": "z"},
+            "newTopLevel": True,
+        }
+        assert (await agent.call("initialize", newer))["result"]["protocolVersion"] == 1
+        extra = {"cwd": cwd, "mcpServers": [], "additionalDirectories": [], "futureField": {"z": 1}}
+        assert (await agent.call("session/new", extra))["result"]["sessionId"].startswith("sess_")
+        # The SDK merges `_meta` into the handler's arguments: a key named like a parameter
+        # must not replace the checked value (here: a 100 kB cwd, a broken MCP server).
+        meta = {"cwd": long_cwd, "mcp_servers": [{"bad": 1}], "editor.example/trace": "t1"}
+        shadowed = {"cwd": cwd, "mcpServers": [], "_meta": meta}
+        created = (await agent.call("session/new", shadowed))["result"]["sessionId"]
+        listed = (await agent.call("session/list", {"cwd": cwd}))["result"]["sessions"]
+        assert created in {entry["sessionId"] for entry in listed}
+        assert "meta_keys_dropped" in agent.stderr()
+        await agent.assert_serving(tmp_path)
+        assert "invalid_params" in agent.stderr(), "refusals are logged to stderr"
+
+    with SqliteStore(tmp_path / "state" / "sessions.sqlite3") as store:
+        assert len(store.list().sessions) == 3, "a refused session/new creates nothing"
 
 
 # --------------------------------------------------------------------------------------------
