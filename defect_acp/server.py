@@ -33,6 +33,7 @@ from acp.router import Route
 from defect_acp import project
 from defect_acp.delegate import select_backends
 from defect_acp.fastimport import warm_turn_path
+from defect_acp.params import guard_params
 from defect_acp.transport import LineWriter, StdioTransport, open_stdin_reader
 from defect_core import __version__
 from defect_core import events as ev
@@ -46,7 +47,6 @@ from defect_core.session import (
     McpServerSpec,
     Session,
     TurnFailed,
-    TurnInProgress,
 )
 from defect_core.tools.backends import LocalFsBackend
 
@@ -441,10 +441,11 @@ class DefectAgent:
         ended_before = pump.turns_ended
         try:
             stop = await session.run_turn(blocks)
-        except TurnInProgress as err:
+        except TurnFailed as err:
+            await pump.wait_turn_ended(ended_before + 1)
             raise to_request_error(err) from None
         except AgentError as err:
-            await pump.wait_turn_ended(ended_before + 1)
+            # Only a failed turn publishes its end: there is nothing to wait for.
             raise to_request_error(err) from None
         await pump.wait_turn_ended(ended_before + 1)
         meta = {"usage": pump.last_usage} if pump.last_usage else None
@@ -575,6 +576,7 @@ async def serve(
         use_unstable_protocol=True,
     )
     _add_routes(conn, agent)
+    guard_params(conn)
     listening = asyncio.ensure_future(conn.listen())
     stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
     try:

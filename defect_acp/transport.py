@@ -2,9 +2,16 @@
 
 Owns the protocol channel: reading stdin line by line, writing one JSON object per line to
 the protocol descriptor, and what the SDK's own stdio transport does not do:
-- a line that is not JSON is answered with -32700 (id null); an object that is not a
-  JSON-RPC 2.0 request, notification or response is answered with -32600; the connection
-  keeps serving either way (the SDK drops such lines silently);
+- a line that is not JSON is answered with -32700 (id null): bytes that are not UTF-8 (read
+  strictly: the UTF-8 form of a surrogate is refused too), the literals `NaN`/`Infinity`,
+  an integer too long to convert, nesting too deep for the parser;
+- an object that is not a JSON-RPC 2.0 request, notification or response is answered with
+  -32600: among others an `id` that is not a string, an int64 or null (ACP's `RequestId`; an
+  object id would crash the SDK's bookkeeping, `1e400` would come back as `Infinity`), and
+  nesting deeper than `MAX_DEPTH` (the reference implementation's serde_json stops at 128;
+  deeper values would only reach recursive code further on). The error names the request's
+  id only when that id is a valid one, else it is null. The connection keeps serving either
+  way (the SDK drops such lines silently, or dies on them);
 - when stdin closes, `on_eof` runs first (the agent cancels its running turns), then
   requests already received are answered (within a grace period) before the connection
   ends; `wait_answered` offers the same wait to a shutdown that is not an end of input;
@@ -15,8 +22,11 @@ the protocol descriptor, and what the SDK's own stdio transport does not do:
   agent can send what must follow an answer (e.g. `available_commands_update` after
   `session/new` — a client ignores updates for a session it has not been told about yet).
 
-Invariant: this is the only writer of the protocol channel; writes are whole lines, one at a
-time (a lock), so concurrent senders never interleave bytes.
+Invariants: this is the only writer of the protocol channel; writes are whole lines, one at a
+time (a lock), so concurrent senders never interleave bytes. Every line written is strict JSON
+in UTF-8 (`encode_message`): a lone surrogate is written as U+FFFD, and an answer that cannot
+be written as JSON at all (a NaN, an object json cannot encode) is replaced by a -32603 error
+for the same id; such a notification is dropped and logged, such a request fails its sender.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,6 +47,9 @@ CancelHook = Callable[[Any, str | None, Any], None]
 EofHook = Callable[[], None]
 
 LINE_LIMIT = 50 * 1024 * 1024
+MAX_DEPTH = 128
+"""Deepest nesting of arrays and objects a message may have."""
+_INT64 = range(-(2**63), 2**63)
 EOF_GRACE_SECONDS = 1.5
 """When stdin closes, requests already received get this long to be answered. Running turns
 are cancelled first (`on_eof`), so a prompt answers `cancelled` in a fraction of it; the bound
@@ -90,17 +104,18 @@ class StdioTransport:
             text = line.strip()
             if not text:
                 continue
-            try:
-                message = json.loads(text)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            message, error = parse_line(text)
+            if error is not None:
                 log.warning(
-                    "malformed_line", error=str(exc), preview=text[:120].decode(errors="replace")
+                    "malformed_line", error=error, preview=text[:120].decode(errors="replace")
                 )
-                await self._send_error(None, -32700, f"Parse error: {exc}")
+                await self._send_error(None, -32700, f"Parse error: {error}")
                 continue
-            problem = _invalid_reason(message)
+            problem = _invalid_reason(message) or _depth_problem(text, message)
             if problem is not None:
                 request_id = message.get("id") if isinstance(message, dict) else None
+                if not _valid_id(request_id):
+                    request_id = None
                 log.warning("invalid_request", reason=problem)
                 await self._send_error(request_id, -32600, f"Invalid request: {problem}")
                 continue
@@ -163,6 +178,9 @@ class StdioTransport:
 
     def _cancel_request(self, params: Any) -> None:
         request_id = params.get("requestId") if isinstance(params, dict) else None
+        if not _valid_id(request_id):
+            log.warning("cancel_request_invalid_id")
+            return
         method, request_params = self._inflight.get(request_id, (None, None))
         if self._on_cancel_request is not None:
             self._on_cancel_request(request_id, method, request_params)
@@ -194,7 +212,9 @@ class StdioTransport:
     async def _write(self, message: dict[str, Any]) -> None:
         if self._closed:
             raise ConnectionError("the protocol channel is closed")
-        data = (json.dumps(message, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+        data = encode_message(message)
+        if data is None:
+            return
         async with self._lock:
             await self._writer.write(data)
 
@@ -238,11 +258,73 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def parse_line(line: bytes) -> tuple[Any, str | None]:
+    """(the JSON value of one line, None), or (None, why it is not JSON)."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, f"the line is not UTF-8 (byte 0x{line[exc.start]:02x} at {exc.start})"
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except (json.JSONDecodeError, _NotJson) as exc:
+        return None, str(exc)
+    except RecursionError:
+        return None, f"nested deeper than {MAX_DEPTH} levels"
+    except ValueError:  # Python's limit on the digits of an integer (sys.int_info)
+        return None, "a number with too many digits"
+    return value, None
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not JSON")
+
+
+def _depth_problem(line: bytes, message: Any) -> str | None:
+    """Whether a parsed message nests deeper than `MAX_DEPTH` (the parser itself stops near
+    Python's recursion limit). Walked only when the line has enough brackets to be that deep."""
+    if line.count(b"[") + line.count(b"{") <= MAX_DEPTH:
+        return None
+    if _deeper_than(message, MAX_DEPTH):
+        return f"nested deeper than {MAX_DEPTH} levels"
+    return None
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """True when arrays/objects nest more than `limit` deep (iterative: no recursion)."""
+    if not isinstance(value, dict | list):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def _valid_id(value: Any) -> bool:
+    """ACP's `RequestId`: a string (one UTF-8 can carry back), an int64 or null."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return value.isascii() or _LONE_SURROGATE.search(value) is None
+    return type(value) is int and value in _INT64
+
+
 def _invalid_reason(message: Any) -> str | None:
     if not isinstance(message, dict):
         return "expected a JSON object"
     if message.get("jsonrpc") != "2.0":
         return 'missing "jsonrpc": "2.0"'
+    if "id" in message and not _valid_id(message["id"]):
+        return '"id" must be a string, an integer (int64) or null'
     if "method" in message:
         if not isinstance(message["method"], str) or not message["method"]:
             return '"method" must be a non-empty string'
@@ -252,6 +334,41 @@ def _invalid_reason(message: Any) -> str | None:
     if "id" in message and ("result" in message or "error" in message):
         return None
     return 'expected "method" (request or notification) or "result"/"error" (response)'
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encode_message(message: dict[str, Any]) -> bytes | None:
+    """One protocol line: strict JSON (no NaN/Infinity) in UTF-8, newline-terminated.
+
+    A lone surrogate (which UTF-8 cannot carry) becomes U+FFFD. A message json cannot write
+    at all becomes, when it is an answer, a -32603 error for its id; a notification that
+    cannot be written gives None (dropped, logged); a request raises `ValueError`.
+    """
+    try:
+        text = json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (ValueError, TypeError, RecursionError) as exc:
+        method = message.get("method")
+        log.error("unencodable_message", method=method, error=str(exc)[:200])
+        if method is None and _valid_id(message.get("id")):
+            return encode_message(
+                {
+                    "jsonrpc": "2.0",
+                    "id": message.get("id"),
+                    "error": {
+                        "code": -32603,
+                        "message": "Internal error: the answer could not be written as JSON",
+                    },
+                }
+            )
+        if method is not None and "id" in message:
+            raise ValueError(f"{method}: the request cannot be written as JSON") from exc
+        return None
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8") + b"\n"
 
 
 async def open_stdin_reader() -> asyncio.StreamReader:

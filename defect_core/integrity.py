@@ -55,6 +55,11 @@ to the provider is patched - here, at request construction.
   An empty history becomes the single message `OPENING_TEXT`.
 - Thinking with a non-empty signature is kept as the very same object (byte-exact, as the API
   demands); unsigned thinking is dropped (the API cannot verify it); redacted thinking is kept.
+- An inline image the API would refuse - invalid base64, bytes that are not the declared PNG,
+  JPEG, GIF or WebP, over 5 MB or 8000 pixels a side, a URL that is not http(s); the checks
+  are `defect_core/media.py`'s - becomes the text `[image removed: <why>]` where it stood (in
+  a user message or inside a tool result). Stored by an older defect or returned by a tool,
+  such an image would otherwise fail every later request of the session.
 - Only empty or whitespace text ever disappears: what the user or the model said is kept.
 
 ## Cost
@@ -67,7 +72,9 @@ rebuilds in one linear pass that emits undamaged stretches as they are, takes da
 apart block by block, and reuses every message that needs no change (new messages are built
 with `model_construct` from blocks that are validated values already). The clean check and the
 rebuild describe the same normal form, so the repair is idempotent:
-`repair_outbound(repair_outbound(h))` is its own input. `scripts/bench_repair.py` measures it.
+`repair_outbound(repair_outbound(h))` is its own input. An image's verdict is worked out once
+per block object (`media.image_block_problem` keeps it), so later requests pay a dictionary
+look-up per image, not a base64 decode. `scripts/bench_repair.py` measures it.
 """
 
 from __future__ import annotations
@@ -76,6 +83,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from defect_core.media import image_block_problem
 from defect_core.model import (
     ContentBlock,
     ImageBlock,
@@ -90,6 +98,7 @@ from defect_core.model import (
 
 __all__ = [
     "CONTINUE_TEXT",
+    "IMAGE_REMOVED_TEXT",
     "INTERRUPTED_RESULT_TEXT",
     "OPENING_TEXT",
     "drop_malformed_tool_uses",
@@ -105,6 +114,9 @@ OPENING_TEXT = "(conversation continues)"
 
 CONTINUE_TEXT = "(continue)"
 """User text appended after a trailing assistant message that asked for no tools."""
+
+IMAGE_REMOVED_TEXT = "[image removed: {reason}]"
+"""The text that stands in for an image the API would refuse; `reason` is `media`'s phrase."""
 
 _tool_use_id_ok = re.compile(r"[a-zA-Z0-9_-]+").fullmatch
 """The API's id pattern `^[a-zA-Z0-9_-]+$`; `fullmatch`, so a trailing newline fails too."""
@@ -157,7 +169,10 @@ def _result_is_legal(block: ToolResultBlock) -> bool:
     if isinstance(content, str):
         return True
     for part in content:
-        if isinstance(part, TextBlock) and (not part.text or part.text.isspace()):
+        if isinstance(part, TextBlock):
+            if not part.text or part.text.isspace():
+                return False
+        elif isinstance(part, ImageBlock) and image_block_problem(part) is not None:
             return False
     return True
 
@@ -200,7 +215,7 @@ def _is_wire_legal(messages: Sequence[Message]) -> bool:
                     text = block.text
                     if not text or text.isspace():
                         return False
-                elif kind is not image_t:
+                elif kind is not image_t or image_block_problem(block) is not None:
                     return False
         else:
             for block in content:
@@ -271,11 +286,24 @@ def _normalised(block: Any) -> Any:
     return None
 
 
+def _legal_image(block: ImageBlock) -> ImageBlock | TextBlock:
+    """`block` itself when the API would take it, else the placeholder saying why not."""
+    reason = image_block_problem(block)
+    if reason is None:
+        return block
+    return TextBlock(text=IMAGE_REMOVED_TEXT.format(reason=reason))
+
+
 def _legal_result(block: ToolResultBlock) -> ToolResultBlock:
-    """`block` with blank text parts removed from a structured content (same object if none)."""
+    """`block` with blank text parts removed from a structured content and images the API
+    would refuse replaced by their placeholder (the same object when nothing changes)."""
     if isinstance(block.content, str) or _result_is_legal(block):
         return block
-    parts = tuple(p for p in block.content if not (isinstance(p, TextBlock) and _is_blank(p.text)))
+    parts = tuple(
+        _legal_image(p) if isinstance(p, ImageBlock) else p
+        for p in block.content
+        if not (isinstance(p, TextBlock) and _is_blank(p.text))
+    )
     return ToolResultBlock.model_construct(
         tool_use_id=block.tool_use_id, content=parts, is_error=block.is_error
     )
@@ -397,7 +425,7 @@ class _Rebuild:
                         if not text or text.isspace():
                             legal = False
                             break
-                    elif kind is not image_t:
+                    elif kind is not image_t or image_block_problem(block) is not None:
                         legal = False
                         break
                 if not legal:
@@ -506,7 +534,7 @@ class _Rebuild:
                 if not _is_blank(block.text):
                     found.append(block)
             elif isinstance(block, ImageBlock):
-                found.append(block)
+                found.append(_legal_image(block))
             # Calls and thinking cannot be in a user message.
         if self.role == "assistant":
             if not found and not self.calls:

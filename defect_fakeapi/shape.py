@@ -15,6 +15,8 @@ Why apart from the conversation rules: shape is local to one value; the rules in
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -212,6 +214,8 @@ def _check_fields(block: Mapping[str, Any], kind: str, path: str) -> None:
         source = _expect_dict(_require(block, "source", tagged), f"{tagged}.source")
         if "type" not in source:
             raise _invalid(f"{tagged}.source.type: Field required")
+        if kind == "image" and source["type"] == "base64":
+            _check_base64_image(source, f"{tagged}.source.base64")
     elif kind == "thinking":
         _expect_str(_require(block, "thinking", tagged), f"{tagged}.thinking")
         _expect_str(_require(block, "signature", tagged), f"{tagged}.signature")
@@ -238,6 +242,51 @@ def _check_fields(block: Mapping[str, Any], kind: str, path: str) -> None:
                 if item_kind not in _TOOL_RESULT_CONTENT_TYPES:
                     raise _tag_error(ipath, item_kind, _TOOL_RESULT_CONTENT_TYPES)
                 _check_fields(item, str(item_kind), ipath)
+
+
+_IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+_MAX_IMAGE_BASE64 = 5 * 1024 * 1024
+
+
+def _check_base64_image(source: Mapping[str, Any], path: str) -> None:
+    """Inline images as the API refuses them: media type not PNG, JPEG, GIF or WebP; over
+    5 MB of base64; invalid base64; bytes of no known image type ("Could not process image",
+    also the answer to a PNG without its `IHDR`) or of another type than declared; a PNG or
+    GIF over 8000 pixels a side (JPEG and WebP dimensions are not read here)."""
+    if source.get("media_type") not in _IMAGE_MEDIA_TYPES:
+        allowed = ", ".join(f"'{t}'" for t in _IMAGE_MEDIA_TYPES[:-1])
+        raise _invalid(f"{path}.media_type: Input should be {allowed} or 'image/webp'")
+    data = _expect_str(_require(source, "data", path), f"{path}.data")
+    if len(data) > _MAX_IMAGE_BASE64:
+        raise _invalid(
+            f"{path}: image exceeds 5 MB maximum: {len(data)} bytes > {_MAX_IMAGE_BASE64} bytes"
+        )
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise _invalid(f"{path}: invalid base64 data") from None
+    if raw.startswith(b"\x89PNG\r\n\x1a\n"):
+        if raw[12:16] != b"IHDR":
+            raise _invalid("Could not process image")
+        actual, size = "image/png", (int.from_bytes(raw[16:20]), int.from_bytes(raw[20:24]))
+    elif raw.startswith((b"GIF87a", b"GIF89a")):
+        size = (int.from_bytes(raw[6:8], "little"), int.from_bytes(raw[8:10], "little"))
+        actual = "image/gif"
+    elif raw.startswith(b"\xff\xd8\xff"):
+        actual, size = "image/jpeg", (0, 0)
+    elif raw.startswith(b"RIFF") and raw[8:12] == b"WEBP":
+        actual, size = "image/webp", (0, 0)
+    else:
+        raise _invalid("Could not process image")
+    if actual != source["media_type"]:
+        raise _invalid(
+            f"{path}.data: Image does not match the provided media type {source['media_type']}"
+        )
+    if max(size) > 8000:
+        raise _invalid(
+            f"{path}.data: At least one of the image dimensions exceed max allowed size: "
+            "8000 pixels"
+        )
 
 
 def _check_block(block: object, path: str, role: str) -> None:

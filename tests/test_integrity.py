@@ -5,7 +5,9 @@ Every repaired history is also encoded and run through the strict wire validator
 chooses and that the real API would accept it. The cases follow the rules of
 docs/architecture.md, Integrity (clean no-op, single / deep / multiple / batched orphans, empty
 tool calls, orphaned results, relocation, merge, malformed calls, thinking, first and last
-message), as `defect_core/integrity.py` states them. The last section pins the wire form the
+message), as `defect_core/integrity.py` states them, and images the API would refuse
+(each becomes a placeholder on the copy; the fake API refuses the unrepaired copy with the
+real API's message). The last section pins the wire form the
 provider sends after the repair
 (`providers/anthropic_wire.py`) and the decoding of a final response's blocks.
 """
@@ -20,6 +22,7 @@ import pytest
 
 from defect_core.integrity import (
     CONTINUE_TEXT,
+    IMAGE_REMOVED_TEXT,
     INTERRUPTED_RESULT_TEXT,
     OPENING_TEXT,
     _rebuild,
@@ -51,6 +54,7 @@ from defect_core.providers.anthropic_wire import (
     encode_messages,
 )
 from defect_fakeapi import WireError, validate_request
+from tests.support.images import PNG_1X1, b64, gif, jpeg, png, webp_vp8x
 
 # --------------------------------------------------------------------------------------------
 # Helpers
@@ -120,7 +124,7 @@ def clean_history() -> list[Message]:
         assistant("and the other one", use("toolu_2"), use("toolu_3")),
         user(res("toolu_2"), res("toolu_3", "boom", is_error=True), "also look at b"),
         assistant("done: x is 1"),
-        user("thanks, now b", ImageBlock(media_type="image/png", data="iVBORw0KGgo=")),
+        user("thanks, now b", ImageBlock(media_type="image/png", data=PNG_1X1)),
     ]
 
 
@@ -570,6 +574,125 @@ def test_blank_text_parts_of_a_structured_result_are_removed() -> None:
     assert result.is_error is True
 
 
+# --------------------------------------------------------------------------------------------
+# Images the API would refuse: stored by an older defect or returned by a tool, each would fail
+# every later request of the session. On the copy sent they become `[image removed: <why>]`.
+
+BAD_IMAGES: list[tuple[ImageBlock, str, str]] = [
+    # (the image, the placeholder's reason, the real API's 400 for `messages.0.content.0`)
+    (
+        ImageBlock(media_type="image/png", data="!!not base64"),
+        "not valid base64",
+        "messages.0.content.0.image.source.base64: invalid base64 data",
+    ),
+    (
+        ImageBlock(media_type="image/png", data=b64(b"\x00garbage, not an image\x00")),
+        "not a valid PNG",
+        "Could not process image",
+    ),
+    (
+        ImageBlock(media_type="image/png", data=b64(jpeg(4, 4))),
+        "not a valid PNG (the bytes are a JPEG)",
+        "messages.0.content.0.image.source.base64.data: Image does not match the provided "
+        "media type image/png",
+    ),
+    (
+        ImageBlock(media_type="image/bmp", data=b64(b"BM" + bytes(60))),
+        "type 'image/bmp' is not supported (PNG, JPEG, GIF or WebP)",
+        "messages.0.content.0.image.source.base64.media_type: Input should be 'image/jpeg', "
+        "'image/png', 'image/gif' or 'image/webp'",
+    ),
+    (
+        ImageBlock(media_type="image/png", data=b64(png(9000, 20))),
+        "9000x20 pixels, over the 8000-pixel limit",
+        "messages.0.content.0.image.source.base64.data: At least one of the image dimensions "
+        "exceed max allowed size: 8000 pixels",
+    ),
+    (
+        ImageBlock(media_type="image/gif", data=b64(gif(20, 8001))),
+        "20x8001 pixels, over the 8000-pixel limit",
+        "messages.0.content.0.image.source.base64.data: At least one of the image dimensions "
+        "exceed max allowed size: 8000 pixels",
+    ),
+    (
+        ImageBlock(media_type="image/png", data=b64(png(10, 10)) + "A" * (5 * 1024 * 1024)),
+        f"larger than 5 MB ({len(b64(png(10, 10))) + 5 * 1024 * 1024} bytes of base64)",
+        "messages.0.content.0.image.source.base64: image exceeds 5 MB maximum: "
+        f"{len(b64(png(10, 10))) + 5 * 1024 * 1024} bytes > 5242880 bytes",
+    ),
+]
+
+
+def removed(reason: str) -> str:
+    return "text:" + IMAGE_REMOVED_TEXT.format(reason=reason)
+
+
+@pytest.mark.parametrize(("image", "reason", "api_error"), BAD_IMAGES)
+def test_an_image_the_api_refuses_fails_the_request_until_repaired(
+    image: ImageBlock, reason: str, api_error: str
+) -> None:
+    history = [user(image, "what is this?"), assistant("no idea"), user("and now?")]
+    with pytest.raises(WireError) as refused:
+        validate_request({"model": "m", "max_tokens": 1024, "messages": encode_messages(history)})
+    assert refused.value.message == api_error
+    out = repaired(history)
+    assert shape(out) == [
+        ("user", [removed(reason), "text:what is this?"]),
+        ("assistant", ["text:no idea"]),
+        ("user", ["text:and now?"]),
+    ]
+    assert out[1] is history[1] and out[2] is history[2], "undamaged messages are reused"
+    assert history[0].content[0] is image, "the stored history keeps the image"
+
+
+def test_images_are_judged_in_tool_results_and_by_url_too() -> None:
+    good = ImageBlock(media_type="image/webp", data=b64(webp_vp8x(640, 480)))
+    history = [
+        user("take screenshots", ImageBlock(url="file:///home/me/shot.png")),
+        assistant(use("toolu_1", name="screenshot")),
+        user(
+            ToolResultBlock(
+                tool_use_id="toolu_1",
+                content=(
+                    TextBlock(text="two shots"),
+                    ImageBlock(media_type="image/jpeg", data=b64(png(3, 3))),
+                    good,
+                    ImageBlock(url="https://example.test/ok.png"),
+                ),
+            )
+        ),
+    ]
+    out = repaired(history)
+    assert shape(out)[0] == ("user", ["text:take screenshots", removed("not an http(s) URL")])
+    result = out[2].content[0]
+    assert isinstance(result, ToolResultBlock)
+    assert result.content == (
+        TextBlock(text="two shots"),
+        TextBlock(text=IMAGE_REMOVED_TEXT.format(reason="not a valid JPEG (the bytes are a PNG)")),
+        good,
+        ImageBlock(url="https://example.test/ok.png"),
+    )
+    assert result.content[2] is good
+
+
+def test_images_the_api_takes_leave_the_history_as_the_same_object() -> None:
+    history = [
+        user("look", *(ImageBlock(media_type=t, data=b64(b(20, 20))) for t, b in KINDS)),
+        assistant(use("toolu_1")),
+        user(
+            ToolResultBlock(
+                tool_use_id="toolu_1",
+                content=(ImageBlock(media_type="image/png", data=b64(png(8000, 8000))),),
+            )
+        ),
+    ]
+    assert_wire_legal(history)
+    assert repair_outbound(history) is history
+
+
+KINDS = (("image/png", png), ("image/jpeg", jpeg), ("image/gif", gif), ("image/webp", webp_vp8x))
+
+
 def test_consecutive_plain_messages_are_merged_even_though_the_api_would_accept_them() -> None:
     first, second = user("a"), user("b")
     out = repaired([first, second])
@@ -708,7 +831,7 @@ def test_every_block_encodes_to_the_messages_api_shape() -> None:
     history = [
         user(
             "look",
-            ImageBlock(media_type="image/png", data="iVBOR"),
+            ImageBlock(media_type="image/png", data=PNG_1X1),
             ImageBlock(url="https://example.test/a.png"),
         ),
         assistant(
@@ -738,7 +861,7 @@ def test_every_block_encodes_to_the_messages_api_shape() -> None:
                 {"type": "text", "text": "look"},
                 {
                     "type": "image",
-                    "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"},
+                    "source": {"type": "base64", "media_type": "image/png", "data": PNG_1X1},
                 },
                 {"type": "image", "source": {"type": "url", "url": "https://example.test/a.png"}},
             ],

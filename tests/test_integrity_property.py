@@ -5,7 +5,9 @@ tool calls -> user with the results -> ... -> a final user prompt), then damages
 crashes, cancels, compaction and replays do: messages dropped, duplicated, moved, the history
 cut anywhere; blocks dropped, duplicated, moved between messages, reordered; orphan calls and
 orphan / duplicate results added; malformed calls, unsigned thinking, blank texts (also inside
-structured results) and empty messages slipped in. For every such history `h`:
+structured results), empty messages, and images the API refuses (invalid base64, garbage,
+another type than declared, an unsupported type, too many pixels, a `file:` URL; in a prompt or
+inside a tool result) slipped in. For every such history `h`:
 
 (a) the strict wire validator (`defect_fakeapi/validation.py`) accepts
     `{"model": "m", "max_tokens": 1024, "messages": encode_messages(repair_outbound(h))}`;
@@ -15,7 +17,10 @@ structured results) and empty messages slipped in. For every such history `h`:
 (e) the output has the normal form the repair promises, which is stricter than what the API
     checks: roles alternate (no merging left to the API), every user message after tool
     calls opens with their results in call order and holds no other result, and a signed
-    thinking block of an assistant message is sent as the very same object.
+    thinking block of an assistant message is sent as the very same object;
+(f) every image in the output is one the API takes (`defect_core/media.py`), every refused
+    image that is sent at all stands as its placeholder, and a history without refused
+    images gets no placeholder.
 An undamaged conversation is returned as the same list, and the rebuild's fast mode gives the
 same output as a slow-only run.
 """
@@ -29,7 +34,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from defect_core.integrity import _rebuild, repair_outbound
+from defect_core.integrity import IMAGE_REMOVED_TEXT, _rebuild, repair_outbound
+from defect_core.media import image_block_problem
 from defect_core.model import (
     ContentBlock,
     ImageBlock,
@@ -44,6 +50,7 @@ from defect_core.model import (
 )
 from defect_core.providers.anthropic_wire import encode_messages
 from defect_fakeapi import WireError, validate_request
+from tests.support.images import PNG_1X1, b64, gif, jpeg, png
 
 # --------------------------------------------------------------------------------------------
 # Valid conversations
@@ -54,7 +61,7 @@ result_parts = st.lists(
     st.one_of(
         said.map(lambda s: TextBlock(text=s)),
         st.integers().map(lambda v: JsonPart(value={"n": v})),
-        st.just(ImageBlock(media_type="image/png", data="iVBORw0KGgo=")),
+        st.just(ImageBlock(media_type="image/png", data=PNG_1X1)),
     ),
     min_size=1,
     max_size=3,
@@ -62,6 +69,17 @@ result_parts = st.lists(
 result_content: st.SearchStrategy[str | tuple[Any, ...]] = st.one_of(
     st.text(max_size=12), result_parts
 )
+GOOD_JPEG = ImageBlock(media_type="image/jpeg", data=b64(jpeg(1024, 768)))
+REFUSED_IMAGES = (
+    ImageBlock(media_type="image/png", data="!!not base64"),
+    ImageBlock(media_type="image/png", data=b64(b"garbage, no image at all")),
+    ImageBlock(media_type="image/png", data=b64(gif(2, 2))),
+    ImageBlock(media_type="image/tiff", data=b64(b"II*\x00")),
+    ImageBlock(media_type="image/jpeg", data=b64(jpeg(8001, 10))),
+    ImageBlock(media_type="image/png", data=b64(png(1, 9000))),
+    ImageBlock(url="file:///home/me/screenshot.png"),
+)
+"""Module constants: one object each, so the memo of `image_block_problem` serves them."""
 signed_thinking = st.builds(
     ThinkingBlock,
     thinking=st.text(max_size=12),
@@ -80,6 +98,8 @@ def conversations(draw: st.DrawFn) -> list[Message]:
         ]
         if draw(st.booleans()):
             blocks.append(ImageBlock(url="https://example.test/p.png"))
+        if draw(st.booleans()):
+            blocks.append(GOOD_JPEG)
         return Message(role="user", content=tuple(blocks))
 
     for _ in range(draw(st.integers(1, 4))):
@@ -134,6 +154,7 @@ KINDS = (
     "blank_result_part",
     "empty_message",
     "results_before_text",
+    "refused_image",
 )
 damage = st.tuples(
     st.sampled_from(KINDS), st.integers(0, 999), st.integers(0, 999), st.integers(0, 999)
@@ -233,6 +254,23 @@ def apply(history: list[Message], kind: str, i: int, j: int, k: int) -> list[Mes
                 )
                 h[n] = _with(target, blocks)
                 break
+    elif kind == "refused_image":
+        image = REFUSED_IMAGES[k % len(REFUSED_IMAGES)]
+        results = [i for i, b in enumerate(blocks) if isinstance(b, ToolResultBlock)]
+        if results and j % 2:
+            index = results[j % len(results)]
+            result = blocks[index]
+            assert isinstance(result, ToolResultBlock)
+            parts = () if isinstance(result.content, str) else result.content
+            at = i % (len(parts) + 1)
+            blocks[index] = ToolResultBlock(
+                tool_use_id=result.tool_use_id,
+                content=(*parts[:at], image, *parts[at:]),
+                is_error=result.is_error,
+            )
+        else:
+            blocks.insert(j % (len(blocks) + 1), image)
+        h[n] = _with(target, blocks)
     elif kind == "results_before_text" and blocks:
         texts = [b for b in blocks if isinstance(b, TextBlock)]
         rest = [b for b in blocks if not isinstance(b, TextBlock)]
@@ -269,6 +307,33 @@ def assert_normal_form(out: list[Message]) -> None:
             calls = []
         else:
             calls = [b.id for b in message.content if isinstance(b, ToolUseBlock)]
+
+
+def _images(history: list[Message]) -> list[ImageBlock]:
+    """Every image of a history, in user messages and inside tool results."""
+    found: list[ImageBlock] = []
+    for message in history:
+        for block in message.content:
+            if isinstance(block, ImageBlock):
+                found.append(block)
+            elif isinstance(block, ToolResultBlock) and not isinstance(block.content, str):
+                found.extend(p for p in block.content if isinstance(p, ImageBlock))
+    return found
+
+
+def _placeholders(history: list[Message]) -> list[str]:
+    texts: list[str] = []
+    for message in history:
+        for block in message.content:
+            parts = (block,)
+            if isinstance(block, ToolResultBlock) and not isinstance(block.content, str):
+                parts = block.content
+            texts.extend(
+                p.text
+                for p in parts
+                if isinstance(p, TextBlock) and p.text.startswith("[image removed: ")
+            )
+    return texts
 
 
 def _said(history: list[Message]) -> Counter[str]:
@@ -326,6 +391,23 @@ def test_repair_makes_any_damaged_history_wire_legal(
                 if isinstance(b, ThinkingBlock) and b.signature:
                     assert id(b) in sent
 
+    # (f) images: only those the API takes are sent; the others stand as placeholders.
+    assert all(image_block_problem(image) is None for image in _images(out))
+    refused = [image for image in _images(history) if image_block_problem(image) is not None]
+    placeholders = _placeholders(out)
+    reasons = {IMAGE_REMOVED_TEXT.format(reason=image_block_problem(i)) for i in refused}
+    assert set(placeholders) <= reasons, damages
+    # A refused image in a prompt is always sent (as its placeholder); one inside a tool result
+    # or in an assistant message may go with the block that held it.
+    in_prompts = [
+        b
+        for m in history
+        if m.role == "user"
+        for b in m.content
+        if isinstance(b, ImageBlock) and image_block_problem(b) is not None
+    ]
+    assert len(in_prompts) <= len(placeholders) <= len(refused), damages
+
     if not damages:
         assert out is history
 
@@ -335,3 +417,27 @@ def test_repair_makes_any_damaged_history_wire_legal(
 def test_undamaged_conversations_are_returned_unchanged(history: list[Message]) -> None:
     assert repair_outbound(history) is history
     validate_request({"model": "m", "max_tokens": 1024, "messages": encode_messages(history)})
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    conversations(),
+    st.sampled_from(range(len(REFUSED_IMAGES))),
+    st.integers(0, 999),
+    st.integers(0, 999),
+    st.booleans(),
+)
+def test_a_refused_image_is_sent_as_its_placeholder_wherever_it_stands(
+    history: list[Message], which: int, i: int, j: int, in_result: bool
+) -> None:
+    damaged_history = apply(history, "refused_image", i, 2 * j + in_result, which)
+    image = REFUSED_IMAGES[which]
+    holder = next(m for m in damaged_history if image in _images([m]))
+    out = repair_outbound(damaged_history)
+    validate_request({"model": "m", "max_tokens": 1024, "messages": encode_messages(out)})
+    assert all(image_block_problem(b) is None for b in _images(out))
+    expected = IMAGE_REMOVED_TEXT.format(reason=image_block_problem(image))
+    sent = 1 if holder.role == "user" else 0  # an assistant message cannot carry an image
+    assert _placeholders(out) == [expected] * sent
+    assert _rebuild(damaged_history, resync=False) == out
+    assert repair_outbound(out) is out

@@ -40,7 +40,6 @@ import anyio
 import anyio.lowlevel
 import pytest
 from acp import RequestError
-from acp import schema as s
 
 from defect_core.events import PermissionRequested, ToolCallStarted, ToolCallUpdated
 from defect_core.history import VecHistory
@@ -59,9 +58,8 @@ from defect_core.tools.base import (
     ToolRegistry,
 )
 from defect_core.turn import CANCELLED_RESULT_TEXT, TurnConfig, TurnRunner
+from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply, validate_request
 from tests.support.acp_harness import Agent, RecordingClient, agent_env, script_env, spawn_defect
-from tests.support.fake_provider import DEFAULT_API_KEY, FakeProvider, Reply
-from tests.support.wire_validator import validate_request
 
 pytestmark = pytest.mark.anyio
 
@@ -540,28 +538,6 @@ async def test_shutdown_mid_turn_answers_the_prompt_commits_the_turn_and_exits(
     assert not alive(int(pid_file.read_text())), "the command was killed with the turn"
 
 
-class ShellTerminalClient(RecordingClient):
-    """An editor whose terminals run the command line through a shell, as Zed's do."""
-
-    async def create_terminal(
-        self,
-        command: str,
-        session_id: str,
-        args: list[str] | None = None,
-        cwd: str | None = None,
-        env: Any = None,
-        output_byte_limit: int | None = None,
-        **kwargs: Any,
-    ) -> s.CreateTerminalResponse:
-        self.reverse_calls.append(("terminal/create", {"command": command, "cwd": cwd}))
-        proc = await asyncio.create_subprocess_shell(
-            command, cwd=cwd, stdout=asyncio.subprocess.PIPE, start_new_session=True
-        )
-        terminal_id = f"term_{len(self.terminals) + 1}"
-        self.terminals[terminal_id] = proc
-        return s.CreateTerminalResponse(terminal_id=terminal_id)
-
-
 async def test_stdin_eof_while_the_editor_runs_the_command_still_answers_and_exits(
     tmp_path: Path,
 ) -> None:
@@ -570,7 +546,7 @@ async def test_stdin_eof_while_the_editor_runs_the_command_still_answers_and_exi
     replies = [{"tool_calls": [{"name": "bash", "input": {"command": "sleep 30"}}]}]
     work = tmp_path / "work"
     work.mkdir()
-    client = ShellTerminalClient()
+    client = RecordingClient()  # execs [command, *args] with no shell, as Zed does
     async with spawn_defect(env=script_env(tmp_path, replies), client=client) as agent:
         await agent.initialize(terminal=True)
         sid = await agent.new_session(work)
