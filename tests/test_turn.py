@@ -299,7 +299,9 @@ async def test_turn_events_start_with_the_prompt_and_end_with_turn_ended(tmp_pat
         await anyio.sleep(0.05)
         tg.cancel_scope.cancel()
     names = [type(e).__name__ for e in events.items]
-    assert names[0] == "TitleChanged" and names[1] == "UserPromptCommitted"
+    assert names[0] == "UserPromptCommitted"
+    # Titled once the model answered (a prompt that failed first must not name the session).
+    assert names.index("TitleChanged") > names.index("UserPromptCommitted")
     assert names[-1] == "TurnEnded"
     assert isinstance(events.items[-1], TurnEnded) and events.items[-1].usage["requests"] == 2
     assert len(events.of(ToolCallStarted)) == 1
