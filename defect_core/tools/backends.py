@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import itertools
 import os
-import secrets
 import signal
 import stat as stat_mod
 from dataclasses import dataclass
@@ -265,37 +264,12 @@ def _read_head(path: Path, limit: int | None, root: Path | None = None) -> bytes
         return f.read() if limit is None else f.read(limit)
 
 
-def _atomic_write(path: Path, content: str) -> None:
-    """Write through a temporary sibling and `os.replace`, keeping the file's mode.
-
-    A reader (or a crash) sees the old file or the new one, never half of it. A symlink is
-    followed so the link stays a link and its target gets the content.
-    """
+def _replace(path: Path, data: bytes) -> None:
+    """Without a workspace root: replace the file a link points to (the link stays a link),
+    atomically, creating its directory if needed (`tools.beneath.replace_beneath`)."""
     target = Path(os.path.realpath(path))
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode: int | None = stat_mod.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        mode = None
-    data = content.encode("utf-8")
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    # 0o666 through the umask, like any newly created file; an existing file's mode wins.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        if mode is not None:
-            os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.close(fd)
-        fd = -1
-        os.replace(tmp, target)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    replace_beneath(target.parent, target, data)
 
 
 class LocalFsBackend:
@@ -319,11 +293,11 @@ class LocalFsBackend:
         return await anyio.to_thread.run_sync(_read_head, path, limit, self._root)
 
     async def write_text(self, path: Path, content: str) -> None:
-        if self._root is None:
-            await anyio.to_thread.run_sync(_atomic_write, path, content)
-            return
         data = content.encode("utf-8")
-        await anyio.to_thread.run_sync(replace_beneath, self._root, path, data)
+        if self._root is None:
+            await anyio.to_thread.run_sync(_replace, path, data)
+        else:
+            await anyio.to_thread.run_sync(replace_beneath, self._root, path, data)
 
     async def stat(self, path: Path) -> FileStat | None:
         return local_stat(path)
