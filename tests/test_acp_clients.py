@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import pty
-import shlex
 import subprocess
 import sys
 import tty
@@ -18,7 +17,6 @@ from typing import Any
 
 import pytest
 from acp import RequestError
-from acp import schema as s
 
 from tests.support.acp_harness import (
     REPO,
@@ -60,47 +58,16 @@ def _content_text(update: Any) -> str:
     return "\n".join(parts)
 
 
-class ShellStyleClient(RecordingClient):
-    """A client that runs `terminal/create` through its own shell (command and args joined
-    into one line), as some editors do: defect's `SHELL -c LINE` must work there too."""
-
-    async def create_terminal(
-        self,
-        command: str,
-        session_id: str,
-        args: list[str] | None = None,
-        cwd: str | None = None,
-        env: Any = None,
-        output_byte_limit: int | None = None,
-        **kwargs: Any,
-    ) -> s.CreateTerminalResponse:
-        self.reverse_calls.append(
-            ("terminal/create", {"command": command, "args": args, "cwd": cwd})
-        )
-        line = shlex.join([command, *(args or [])])
-        proc = await asyncio.create_subprocess_shell(
-            line,
-            cwd=cwd,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
-        terminal_id = f"term_{len(self.terminals) + 1}"
-        self.terminals[terminal_id] = proc
-        return s.CreateTerminalResponse(terminal_id=terminal_id)
-
-
 # --- terminals ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("client_class", [RecordingClient, ShellStyleClient])
+@pytest.mark.parametrize("through_shell", [False, True], ids=["exec-style", "shell-style"])
 async def test_terminal_commands_run_on_exec_style_and_shell_style_clients(
-    tmp_path: Path, client_class: type[RecordingClient]
+    tmp_path: Path, through_shell: bool
 ) -> None:
-    # RecordingClient execs exactly [command, *args] without a shell, like Zed and acpx.
     work = tmp_path / "work"
     work.mkdir()
-    client = client_class()
+    client = RecordingClient(terminal_through_shell=through_shell)
     env = script_env(tmp_path, _bash_script(PIPELINE))
     async with spawn_defect(env=env, client=client) as agent:
         await agent.initialize(terminal=True)

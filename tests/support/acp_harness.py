@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -56,6 +57,9 @@ class RecordingClient:
     permission_requests: list[s.RequestPermissionRequest] = field(default_factory=list)
     reverse_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     permission_gate: asyncio.Event | None = None
+    terminal_through_shell: bool = False
+    """False: `terminal/create` execs exactly `[command, *args]` with no shell, as Zed and acpx
+    do. True: the line `command args...` runs through a shell, as some other editors do."""
     """When set, permission answers wait for this event (to test cancels while pending)."""
     terminals: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
     update_event: asyncio.Event = field(default_factory=asyncio.Event)
@@ -124,14 +128,17 @@ class RecordingClient:
         self.reverse_calls.append(
             ("terminal/create", {"command": command, "args": args, "cwd": cwd})
         )
-        proc = await asyncio.create_subprocess_exec(
-            command,
-            *(args or []),
-            cwd=cwd,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
+        pipes: dict[str, Any] = {
+            "cwd": cwd,
+            "stdout": asyncio.subprocess.PIPE,
+            "stderr": asyncio.subprocess.STDOUT,
+            "start_new_session": True,
+        }
+        if self.terminal_through_shell:
+            line = shlex.join([command, *(args or [])])
+            proc = await asyncio.create_subprocess_shell(line, **pipes)
+        else:
+            proc = await asyncio.create_subprocess_exec(command, *(args or []), **pipes)
         terminal_id = f"term_{len(self.terminals) + 1}"
         self.terminals[terminal_id] = proc
         return s.CreateTerminalResponse(terminal_id=terminal_id)
