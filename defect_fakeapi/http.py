@@ -165,6 +165,12 @@ class ApiHandler(BaseHTTPRequestHandler):
         path = urllib.parse.urlsplit(self.path).path
         headers = {k.lower(): v for k, v in self.headers.items()}
         record = self.provider._new_record("POST", path, headers, raw)
+        if len(raw) < int(self.headers.get("content-length") or 0):
+            # The client went away in the middle of its body (a killed agent): nothing was
+            # judged, nothing can be answered. Not a rejection: the API never saw a request.
+            record.client_disconnected = True
+            record.outcome = "client_disconnected"
+            return
         try:
             if path == "/v1/messages":
                 self._anthropic(record, count_tokens=False)

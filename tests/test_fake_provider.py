@@ -748,3 +748,25 @@ def test_cli_serves_a_script_to_another_process(tmp_path: Path) -> None:
     logged = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
     assert [entry["outcome"] for entry in logged] == ["completed", "exhausted"]
     assert logged[0]["body"]["messages"] == HI
+
+
+def test_a_body_cut_off_by_a_killed_client_is_not_a_rejection() -> None:
+    """A killed agent can die in the middle of sending a request: the API never saw it, so
+    the fake records a disconnect, never an `invalid JSON` rejection of the agent's wire."""
+    import socket
+    import urllib.parse
+
+    with FakeProvider() as fake:
+        url = urllib.parse.urlsplit(fake.url)
+        body = b'{"model": "m", "max_tokens": 10, "messages": [{"role": "us'
+        with socket.create_connection((url.hostname or "127.0.0.1", url.port or 80)) as sock:
+            sock.sendall(
+                b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                b"content-length: 500\r\n\r\n" + body
+            )
+        deadline = time.monotonic() + 10
+        while not fake.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (record,) = fake.requests
+        assert record.client_disconnected and not record.rejected
+        assert record.outcome == "client_disconnected"
