@@ -36,9 +36,31 @@ from defect_core.events import (
     ToolStatus,
     TurnStopReason,
 )
+from defect_core.mcp.spec import McpServerSpec
 from defect_core.model import ContentBlock, Message
 from defect_core.policy import ModeInfo
 from defect_core.tools.backends import FsBackend, ShellBackend
+
+__all__ = [
+    "AgentCore",
+    "AgentError",
+    "Backends",
+    "ConfigOption",
+    "DuplicateSessionId",
+    "Frontend",
+    "InvalidCwd",
+    "InvalidOption",
+    "McpServerSpec",
+    "OptionChoice",
+    "Session",
+    "SessionNotFound",
+    "SessionPage",
+    "SessionSummary",
+    "StorageError",
+    "ToolCallSnapshot",
+    "TurnFailed",
+    "TurnInProgress",
+]
 
 # --- errors -------------------------------------------------------------------------------
 
@@ -116,19 +138,6 @@ class Frontend:
     client_name: str | None = None
     fs_delegated: bool = False
     terminal_delegated: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class McpServerSpec:
-    """An MCP server the editor asked for (stdio: command/args/env; http/sse: url/headers)."""
-
-    name: str
-    transport: Literal["stdio", "http", "sse"]
-    command: str | None = None
-    args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    url: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
