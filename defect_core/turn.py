@@ -35,6 +35,7 @@ import anyio
 
 from defect_core import policy
 from defect_core.compaction import ContextManager
+from defect_core.errors import TurnFailed
 from defect_core.events import (
     AgentEvent,
     AgentTextDelta,
@@ -72,7 +73,6 @@ from defect_core.providers.base import (
     ToolUseStarted,
     Usage,
 )
-from defect_core.session import TurnFailed
 from defect_core.tools.base import (
     Tool,
     ToolCallView,
