@@ -1,6 +1,6 @@
 # Two commands set everything up on a machine that has only python3:
 #   make run   — a full offline ACP session (no API key)
-#   make test  — lint, type check and the test suite
+#   make test  — lint (and the import layers, docs/layers.md), type check and the test suite
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -27,6 +27,7 @@ test: $(STAMP) lint typecheck pytest
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

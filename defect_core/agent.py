@@ -32,12 +32,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 
 from defect_core import policy
-from defect_core.compaction import (
-    ContextManager,
-    context_report,
-    overhead_tokens,
-    parse_slash_command,
-)
+from defect_core.compaction import ContextManager, context_report, parse_slash_command
 from defect_core.config import Settings
 from defect_core.events import (
     AgentEvent,
@@ -55,7 +50,7 @@ from defect_core.events import (
     TurnStopReason,
 )
 from defect_core.events import TurnFailed as TurnFailedEvent
-from defect_core.history import VecHistory
+from defect_core.history import VecHistory, overhead_tokens
 from defect_core.log import get_logger
 from defect_core.mcp import McpHub, load_mcp_json, merge_servers
 from defect_core.model import ContentBlock, Message, TextBlock

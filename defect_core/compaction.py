@@ -2,7 +2,9 @@
 
 Owns `ContextManager`, which the turn runner consults before every model request, and the
 pure pieces it is made of: micro-compaction, the choice of a summary boundary, the summary
-request and message, and the `/context` report.
+request and message, and the `/context` report. The brief's wording (`summary_brief.py`) and
+the request-size ruler (`history.overhead_tokens`) live below the providers, which read them
+too (the offline model answers a summary request), so no provider imports this module.
 
 Three levels, by how full the window is (fractions of the model's context window):
 - micro (≥ `micro`): no model call. Old, large tool results outside the most recent turns
@@ -42,7 +44,7 @@ from defect_core.events import (
     ToolCallUpdated,
     UsageReported,
 )
-from defect_core.history import History, estimate_message_tokens
+from defect_core.history import History, estimate_message_tokens, overhead_tokens
 from defect_core.integrity import repair_outbound
 from defect_core.log import get_logger
 from defect_core.model import (
@@ -52,6 +54,7 @@ from defect_core.model import (
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
+    ToolSpec,
     ToolUseBlock,
 )
 from defect_core.providers.base import (
@@ -59,32 +62,14 @@ from defect_core.providers.base import (
     LlmProvider,
     ModelRequest,
     ProviderError,
-    ToolSpec,
 )
+from defect_core.summary_brief import MERGE_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
 
 log = get_logger("defect.compaction")
 
 CLEARED_PREFIX = "[output cleared to save context"
 SUMMARY_OPEN = "<conversation-summary>"
 SUMMARY_CLOSE = "</conversation-summary>"
-
-SUMMARY_INSTRUCTIONS = """\
-Summarise the conversation above so that the work can continue from your summary alone; the
-messages it covers will be removed. Write a structured brief with these sections:
-
-## Goal
-## Constraints and preferences
-## Progress (what was done, with results)
-## Decisions (and why)
-## Next steps
-## Relevant files (paths, with what matters about each)
-
-Be specific: keep file paths, names, commands, error messages and numbers. Do not call tools."""
-
-MERGE_INSTRUCTIONS = """\
-The conversation began with an earlier summary (between {open} and {close}). Merge it with what
-happened since into one brief of the same structure: keep what still matters from it, update
-progress, and drop what is obsolete."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -524,13 +509,6 @@ class ContextManager:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-
-
-def overhead_tokens(system: str, tools: tuple[ToolSpec, ...]) -> int:
-    tool_chars = sum(
-        len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) for t in tools
-    )
-    return (len(system) + tool_chars) // 4
 
 
 _SLASH = re.compile(r"^/(?P<name>[a-z][a-z0-9_-]*)(?:\s+(?P<args>.*))?$", re.S)

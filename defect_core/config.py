@@ -84,7 +84,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from defect_core.session import McpServerSpec
+    from defect_core.mcp.spec import McpServerSpec
 
 __all__ = [
     "EFFORT_LEVELS",
@@ -401,7 +401,7 @@ _MCP_ENTRY_KEYS = ("type", "transport", "command", "args", "env", "url", "header
 
 def _mcp_servers(value: object, source: str, env: Mapping[str, str] | None) -> dict[str, Any]:
     """`[mcp.servers.NAME]` tables as specs by name (the entry shape of `.mcp.json`)."""
-    from defect_core.mcp import server_spec
+    from defect_core.mcp.spec import server_spec
 
     if not isinstance(value, dict):
         raise ConfigError(source, "mcp", f"must be a table ([mcp]), got {_type_name(value)}")

@@ -1,6 +1,8 @@
 """Conversation history: the source of truth of a session, plus its token accounting.
 
-Owns the `History` protocol and `VecHistory`, a list of messages behind a lock.
+Owns the `History` protocol and `VecHistory`, a list of messages behind a lock, and the
+ruler every token estimate uses (`estimate_message_tokens` for a message, `overhead_tokens`
+for a request's system prompt and tool definitions).
 
 Invariants:
 - `snapshot()` is a faithful copy of what was appended: nothing is repaired or injected here.
@@ -36,6 +38,7 @@ from defect_core.model import (
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
+    ToolSpec,
     ToolUseBlock,
 )
 
@@ -151,6 +154,17 @@ def estimate_message_tokens(message: Message) -> int:
         elif isinstance(block, ImageBlock):
             total += IMAGE_TOKEN_ESTIMATE
     return total
+
+
+def overhead_tokens(system: str, tools: tuple[ToolSpec, ...]) -> int:
+    """The fixed part of a request (system prompt, tool definitions) by the same chars/4 ruler.
+
+    Compaction adds it to the history's estimate until a model call has reported real usage;
+    the offline model counts it in the usage it reports, so both agree on a request's size."""
+    tool_chars = sum(
+        len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) for t in tools
+    )
+    return (len(system) + tool_chars) // 4
 
 
 def _size(text: str) -> int:

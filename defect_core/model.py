@@ -1,7 +1,9 @@
 """The message model: what a conversation is made of, independent of any wire.
 
 Owns the roles (`user`, `assistant`), the content blocks a message can carry (text, image,
-thinking, redacted thinking, tool use, tool result) and their JSON form.
+thinking, redacted thinking, tool use, tool result), their JSON form, and what a model is
+told about a tool it may call (`ToolSpec`: the tools describe themselves with it, the
+providers encode it; it lives here, below both, so neither imports the other).
 
 Invariants:
 - Values are immutable (frozen models, tuples for sequences). A `ToolUseBlock.input` is a
@@ -19,6 +21,7 @@ each provider encodes them for its wire on the way out, after `repair_outbound`.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
@@ -126,6 +129,15 @@ def assistant(*blocks: ContentBlock | str) -> Message:
 
 def _block(b: ContentBlock | str) -> ContentBlock:
     return TextBlock(text=b) if isinstance(b, str) else b
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the model is told about a tool."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
 
 
 class MessageFormatError(ValueError):

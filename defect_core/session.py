@@ -1,16 +1,19 @@
 """`AgentCore` and `Session`: the only door from a front end (the ACP bridge) into the runtime.
 
-Owns the two protocols, the values they exchange (config options, session summaries, the
-front end's description) and the errors they raise.
+Owns the two protocols and the values only the door exchanges (config options, tool-call
+snapshots, the front end's description, the backends). Three kinds of value cross the door but
+are defined lower, because lower layers produce them: the errors (`errors.py`: the store and
+the turn runner raise them), session listings (`listing.py`: the store builds them) and MCP
+server specs (`mcp/spec.py`: the configuration parses them). This module re-exports them
+(`__all__`), so a front end finds everything it needs to drive the runtime here.
 
 - `AgentCore` is the process-level root: it creates, loads, finds and lists sessions.
 - `Session` is one conversation: it runs turns, cancels them, streams `AgentEvent`s to any
   number of subscribers, and exposes its modes and config options.
 
 Invariants:
-- The bridge reaches the runtime only through these protocols (docs/architecture.md, rule 2): a
-  test can
-  hand the bridge a fake core, and another front end could drive the same runtime.
+- The bridge reaches the runtime only through these protocols (docs/architecture.md, rule 2):
+  a test can hand the bridge a fake core, and another front end could drive the same runtime.
 - One turn per session at a time: a second `run_turn` while one runs raises `TurnInProgress`
   at once (ACP clients serialise prompts per session; an immediate, clear error is what they
   can show, where a silent wait would look like a hang).
@@ -18,6 +21,8 @@ Invariants:
   `TurnFailed` only when the turn could not go on (provider failure after retries, missing
   credentials). Either way the session stays usable.
 - No ACP types here (docs/architecture.md, rule 1).
+- Near the top of the layers (docs/layers.md): nothing below the runtime (`agent.py`) and the
+  prompt imports this module; the turn runner, the store and the tools stay below the door.
 """
 
 from __future__ import annotations
@@ -28,6 +33,16 @@ from typing import Any, Literal, Protocol
 
 from anyio.abc import ObjectReceiveStream
 
+from defect_core.errors import (
+    AgentError,
+    DuplicateSessionId,
+    InvalidCwd,
+    InvalidOption,
+    SessionNotFound,
+    StorageError,
+    TurnFailed,
+    TurnInProgress,
+)
 from defect_core.events import (
     AgentEvent,
     Location,
@@ -36,57 +51,32 @@ from defect_core.events import (
     ToolStatus,
     TurnStopReason,
 )
+from defect_core.listing import SessionPage, SessionSummary
+from defect_core.mcp.spec import McpServerSpec
 from defect_core.model import ContentBlock, Message
 from defect_core.policy import ModeInfo
 from defect_core.tools.backends import FsBackend, ShellBackend
 
-# --- errors -------------------------------------------------------------------------------
-
-
-class AgentError(Exception):
-    """Base of the runtime's errors. `str(e)` is one line a person can act on."""
-
-    code = "internal"
-
-
-class InvalidCwd(AgentError):
-    code = "invalid_params"
-
-
-class DuplicateSessionId(AgentError):
-    code = "invalid_params"
-
-
-class SessionNotFound(AgentError):
-    code = "not_found"
-
-
-class TurnInProgress(AgentError):
-    code = "invalid_request"
-
-
-class InvalidOption(AgentError):
-    """An unknown mode, config option or value."""
-
-    code = "invalid_params"
-
-
-class StorageError(AgentError):
-    code = "internal"
-
-
-class TurnFailed(AgentError):
-    """The turn could not go on. `data` says whether retrying may help."""
-
-    code = "provider"
-
-    def __init__(self, message: str, data: dict[str, Any] | None = None, *, auth: bool = False):
-        super().__init__(message)
-        self.data = data or {}
-        self.auth = auth
-        if auth:
-            self.code = "auth_required"
-
+__all__ = [
+    "AgentCore",
+    "AgentError",
+    "Backends",
+    "ConfigOption",
+    "DuplicateSessionId",
+    "Frontend",
+    "InvalidCwd",
+    "InvalidOption",
+    "McpServerSpec",
+    "OptionChoice",
+    "Session",
+    "SessionNotFound",
+    "SessionPage",
+    "SessionSummary",
+    "StorageError",
+    "ToolCallSnapshot",
+    "TurnFailed",
+    "TurnInProgress",
+]
 
 # --- values -------------------------------------------------------------------------------
 
@@ -116,34 +106,6 @@ class Frontend:
     client_name: str | None = None
     fs_delegated: bool = False
     terminal_delegated: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class McpServerSpec:
-    """An MCP server the editor asked for (stdio: command/args/env; http/sse: url/headers)."""
-
-    name: str
-    transport: Literal["stdio", "http", "sse"]
-    command: str | None = None
-    args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    url: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class SessionSummary:
-    id: str
-    cwd: str
-    title: str | None
-    updated_at: str
-    """ISO 8601, UTC."""
-
-
-@dataclass(frozen=True, slots=True)
-class SessionPage:
-    sessions: tuple[SessionSummary, ...]
-    next_cursor: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

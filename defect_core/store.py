@@ -76,6 +76,7 @@ from typing import Any, Final, Protocol, TypeVar, get_args
 
 import anyio
 
+from defect_core.errors import AgentError, DuplicateSessionId, SessionNotFound, StorageError
 from defect_core.events import (
     DiffDisplay,
     ImageDisplay,
@@ -88,16 +89,9 @@ from defect_core.events import (
     ToolKind,
     ToolStatus,
 )
+from defect_core.listing import SessionPage, SessionSummary
 from defect_core.log import get_logger
 from defect_core.model import Message, MessageFormatError, message_from_json, message_to_json
-from defect_core.session import (
-    AgentError,
-    DuplicateSessionId,
-    SessionNotFound,
-    SessionPage,
-    SessionSummary,
-    StorageError,
-)
 
 log = get_logger("defect.store")
 

@@ -40,6 +40,7 @@ import anyio
 
 from defect_core import policy
 from defect_core.compaction import ContextManager
+from defect_core.errors import SessionNotFound, StorageError, TurnFailed
 from defect_core.events import (
     AgentEvent,
     AgentTextDelta,
@@ -77,7 +78,6 @@ from defect_core.providers.base import (
     ToolUseStarted,
     Usage,
 )
-from defect_core.session import SessionNotFound, StorageError, TurnFailed
 from defect_core.tools.base import (
     Tool,
     ToolCallView,

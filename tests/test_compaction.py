@@ -17,7 +17,6 @@ import pytest
 from defect_core.agent import DefaultAgentCore, DefaultSession
 from defect_core.compaction import (
     CLEARED_PREFIX,
-    SUMMARY_INSTRUCTIONS,
     ContextManager,
     Thresholds,
     choose_boundary,
@@ -42,6 +41,7 @@ from defect_core.providers.anthropic_wire import encode_messages
 from defect_core.providers.scripted import ScriptedProvider
 from defect_core.session import Backends
 from defect_core.store import AsyncStore, SqliteStore
+from defect_core.summary_brief import SUMMARY_INSTRUCTIONS
 from defect_core.tools.base import Safety, ToolCallView, ToolOutput
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply, estimate_tokens, validate_request
 

@@ -35,6 +35,7 @@ from defect_core.events import (
 )
 from defect_core.mcp import (
     McpHub,
+    McpServerSpec,
     McpTool,
     load_mcp_json,
     merge_servers,
@@ -43,7 +44,7 @@ from defect_core.mcp import (
     tool_name,
 )
 from defect_core.model import ImageBlock, TextBlock
-from defect_core.session import Backends, McpServerSpec
+from defect_core.session import Backends
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 from defect_core.tools.base import Safety, ToolContext, ToolOutput
 from defect_core.tools.builtin import builtin_tools

@@ -27,7 +27,14 @@ from defect_core.agent import DefaultAgentCore, DefaultSession
 from defect_core.config import Settings
 from defect_core.events import AgentEvent, AgentTextDelta, AgentThoughtDelta, TurnEnded
 from defect_core.events import TurnFailed as TurnFailedEvent
-from defect_core.model import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from defect_core.model import (
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+)
 from defect_core.providers.anthropic import (
     BEDROCK_ANTHROPIC_VERSION,
     AnthropicProvider,
@@ -46,7 +53,6 @@ from defect_core.providers.base import (
     TextDelta,
     ThinkingDelta,
     ToolInputDelta,
-    ToolSpec,
     ToolUseStarted,
 )
 from defect_core.session import Backends, TurnFailed

@@ -21,7 +21,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from defect_core.model import Message
+from defect_core.model import Message, ToolSpec
 
 StopReason = Literal[
     "end_turn",
@@ -32,15 +32,6 @@ StopReason = Literal[
     "refusal",
     "model_context_window_exceeded",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """What the model is told about a tool."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

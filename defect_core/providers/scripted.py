@@ -39,8 +39,7 @@ from typing import Any
 
 import anyio
 
-from defect_core.compaction import SUMMARY_INSTRUCTIONS, overhead_tokens
-from defect_core.history import estimate_message_tokens
+from defect_core.history import estimate_message_tokens, overhead_tokens
 from defect_core.model import (
     ContentBlock,
     Message,
@@ -62,6 +61,7 @@ from defect_core.providers.base import (
     ToolUseStarted,
     Usage,
 )
+from defect_core.summary_brief import SUMMARY_INSTRUCTIONS
 
 OFFLINE_MODELS = (
     ModelInfo(

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from defect_core.events import Location, ToolDisplay, ToolKind
-from defect_core.model import ResultPart
-from defect_core.providers.base import ToolSpec
+from defect_core.model import ResultPart, ToolSpec
 
 if TYPE_CHECKING:
     from defect_core.tools.backends import FsBackend, ShellBackend

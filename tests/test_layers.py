@@ -1,0 +1,118 @@
+"""The import layers of docs/layers.md hold, and the contracts that state them can fail.
+
+Runs the real `lint-imports` (import-linter, configured in pyproject.toml) on the repository,
+then on copies of the packages with one forbidden import injected each — at module level,
+inside a function, under `TYPE_CHECKING` — and checks that the contract it breaks reports
+it broken. A contract that could not fail would prove nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+PACKAGES = ("defect_core", "defect_acp", "defect_fakeapi")
+
+LAYERS = "defect_core is layered: no import runs back up (docs/layers.md)"
+MCP_LAYERS = "The MCP package is layered: hub, tool, connection | convert, spec"
+NO_ACP = "defect_core never imports the ACP bridge, the ACP SDK nor the fake API"
+TOOLS = "Tools never import the session, the runtime nor the turn machinery"
+PROVIDERS = "Providers never import the tools, the session, the runtime nor the turn machinery"
+FAKE_API = "The fake API judges the wire on its own: defect_fakeapi imports no defect code"
+CONTRACTS = (LAYERS, MCP_LAYERS, NO_ACP, TOOLS, PROVIDERS, FAKE_API)
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    # A wide terminal keeps each contract's name and verdict on one line.
+    env = {**os.environ, "COLUMNS": "250", "NO_COLOR": "1"}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def copy_of_the_packages(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    shutil.copy(REPO / "pyproject.toml", root)
+    for package in PACKAGES:
+        shutil.copytree(REPO / package, root / package, ignore=shutil.ignore_patterns("*.pyc"))
+    return root
+
+
+def test_the_repository_keeps_every_import_contract() -> None:
+    result = lint_imports(REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for contract in CONTRACTS:
+        assert f"{contract} KEPT" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "code", "contract", "edge"),
+    [
+        pytest.param(
+            "defect_core/model.py",
+            "\n\ndef _upward() -> None:\n    from defect_core.agent import DefaultAgentCore\n",
+            LAYERS,
+            "defect_core.model -> defect_core.agent",
+            id="lazy-import-from-the-bottom-layer-to-the-top",
+        ),
+        pytest.param(
+            "defect_core/mcp/spec.py",
+            "\nfrom defect_core.mcp.hub import McpHub\n",
+            MCP_LAYERS,
+            "defect_core.mcp.spec -> defect_core.mcp.hub",
+            id="mcp-spec-imports-its-hub",
+        ),
+        pytest.param(
+            "defect_core/log.py",
+            "\n\ndef _bridge() -> None:\n    import acp\n",
+            NO_ACP,
+            "defect_core.log -> acp",
+            id="core-imports-the-acp-sdk-lazily",
+        ),
+        pytest.param(
+            "defect_core/tools/beneath.py",
+            "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+            "    from defect_core.turn import TurnRunner\n",
+            TOOLS,
+            "defect_core.tools.beneath -> defect_core.turn",
+            id="tool-imports-the-turn-runner-for-type-checking",
+        ),
+        pytest.param(
+            "defect_core/providers/scripted.py",
+            "\nfrom defect_core.tools.base import Safety\n",
+            PROVIDERS,
+            "defect_core.providers.scripted -> defect_core.tools.base",
+            id="provider-imports-a-tool",
+        ),
+        pytest.param(
+            "defect_fakeapi/script.py",
+            "\nfrom defect_core.model import Message\n",
+            FAKE_API,
+            "defect_fakeapi.script -> defect_core.model",
+            id="fake-api-imports-the-runtime-it-judges",
+        ),
+    ],
+)
+def test_an_injected_import_breaks_its_contract(
+    tmp_path: Path, module: str, code: str, contract: str, edge: str
+) -> None:
+    root = copy_of_the_packages(tmp_path)
+    with (root / module).open("a", encoding="utf-8") as file:
+        file.write(code)
+    result = lint_imports(root)
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert f"{contract} BROKEN" in result.stdout, result.stdout
+    assert edge in result.stdout, result.stdout
