@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -492,7 +493,17 @@ def _permission_key(tool: Tool, args: dict[str, Any]) -> str:
 
 
 def _error_result(tool_use_id: str, text: str) -> ToolResultBlock:
-    return ToolResultBlock(tool_use_id=tool_use_id, content=text, is_error=True)
+    return ToolResultBlock(tool_use_id=tool_use_id, content=_as_text(text), is_error=True)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _as_text(text: str) -> str:
+    """`text` without lone surrogates (U+FFFD in their place): a file name that is not UTF-8
+    reaches Python as one (`surrogateescape`), and such a result could be neither stored nor
+    sent, which would fail the turn over a name in a listing."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def _stop_reason(provider_reason: str) -> TurnStopReason:
@@ -519,6 +530,7 @@ def _cap(content: str | tuple[ResultPart, ...]) -> str | tuple[ResultPart, ...]:
 
 
 def _cap_text(text: str) -> str:
+    text = _as_text(text)
     if len(text) <= MAX_RESULT_CHARS:
         return text
     half = MAX_RESULT_CHARS // 2

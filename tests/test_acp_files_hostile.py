@@ -194,3 +194,18 @@ async def test_a_read_only_file_is_not_replaced(tmp_path: Path) -> None:
     assert [r for r in _results(tmp_path)] == [
         (True, "locked.txt is read-only (mode 444); make it writable first if it should change"),
     ] * 2
+
+
+async def test_a_file_name_that_is_not_utf8_never_fails_the_turn(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    with open(os.fsencode(work) + b"/bad\xff.txt", "wb") as f:
+        f.write(b"needle\n")
+    replies = _calls(
+        ("search", {"glob": "*"}),
+        ("search", {"pattern": "needle"}),
+    )
+    await _run(tmp_path, work, replies)
+    results = _results(tmp_path)
+    assert [err for err, _ in results] == [False, False]
+    assert "bad\ufffd.txt" in results[0][1] and "bad\ufffd.txt:1: needle" in results[1][1]
