@@ -13,6 +13,7 @@ faults), `cli` (`defect fake-api`).
 This package is a tool for tests and offline runs: nothing on `defect acp`'s path imports it.
 """
 
+from defect_fakeapi.cache import CacheUsage, PromptCache
 from defect_fakeapi.cli import main
 from defect_fakeapi.script import (
     HttpError,
@@ -46,8 +47,10 @@ __all__ = [
     "DEFAULT_API_KEY",
     "DEFAULT_AWS_ACCESS_KEY_ID",
     "DEFAULT_AWS_SECRET_KEY",
+    "CacheUsage",
     "FakeProvider",
     "HttpError",
+    "PromptCache",
     "RedactedThinkingBlock",
     "Reply",
     "RequestRecord",

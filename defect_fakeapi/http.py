@@ -434,6 +434,16 @@ class ApiHandler(BaseHTTPRequestHandler):
     def _stream(self, record: RequestRecord, reply: Reply, *, bedrock: bool) -> None:
         body = record.body
         model = reply.model or record.model or "claude-fake"
+        cache = self.provider.prompt_cache
+        if cache is not None and reply.usage.input_tokens is None:
+            usage = cache.account(body, record.model or model)
+            record.cache_usage = usage
+            reply = reply.with_usage(
+                input_tokens=usage.input_tokens,
+                output_tokens=reply.usage.output_tokens,
+                cache_creation_input_tokens=usage.cache_creation_input_tokens,
+                cache_read_input_tokens=usage.cache_read_input_tokens,
+            )
         events = build_events(
             reply,
             model=model,

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from defect_fakeapi.cache import CacheUsage
+
 ERROR_TYPES: dict[int, str] = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -455,6 +457,8 @@ class RequestRecord:
     reply: Reply | None = None
     events_sent: int = 0
     client_disconnected: bool = False
+    cache_usage: CacheUsage | None = None
+    """What the simulated prompt cache reported (only with `FakeProvider(prompt_cache=...)`)."""
     done: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     @property

@@ -55,6 +55,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from defect_fakeapi.cache import PromptCache
 from defect_fakeapi.http import ApiServer
 from defect_fakeapi.script import Reply, RequestRecord, Responder
 
@@ -82,6 +83,7 @@ class FakeProvider:
         default_reply: Reply | None = None,
         allow_prefill: bool = False,
         allow_split_results: bool = False,
+        prompt_cache: PromptCache | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         request_log: str | os.PathLike[str] | None = None,
@@ -93,6 +95,8 @@ class FakeProvider:
         self.default_reply = default_reply
         self.allow_prefill = allow_prefill
         self.allow_split_results = allow_split_results
+        self.prompt_cache = prompt_cache
+        """When set, answers report the cache usage the real API would (`cache.py`)."""
         self._host = host
         self._port = port
         self._request_log = Path(request_log) if request_log is not None else None
