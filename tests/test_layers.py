@@ -26,6 +26,7 @@ NO_ACP = "defect_core never imports the ACP bridge, the ACP SDK nor the fake API
 TOOLS = "Tools never import the session, the runtime nor the turn machinery"
 PROVIDERS = "Providers never import the tools, the session, the runtime nor the turn machinery"
 FAKE_API = "The fake API judges the wire on its own: defect_fakeapi imports no defect code"
+CONFIG_LAYERS = "The configuration is layered: resolve, files | overrides, keys, settings"
 PROVIDER_LAYERS = "The providers are layered: registry, each provider, the Messages wire, base"
 ANTHROPIC_LAYERS = (
     "The Anthropic provider is layered: provider, client | stream, errors | request, catalog"
@@ -37,6 +38,7 @@ CONTRACTS = (
     TOOLS,
     PROVIDERS,
     FAKE_API,
+    CONFIG_LAYERS,
     PROVIDER_LAYERS,
     ANTHROPIC_LAYERS,
 )
@@ -109,6 +111,13 @@ def test_the_repository_keeps_every_import_contract() -> None:
             PROVIDERS,
             "defect_core.providers.scripted -> defect_core.tools.base",
             id="provider-imports-a-tool",
+        ),
+        pytest.param(
+            "defect_core/config/settings.py",
+            "\n\ndef _reload() -> None:\n    from defect_core.config.files import read_file\n",
+            CONFIG_LAYERS,
+            "defect_core.config.settings -> defect_core.config.files",
+            id="settings-model-imports-the-file-reader-lazily",
         ),
         pytest.param(
             "defect_core/providers/base.py",
