@@ -26,7 +26,22 @@ NO_ACP = "defect_core never imports the ACP bridge, the ACP SDK nor the fake API
 TOOLS = "Tools never import the session, the runtime nor the turn machinery"
 PROVIDERS = "Providers never import the tools, the session, the runtime nor the turn machinery"
 FAKE_API = "The fake API judges the wire on its own: defect_fakeapi imports no defect code"
-CONTRACTS = (LAYERS, MCP_LAYERS, NO_ACP, TOOLS, PROVIDERS, FAKE_API)
+CONFIG_LAYERS = "The configuration is layered: resolve, files | overrides, keys, settings"
+PROVIDER_LAYERS = "The providers are layered: registry, each provider, the Messages wire, base"
+ANTHROPIC_LAYERS = (
+    "The Anthropic provider is layered: provider, client | stream, errors | request, catalog"
+)
+CONTRACTS = (
+    LAYERS,
+    MCP_LAYERS,
+    NO_ACP,
+    TOOLS,
+    PROVIDERS,
+    FAKE_API,
+    CONFIG_LAYERS,
+    PROVIDER_LAYERS,
+    ANTHROPIC_LAYERS,
+)
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -96,6 +111,29 @@ def test_the_repository_keeps_every_import_contract() -> None:
             PROVIDERS,
             "defect_core.providers.scripted -> defect_core.tools.base",
             id="provider-imports-a-tool",
+        ),
+        pytest.param(
+            "defect_core/config/settings.py",
+            "\n\ndef _reload() -> None:\n    from defect_core.config.files import read_file\n",
+            CONFIG_LAYERS,
+            "defect_core.config.settings -> defect_core.config.files",
+            id="settings-model-imports-the-file-reader-lazily",
+        ),
+        pytest.param(
+            "defect_core/providers/base.py",
+            "\n\ndef _offline() -> None:\n"
+            "    from defect_core.providers.scripted import ScriptedProvider\n",
+            PROVIDER_LAYERS,
+            "defect_core.providers.base -> defect_core.providers.scripted",
+            id="provider-protocol-imports-a-provider-lazily",
+        ),
+        pytest.param(
+            "defect_core/providers/anthropic/stream.py",
+            "\n\ndef _upward() -> None:\n"
+            "    from defect_core.providers.anthropic.provider import AnthropicProvider\n",
+            ANTHROPIC_LAYERS,
+            "defect_core.providers.anthropic.stream -> defect_core.providers.anthropic.provider",
+            id="stream-assembler-imports-its-provider",
         ),
         pytest.param(
             "defect_fakeapi/script.py",

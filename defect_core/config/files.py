@@ -1,0 +1,202 @@
+"""Configuration files: where they are, and each one read into a validated layer.
+
+Owns the file locations (`config_paths`, `repo_root`), reading one TOML file (`read_file`),
+validating its parsed tables against the key tables of `keys.py` (`parse_layer`, including
+`[models]`, `[context_windows]` and `[mcp.servers.NAME]`), and finding the line a bad key is
+on (`key_line`).
+
+Invariants:
+- A missing file is no layer, not an error; a directory, an unreadable file, bytes that are
+  not UTF-8, invalid TOML or a bad key is a `ConfigError` naming the file, with the line where
+  it can be found (tomllib's own position for syntax; `key_line` for a key).
+- A relative `script_path` is relative to the file that names it.
+- `[mcp]` tables borrow `defect_core.mcp.spec`'s entry parser, imported only when a file has
+  one: importing `defect_core.mcp.spec` runs the `defect_core.mcp` package, which the
+  configuration must not load on the `initialize` path (docs/architecture.md, rule 6).
+
+Why a room of its own: files are the only layer with lines, paths and TOML; the environment
+and the flags (`overrides.py`) share the key tables but none of this.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from defect_core.config.keys import (
+    MODEL_PROVIDERS,
+    TABLE_KEYS,
+    TOP_KEYS,
+    Layer,
+    at_least,
+    checked,
+    model_list,
+    type_name,
+    unknown_key,
+)
+from defect_core.config.settings import ConfigError
+
+__all__ = ["config_paths", "key_line", "parse_layer", "read_file", "repo_root"]
+
+
+def parse_layer(
+    data: Mapping[str, Any],
+    source: str,
+    base_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Layer:
+    """Validate one file's parsed TOML into a layer. Raises `ConfigError` naming the key.
+
+    `env` resolves `${VAR}` in MCP server entries (default: `os.environ`)."""
+    layer: Layer = {}
+    known_top = [*TOP_KEYS, *TABLE_KEYS, "models", "context_windows", "mcp"]
+    for key, value in data.items():
+        if key in TOP_KEYS:
+            name, check = TOP_KEYS[key]
+            layer[name] = checked(source, key, check, value)
+            if name == "script_path" and base_dir is not None:
+                layer[name] = str((base_dir / str(layer[name])).resolve())
+        elif key in TABLE_KEYS:
+            if not isinstance(value, dict):
+                raise ConfigError(source, key, f"must be a table ([{key}]), got {type_name(value)}")
+            table = TABLE_KEYS[key]
+            for sub, sub_value in value.items():
+                dotted = f"{key}.{sub}"
+                if sub not in table:
+                    raise unknown_key(source, dotted, list(table))
+                name, check = table[sub]
+                layer[name] = checked(source, dotted, check, sub_value)
+        elif key == "models":
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    source, key, f"must be a table ([models]), got {type_name(value)}"
+                )
+            models: dict[str, tuple[str, ...]] = {}
+            for provider, ids in value.items():
+                dotted = f"models.{provider}"
+                if provider not in MODEL_PROVIDERS:
+                    raise unknown_key(source, dotted, list(MODEL_PROVIDERS))
+                models[provider] = checked(source, dotted, model_list, ids)  # type: ignore[assignment]
+            layer["models"] = models
+        elif key == "context_windows":
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    source, key, f"must be a table ([context_windows]), got {type_name(value)}"
+                )
+            layer["context_windows"] = {
+                model: checked(source, f"context_windows.{model}", at_least(1024), tokens)
+                for model, tokens in value.items()
+            }
+        elif key == "mcp":
+            layer["mcp_servers"] = _mcp_servers(value, source, env)
+        else:
+            raise unknown_key(source, key, known_top)
+    return layer
+
+
+_MCP_ENTRY_KEYS = ("type", "transport", "command", "args", "env", "url", "headers")
+
+
+def _mcp_servers(value: object, source: str, env: Mapping[str, str] | None) -> dict[str, Any]:
+    """`[mcp.servers.NAME]` tables as specs by name (the entry shape of `.mcp.json`)."""
+    from defect_core.mcp.spec import server_spec
+
+    if not isinstance(value, dict):
+        raise ConfigError(source, "mcp", f"must be a table ([mcp]), got {type_name(value)}")
+    for key in value:
+        if key != "servers":
+            raise unknown_key(source, f"mcp.{key}", ["servers"])
+    servers = value.get("servers", {})
+    if not isinstance(servers, dict):
+        raise ConfigError(source, "mcp.servers", "must be a table of [mcp.servers.NAME] tables")
+    specs: dict[str, Any] = {}
+    for name, entry in servers.items():
+        where = f"mcp.servers.{name}"
+        if not isinstance(entry, dict):
+            raise ConfigError(source, where, f"must be a table, got {type_name(entry)}")
+        for key in entry:
+            if key not in _MCP_ENTRY_KEYS:
+                raise unknown_key(source, f"{where}.{key}", list(_MCP_ENTRY_KEYS))
+        try:
+            specs[name] = server_spec(name, entry, os.environ if env is None else env)
+        except ValueError as exc:
+            raise ConfigError(source, where, str(exc)) from None
+    return specs
+
+
+def read_file(path: Path, env: Mapping[str, str]) -> Layer | None:
+    """The layer of the file at `path`, or None when there is no such file."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise ConfigError(str(path), None, "is a directory, not a TOML file") from None
+    except OSError as exc:
+        raise ConfigError(str(path), None, f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(str(path), None, "is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message ends with "(at line L, column C)": the line is in the text.
+        raise ConfigError(str(path), None, f"is not valid TOML: {exc}") from None
+    try:
+        return parse_layer(data, str(path), base_dir=path.parent, env=env)
+    except ConfigError as exc:
+        if exc.line is not None or exc.key is None:
+            raise
+        line = key_line(raw.decode("utf-8"), exc.key)
+        raise ConfigError(exc.source, exc.key, exc.problem, line) from None
+
+
+def key_line(text: str, key: str) -> int | None:
+    """The 1-based line where `key` (dotted: `table.sub`) is set or its table opens."""
+    parts = key.split(".")
+    leaf = re.escape(parts[-1])
+    assignment = re.compile(rf'^\s*(?:"{leaf}"|\'{leaf}\'|{leaf})\s*=')
+    header = re.compile(rf"^\s*\[+\s*{re.escape(key)}\s*\]+")
+    table = ".".join(parts[:-1])
+    current = ""
+    anywhere: int | None = None  # e.g. a dotted key (`anthropic.base_url = ...`) at the top
+    for number, line in enumerate(text.splitlines(), start=1):
+        opened = re.match(r"^\s*\[+\s*([^\]]+?)\s*\]+", line)
+        if opened:
+            current = opened.group(1).replace('"', "").replace("'", "")
+            if header.match(line):
+                return number
+            continue
+        if assignment.match(line):
+            if current == table:
+                return number
+            anywhere = anywhere or number
+    return anywhere
+
+
+def repo_root(cwd: Path) -> Path:
+    """The nearest ancestor of `cwd` (itself included) holding `.git`, else `cwd`."""
+    cwd = cwd.resolve()
+    for directory in (cwd, *cwd.parents):
+        if (directory / ".git").exists():
+            return directory
+    return cwd
+
+
+def config_paths(cwd: Path | None, env: Mapping[str, str] | None = None) -> list[Path]:
+    """The configuration files `load_settings` reads, lowest layer first (present or not)."""
+    env = os.environ if env is None else env
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        user_dir = Path(xdg)
+    else:
+        home = env.get("HOME")
+        user_dir = (Path(home) if home else Path.home()) / ".config"
+    paths = [user_dir / "defect" / "config.toml"]
+    if cwd is not None:
+        repo = repo_root(cwd) / ".defect"
+        paths += [repo / "config.toml", repo / "config.local.toml"]
+    return paths

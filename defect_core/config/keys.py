@@ -1,0 +1,258 @@
+"""Every configuration key, and what each accepts, in files, the environment and flags.
+
+Owns the key tables (`TOP_KEYS`, `TABLE_KEYS`, `MODEL_PROVIDERS`, `ENV_VARIABLES`,
+`FLAG_FIELDS`: a key → the `Settings` field it sets and the check its value must pass), the
+value checks themselves, and the two errors every layer raises from them (`unknown_key`,
+`checked`).
+
+Keys (every one optional; tables merge key by key across layers):
+
+    provider = "anthropic"            # scripted (offline) | anthropic | bedrock
+    model = "claude-sonnet-5-5"       # default model; else the provider's first model
+    max_tokens = 16000                # output tokens per model request
+    max_turn_requests = 50            # model requests one prompt may make
+    reasoning_effort = "medium"       # off | low | medium | high (thinking budget)
+    retries = 4                       # retries of a retryable model-call failure
+    retry_base_delay = 1.0            # seconds; exponential backoff with jitter
+    retry_max_delay = 30.0            # seconds; also caps a server's retry-after
+    read_timeout = 120.0              # seconds without a byte before a stream is stalled
+    connect_timeout = 10.0            # seconds to open a connection
+    allow_read_outside = false        # may tools read files outside the workspace
+    terminal_shell = "/bin/sh"        # the editor's terminal runs commands as SHELL -c LINE
+    require_persistence = false       # refuse new sessions when they cannot be saved
+    script_path = "replies.json"      # the offline model's script (relative to the file)
+
+    [anthropic]
+    api_key_env = "ANTHROPIC_API_KEY" # the NAME of the variable holding the key
+    base_url = "https://api.anthropic.com"
+
+    [bedrock]
+    region = "eu-central-1"
+    profile = "work"                  # an AWS profile (SSO, role, keys: the boto3 chain)
+    base_url = "https://bedrock-runtime.eu-central-1.amazonaws.com"
+
+    [models]                          # what the model option offers, per provider
+    anthropic = ["claude-sonnet-5-5", "claude-opus-5-5"]
+    bedrock = ["eu.anthropic.claude-sonnet-4-5-20250929-v1:0"]
+
+    [context_windows]                 # tokens, per model id (for compaction)
+    "claude-sonnet-5-5" = 1000000
+
+    [mcp.servers.github]              # MCP servers for every session (as in .mcp.json)
+    command = "github-mcp-server"     # stdio: command, args, env; http/sse: type, url, headers
+    args = ["stdio"]
+    env = { GITHUB_TOKEN = "${GITHUB_TOKEN}" }   # ${VAR} / ${VAR:-default}: from the environment
+
+Environment: DEFECT_PROVIDER, DEFECT_MODEL, DEFECT_SCRIPT, DEFECT_MAX_TOKENS,
+DEFECT_MAX_TURN_REQUESTS, DEFECT_RETRIES, DEFECT_REASONING_EFFORT, DEFECT_READ_TIMEOUT,
+DEFECT_TERMINAL_SHELL, ANTHROPIC_BASE_URL, ANTHROPIC_BEDROCK_BASE_URL, AWS_REGION,
+AWS_PROFILE. AWS_DEFAULT_REGION is what its name says: the provider falls back to it only
+when no layer names a region.
+
+Invariants:
+- Strict: an unknown key, a wrong type or a bad value is a `ConfigError` naming the source and
+  the key. A key that looks like a secret (`api_key`, `token`, ...) is unknown, with a hint to
+  name an environment variable instead; `api_key_env` must look like a variable name, so a
+  pasted key fails at start instead of landing in a checked-in file.
+- One table per source, all built from the same checks: a key means the same thing in a file,
+  a variable and a flag.
+
+Why a room of its own: adding a setting is adding a row here (and its `Settings` field); the
+file reader, the environment and the flags pick it up from these tables.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from defect_core.config.settings import EFFORT_LEVELS, ConfigError
+
+__all__ = [
+    "ENV_VARIABLES",
+    "FLAG_FIELDS",
+    "MODEL_PROVIDERS",
+    "TABLE_KEYS",
+    "TOP_KEYS",
+    "Bad",
+    "Check",
+    "Layer",
+    "at_least",
+    "checked",
+    "model_list",
+    "type_name",
+    "unknown_key",
+]
+
+_PROVIDER_NAMES = ("scripted", "offline", "anthropic", "bedrock")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_HINT = re.compile(r"(api_?key|secret|token|password)$", re.IGNORECASE)
+
+Layer = dict[str, Any]
+"""Settings field name → validated value; `models` maps provider → ids."""
+
+Check = Callable[[object], object]
+"""Validates one value; returns it (normalised) or raises `Bad` with the problem."""
+
+
+class Bad(Exception):
+    """A value a check refused; the message is the problem, without the key."""
+
+
+def type_name(value: object) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(
+        type(value), f"a {type(value).__name__}"
+    )
+
+
+def _string(value: object) -> str:
+    if not isinstance(value, str):
+        raise Bad(f"must be a string, got {type_name(value)}")
+    if not value.strip():
+        raise Bad("must not be empty")
+    return value
+
+
+def at_least(minimum: int) -> Check:
+    def check(value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Bad(f"must be an integer, got {type_name(value)}")
+        if value < minimum:
+            raise Bad(f"must be at least {minimum}, got {value}")
+        return value
+
+    return check
+
+
+def _number(*, positive: bool) -> Check:
+    def check(value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise Bad(f"must be a number, got {type_name(value)}")
+        number = float(value)
+        if not math.isfinite(number) or number < 0 or (positive and number == 0):
+            raise Bad(f"must be a {'positive' if positive else 'non-negative'} number")
+        return number
+
+    return check
+
+
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise Bad(f"must be true or false, got {type_name(value)}")
+    return value
+
+
+def _one_of(*choices: str) -> Check:
+    def check(value: object) -> str:
+        text = _string(value)
+        if text not in choices:
+            raise Bad(f"must be one of {', '.join(choices)}; got {text!r}")
+        return text
+
+    return check
+
+
+def _url(value: object) -> str:
+    text = _string(value)
+    if not re.match(r"^https?://[^\s/]+", text):
+        raise Bad(f"must be an http(s) URL, got {text!r}")
+    return text.rstrip("/")
+
+
+def _env_name(value: object) -> str:
+    text = _string(value)
+    if not _ENV_NAME.match(text):
+        raise Bad(
+            "must be the NAME of the environment variable that holds the key "
+            "(e.g. ANTHROPIC_API_KEY), never the key itself"
+        )
+    return text
+
+
+def model_list(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise Bad(f"must be a list of model ids, got {type_name(value)}")
+    models: list[str] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip():
+            raise Bad(f"item {index} must be a non-empty string (a model id)")
+        if item not in models:
+            models.append(item)
+    if not models:
+        raise Bad("must list at least one model id")
+    return tuple(models)
+
+
+TOP_KEYS: dict[str, tuple[str, Check]] = {
+    "provider": ("provider", _one_of(*_PROVIDER_NAMES)),
+    "model": ("model", _string),
+    "max_tokens": ("max_tokens", at_least(1)),
+    "max_turn_requests": ("max_turn_requests", at_least(1)),
+    "reasoning_effort": ("reasoning_effort", _one_of(*EFFORT_LEVELS)),
+    "retries": ("retries", at_least(0)),
+    "retry_base_delay": ("retry_base_delay", _number(positive=False)),
+    "retry_max_delay": ("retry_max_delay", _number(positive=False)),
+    "read_timeout": ("read_timeout", _number(positive=True)),
+    "connect_timeout": ("connect_timeout", _number(positive=True)),
+    "allow_read_outside": ("allow_read_outside", _bool),
+    "require_persistence": ("require_persistence", _bool),
+    "script_path": ("script_path", _string),
+    "terminal_shell": ("terminal_shell", _string),
+}
+TABLE_KEYS: dict[str, dict[str, tuple[str, Check]]] = {
+    "anthropic": {
+        "api_key_env": ("api_key_env", _env_name),
+        "base_url": ("base_url", _url),
+    },
+    "bedrock": {
+        "region": ("aws_region", _string),
+        "profile": ("aws_profile", _string),
+        "base_url": ("bedrock_base_url", _url),
+    },
+}
+MODEL_PROVIDERS = ("anthropic", "bedrock", "scripted")
+
+FLAG_FIELDS: dict[str, Check] = {
+    **{name: check for name, check in TOP_KEYS.values()},
+    **{name: check for table in TABLE_KEYS.values() for name, check in table.values()},
+}
+
+ENV_VARIABLES: dict[str, tuple[str, Callable[[str], object], Check]] = {
+    "DEFECT_PROVIDER": ("provider", str, TOP_KEYS["provider"][1]),
+    "DEFECT_MODEL": ("model", str, _string),
+    "DEFECT_SCRIPT": ("script_path", str, _string),
+    "DEFECT_MAX_TOKENS": ("max_tokens", int, at_least(1)),
+    "DEFECT_MAX_TURN_REQUESTS": ("max_turn_requests", int, at_least(1)),
+    "DEFECT_RETRIES": ("retries", int, at_least(0)),
+    "DEFECT_REASONING_EFFORT": ("reasoning_effort", str, TOP_KEYS["reasoning_effort"][1]),
+    "DEFECT_READ_TIMEOUT": ("read_timeout", float, _number(positive=True)),
+    "DEFECT_TERMINAL_SHELL": ("terminal_shell", str, _string),
+    "ANTHROPIC_BASE_URL": ("base_url", str, _url),
+    "ANTHROPIC_BEDROCK_BASE_URL": ("bedrock_base_url", str, _url),
+    "AWS_REGION": ("aws_region", str, _string),
+    "AWS_PROFILE": ("aws_profile", str, _string),
+}
+
+
+def unknown_key(source: str, key: str, known: list[str]) -> ConfigError:
+    """The error for a key no table knows: the keys it could have meant, or for a key that
+    looks like a secret, where secrets go instead."""
+    leaf = key.rsplit(".", 1)[-1]
+    if _SECRET_HINT.search(leaf):
+        hint = (
+            "secrets are never read from configuration files; put the key in an environment "
+            "variable and name that variable with `api_key_env` in [anthropic]"
+        )
+    else:
+        hint = f"known keys here: {', '.join(known)}"
+    return ConfigError(source, key, f"unknown key ({hint})")
+
+
+def checked(source: str, key: str, check: Check, value: object) -> object:
+    """`value` through `check`, or a `ConfigError` naming `source` and `key`."""
+    try:
+        return check(value)
+    except Bad as bad:
+        raise ConfigError(source, key, str(bad)) from None

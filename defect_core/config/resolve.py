@@ -1,0 +1,107 @@
+"""Resolving the settings: every layer, in order, over the built-in defaults.
+
+Owns `load_settings` and its two reduced forms (`settings_without_files`, for when a file is
+broken; `settings_from_env`, the environment over given settings), and `apply_layer`, how one
+layer lands on the settings below it. The layers, each overriding the one before:
+
+    built-in defaults                          (`Settings()`)
+    < $XDG_CONFIG_HOME/defect/config.toml      (default ~/.config/defect/config.toml)
+    < <repo>/.defect/config.toml               (checked in, shared by the team)
+    < <repo>/.defect/config.local.toml         (personal, usually git-ignored)
+    < environment                              (DEFECT_*, ANTHROPIC_*_BASE_URL, AWS_*)
+    < command-line flags
+
+`<repo>` is the nearest ancestor of the working directory (itself included) holding `.git`,
+or the working directory when there is none.
+
+Invariants:
+- Tables merge key by key across layers (`models`, `context_windows`; MCP servers by name); a
+  later layer replaces a scalar.
+- `provider_origin` names the layer that chose the provider, so a missing-credentials message
+  sends the user to the right place.
+- A broken file fails the sessions it applies to, never the process: the editor must still see
+  the agent to show the error (the front end then runs on `settings_without_files`).
+
+Why a room of its own: the order of the layers and how they merge is the one thing every
+source shares; each source's reading lives beside it (`files.py`, `overrides.py`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from defect_core.config.files import config_paths, read_file
+from defect_core.config.keys import Layer
+from defect_core.config.overrides import env_layer, flag_layer
+from defect_core.config.settings import ConfigError, Settings
+
+__all__ = ["apply_layer", "load_settings", "settings_from_env", "settings_without_files"]
+
+
+def apply_layer(settings: Settings, layer: Layer, origin: str | None = None) -> Settings:
+    """`layer` over `settings`; `origin` names the layer when it sets the provider."""
+    changes = dict(layer)
+    if origin is not None and "provider" in changes:
+        changes["provider_origin"] = origin
+    for table in ("models", "context_windows"):
+        if table in changes:
+            changes[table] = {**getattr(settings, table), **changes[table]}
+    if "mcp_servers" in changes:  # by name: a later layer replaces a server of the same name
+        merged = {spec.name: spec for spec in settings.mcp_servers}
+        merged.update(changes["mcp_servers"])
+        changes["mcp_servers"] = tuple(merged.values())
+    return replace(settings, **changes)
+
+
+def load_settings(
+    cwd: Path | None,
+    env: Mapping[str, str] | None = None,
+    cli: Mapping[str, object] | None = None,
+) -> Settings:
+    """Resolve the settings from every layer (see the module docstring).
+
+    `cwd` None skips the repository's files; `env` defaults to `os.environ`; `cli` maps
+    Settings field names to flag values (None: the flag was not given).
+    Raises `ConfigError` naming the file, variable or flag and the key.
+    """
+    env = os.environ if env is None else env
+    settings = Settings()
+    read: list[str] = []
+    for path in config_paths(cwd, env):
+        layer = read_file(path, env)
+        if layer is not None:
+            settings = apply_layer(settings, layer, origin=str(path))
+            read.append(str(path))
+    settings = apply_layer(settings, env_layer(env), origin="DEFECT_PROVIDER")
+    settings = apply_layer(settings, flag_layer(cli or {}), origin="the --provider flag")
+    if settings.retry_max_delay < settings.retry_base_delay:
+        raise ConfigError(
+            read[-1] if read else "configuration",
+            "retry_max_delay",
+            "must not be smaller than retry_base_delay",
+        )
+    return replace(settings, sources=tuple(read))
+
+
+def settings_without_files(
+    env: Mapping[str, str] | None = None, cli: Mapping[str, object] | None = None
+) -> Settings:
+    """Defaults < environment < flags: what the process runs with when a configuration file
+    is broken (each session then fails with that file's error, see `load_settings`)."""
+    env = os.environ if env is None else env
+    settings = apply_layer(Settings(), env_layer(env), origin="DEFECT_PROVIDER")
+    return apply_layer(settings, flag_layer(cli or {}), origin="the --provider flag")
+
+
+def settings_from_env(
+    env: Mapping[str, str] | None = None, base: Settings | None = None
+) -> Settings:
+    """Apply the environment layer (`DEFECT_*`, provider URLs, AWS region/profile) over `base`.
+
+    Raises `ConfigError` (a `ValueError`) naming the variable when a value is unusable.
+    """
+    env = os.environ if env is None else env
+    return apply_layer(base or Settings(), env_layer(env))

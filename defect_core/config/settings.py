@@ -1,0 +1,97 @@
+"""`Settings`, the resolved configuration a session runs with, and `ConfigError`.
+
+Owns the shape of the configuration once resolved (`Settings`: every field, its default and
+its meaning), the reasoning-effort levels, and the one error every layer raises.
+
+Invariants:
+- Settings are immutable once resolved; a session copies what it may change (model, mode,
+  reasoning effort) into its own state.
+- Secrets never live here: a setting may name the environment variable that holds a key
+  (`api_key_env`), never the key itself.
+- A `ConfigError` names where (the file with its line, the variable or the flag), the key, and
+  what is wrong: a typo must not silently run a session on defaults.
+- Cheap: the stdlib only. Every layer above (`providers`, `store`, `tools`, the session)
+  imports `Settings`, and it is on the `initialize` path (docs/architecture.md, rule 6); the
+  MCP spec type is named for type checking only.
+
+Why apart from the loading: most readers need the values, not where they came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from defect_core.mcp.spec import McpServerSpec
+
+__all__ = ["EFFORT_LEVELS", "ConfigError", "Settings"]
+
+EFFORT_LEVELS = ("off", "low", "medium", "high")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used. `str(e)` names where (file, variable or flag),
+    the key, and what is wrong."""
+
+    def __init__(self, source: str, key: str | None, problem: str, line: int | None = None) -> None:
+        place = f"{source}, line {line}" if line is not None else source
+        where = f"{place}: {key}" if key else place
+        super().__init__(f"{where}: {problem}")
+        self.source = source
+        self.key = key
+        self.problem = problem
+        self.line = line
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    provider: str = "scripted"
+    model: str | None = None
+    """None: the provider's default model."""
+    max_tokens: int = 16_000
+    max_turn_requests: int = 50
+    """Model requests one prompt may make before the turn stops with `max_turn_requests`."""
+    retries: int = 4
+    retry_base_delay: float = 1.0
+    retry_max_delay: float = 30.0
+    reasoning_effort: str = "medium"
+    """`off`, `low`, `medium`, `high`: maps to a thinking budget where the model supports it."""
+    allow_read_outside: bool = False
+    require_persistence: bool = False
+    """Refuse `session/new` when the session store cannot be used, instead of running the
+    session unsaved (with a warning)."""
+    script_path: str | None = None
+    """The offline model's script (`DEFECT_SCRIPT`)."""
+    base_url: str | None = None
+    """The Anthropic API's base URL (None: the SDK's default or `ANTHROPIC_BASE_URL`)."""
+    api_key_env: str = "ANTHROPIC_API_KEY"
+    """The name of the environment variable holding the Anthropic API key."""
+    bedrock_base_url: str | None = None
+    """A custom Bedrock runtime endpoint (None: the region's)."""
+    aws_region: str | None = None
+    aws_profile: str | None = None
+    models: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Model ids the model option offers, per provider name; a missing entry: built-ins."""
+    context_windows: dict[str, int] = field(default_factory=dict)
+    """Context window in tokens per model id, overriding what the provider knows."""
+    mcp_servers: tuple[McpServerSpec, ...] = ()
+    """MCP servers every session starts with (`[mcp.servers.NAME]`), besides `.mcp.json`'s."""
+    read_timeout: float = 120.0
+    """Seconds without a byte from the provider before a stream counts as stalled."""
+    connect_timeout: float = 10.0
+    terminal_shell: str = "/bin/sh"
+    """The program the editor's terminal runs a command line with (`SHELL -c LINE`): clients
+    exec `terminal/create`'s command without a shell."""
+    sources: tuple[str, ...] = ()
+    """The configuration files that were read, lowest layer first (for logs and errors)."""
+    provider_origin: str = "the default"
+    """What chose `provider`: a file's path, `DEFECT_PROVIDER`, `the --provider flag` or the
+    default; a missing-credentials hint names it, so the user changes the right place."""
+
+    def with_overrides(self, **changes: object) -> Settings:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
+
+    def models_for(self, provider: str) -> tuple[str, ...]:
+        """The configured model ids of a provider (empty: use the provider's built-ins)."""
+        return self.models.get(provider, ())

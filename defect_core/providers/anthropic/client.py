@@ -1,0 +1,166 @@
+"""The SDK and its clients: loading `anthropic` late, and building a client per route.
+
+Owns `import_sdk` (the `anthropic` SDK and its `httpx2`, as an `Sdk`), the credential look-ups
+(`api_key`; the boto3 chain inside `bedrock_client`) and the construction of the SDK client for
+each route: `AsyncAnthropic` for the Anthropic API (`anthropic_client`), `AsyncAnthropicBedrock`
+for Bedrock (`bedrock_client`), both with our timeouts and no retries.
+
+Invariants:
+- Cheap until used: importing this module loads no SDK. `import_sdk` (~1-2 s) and boto3 run on
+  the first `stream`, in a worker thread, never on the `initialize`/`session/new` path
+  (docs/architecture.md, rule 6).
+- Credentials are looked up when a client is built (at stream time), never at construction of
+  the provider: a prompt without them raises `CredentialsMissing` whose message says exactly
+  what to set, and where the provider was chosen (`chosen_by`). Secrets come from the
+  environment only; the configuration names the variable (`api_key_env`).
+- Every client has `max_retries=0` (the runner owns retries) and the configured connect and
+  read timeouts; `bedrock_client` may touch files or the network, so it runs in a thread.
+
+Why a room of its own: everything that differs between the routes happens before the first
+byte is sent, and it is all here. Several configured providers (`[providers.<name>]`) are
+several `Settings` given to these same builders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from defect_core.config import Settings
+from defect_core.providers.base import CredentialsMissing
+
+__all__ = [
+    "Sdk",
+    "anthropic_client",
+    "api_key",
+    "bedrock_client",
+    "chosen_by",
+    "import_sdk",
+    "running_loop",
+]
+
+
+@dataclass(frozen=True)
+class Sdk:
+    """The SDK's modules, once imported: `anthropic` (clients, errors) and `httpx2` (its HTTP)."""
+
+    anthropic: ModuleType
+    httpx: ModuleType
+
+
+def import_sdk() -> Sdk:
+    """Import the SDK (slow: call it in a worker thread, or when it is already loaded)."""
+    return Sdk(importlib.import_module("anthropic"), importlib.import_module("httpx2"))
+
+
+def running_loop() -> object | None:
+    """The running asyncio loop, which owns a client's connections; None under trio."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio): one client for the provider's life
+        return None
+
+
+def api_key(settings: Settings) -> str:
+    """The Anthropic API key from the variable `api_key_env` names, or `CredentialsMissing`."""
+    variable = settings.api_key_env
+    key = os.environ.get(variable, "").strip()
+    if not key:
+        named = (
+            "ANTHROPIC_API_KEY"
+            if variable == "ANTHROPIC_API_KEY"
+            else (f"{variable} (named by api_key_env in your defect config)")
+        )
+        raise CredentialsMissing(
+            f"no Anthropic API key: set {named} in the environment defect runs in "
+            f"({chosen_by(settings, 'bedrock')})"
+        )
+    return key
+
+
+def anthropic_client(sdk: Sdk, settings: Settings, key: str) -> Any:
+    """An `AsyncAnthropic` for `key` at `base_url` (None: the SDK's default)."""
+    return sdk.anthropic.AsyncAnthropic(
+        api_key=key,
+        base_url=settings.base_url or None,
+        max_retries=0,
+        timeout=_timeout(sdk, settings),
+        http_client=_http_client(sdk, settings),
+    )
+
+
+def bedrock_client(sdk: Sdk, settings: Settings) -> Any:
+    """An `AsyncAnthropicBedrock`. Runs in a worker thread: boto3's credential chain may touch
+    files or the network."""
+    s = settings
+    bearer = os.environ.get("AWS_BEARER_TOKEN_BEDROCK", "").strip()
+    profile = None if bearer else s.aws_profile
+    region = s.aws_region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not bearer or not region:
+        import boto3
+        import botocore.exceptions
+
+        try:
+            session = boto3.Session(profile_name=profile)
+        except botocore.exceptions.ProfileNotFound:
+            raise CredentialsMissing(
+                f"the AWS profile {profile!r} does not exist: fix AWS_PROFILE (or `profile` "
+                "in [bedrock] of your defect config), or run `aws configure sso`"
+            ) from None
+        region = region or session.region_name
+        if not bearer:
+            try:
+                credentials = session.get_credentials()
+            except botocore.exceptions.BotoCoreError as exc:
+                raise CredentialsMissing(
+                    f"AWS credentials could not be loaded for Bedrock ({exc}); refresh them "
+                    "with `aws sso login`, or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+                ) from None
+            if credentials is None:
+                raise CredentialsMissing(
+                    "no AWS credentials for Bedrock: set AWS_ACCESS_KEY_ID and "
+                    "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (then `aws sso login` for an SSO "
+                    "profile), or run on an instance/role with credentials, or set "
+                    f"AWS_BEARER_TOKEN_BEDROCK ({chosen_by(s, 'anthropic')})"
+                )
+    if not region:
+        raise CredentialsMissing(
+            "no AWS region for Bedrock: set AWS_REGION (e.g. AWS_REGION=us-east-1), or "
+            "`region` in [bedrock] of your defect config, or a region for your AWS profile"
+        )
+    return sdk.anthropic.AsyncAnthropicBedrock(
+        aws_region=region,
+        aws_profile=profile,
+        base_url=s.bedrock_base_url or None,
+        max_retries=0,
+        timeout=_timeout(sdk, s),
+        http_client=_http_client(sdk, s),
+    )
+
+
+def _timeout(sdk: Sdk, settings: Settings) -> Any:
+    return sdk.httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout)
+
+
+def _http_client(sdk: Sdk, settings: Settings) -> Any:
+    """The SDK's defaults (pool limits, keep-alive) without its wrapper's `__del__`, which
+    closes a dropped client on whatever loop runs at collection time - a different, live
+    loop when the one that opened the sockets is gone, where the close then fails."""
+    return sdk.anthropic.DefaultAsyncHttpxClient(timeout=_timeout(sdk, settings))
+
+
+def chosen_by(settings: Settings, other: str) -> str:
+    """Which setting chose this provider, and how to choose `other` in that same place."""
+    origin = settings.provider_origin
+    chosen = f"the provider {settings.provider!r} was chosen by {origin}"
+    if origin == "the --provider flag":
+        return f"{chosen}; or pass --provider {other}"
+    if origin == "DEFECT_PROVIDER":
+        return f"{chosen}; or set DEFECT_PROVIDER={other}"
+    if origin == "the default":
+        return f"{chosen}; or set DEFECT_PROVIDER={other}"
+    return f'{chosen}; or set provider = "{other}" there'

@@ -1,0 +1,218 @@
+"""`AnthropicProvider`: one model call at a time, on the Anthropic API or on AWS Bedrock.
+
+Owns the provider object the registry builds (`anthropic_provider`, `bedrock_provider`): its
+models, the life of its SDK client (imported late, created once per event loop, closed by
+`aclose`), and `stream`, which sends the body from `request`, feeds the events to a
+`StreamAssembler` and turns every failure into a `ProviderError` through `errors`.
+
+Invariants:
+- A stream ends with exactly one `Completed` or raises `ProviderError` (with the request id
+  when there was one); the deltas before a failure were only shown (see `stream.py`).
+- No retries here: the SDK client has `max_retries=0`; the runner owns the backoff.
+- Cheap until used: building the provider, `models()` and `default_model()` load no SDK; the
+  first `stream` imports it in a worker thread (or finds it loaded by `warm`), so the event
+  loop keeps serving the editor. The client is then reused (its connection pool is most of the
+  per-request overhead saved) - but never across event loops, whose sockets it cannot share.
+- The call is logged once when it starts and once when it ends (completed or failed), with
+  its request id, token usage and duration; never its content.
+
+Why one provider for both routes: Bedrock carries the same Messages body and the same stream
+events inside its own envelope; the SDK's `AsyncAnthropicBedrock` unwraps them, so everything
+after the client (encoding, the guard, error classification) is shared.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import anyio
+
+from defect_core.config import Settings
+from defect_core.log import get_logger
+from defect_core.providers.anthropic.catalog import Route, models_for
+from defect_core.providers.anthropic.client import (
+    Sdk,
+    anthropic_client,
+    api_key,
+    bedrock_client,
+    import_sdk,
+    running_loop,
+)
+from defect_core.providers.anthropic.errors import request_id_of, translate_exception
+from defect_core.providers.anthropic.request import encode_request, route_options
+from defect_core.providers.anthropic.stream import StreamAssembler
+from defect_core.providers.base import ModelInfo, ModelRequest, ProviderError, StreamChunk
+
+__all__ = ["AnthropicProvider", "anthropic_provider", "bedrock_provider"]
+
+log = get_logger("defect.provider")
+
+
+class AnthropicProvider:
+    """Claude through the official SDK, on the Anthropic API (`route="anthropic"`) or on
+    Bedrock (`route="bedrock"`). Streams always; never retries by itself."""
+
+    def __init__(self, settings: Settings, *, route: Route) -> None:
+        self._settings = settings
+        self._route: Route = route
+        self._sdk: Sdk | None = None
+        self._client: Any = None
+        self._client_key: str | None = None
+        self._lock: anyio.Lock | None = None
+        self._warming: threading.Thread | None = None
+        self._loop: object | None = None
+
+    @property
+    def name(self) -> str:
+        return self._route
+
+    @property
+    def route(self) -> Route:
+        return self._route
+
+    def models(self) -> list[ModelInfo]:
+        return models_for(self._settings, self._route)
+
+    def default_model(self) -> str:
+        return self.models()[0].id
+
+    # --- the call ---------------------------------------------------------------------------
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
+        """One model call, streamed. Ends with one `Completed` or raises `ProviderError`."""
+        client, sdk = await self._ready()
+        body = encode_request(request)
+        started = time.monotonic()
+        request_id: str | None = None
+        log.info(
+            "model_call_started",
+            provider=self._route,
+            model=request.model,
+            messages=len(request.messages),
+            thinking=body.get("thinking", {}).get("budget_tokens"),
+        )
+        try:
+            try:
+                stream = await client.messages.create(
+                    **body, stream=True, **route_options(self._route)
+                )
+            except Exception as exc:
+                raise self._translate(exc, sdk, in_stream=False) from None
+            request_id = request_id_of(stream.response.headers)
+            assembler = StreamAssembler(max_tokens=request.max_tokens)
+            try:
+                async for event in stream:
+                    for chunk in assembler.feed(event):
+                        yield chunk
+            except ProviderError:
+                raise
+            except Exception as exc:
+                raise self._translate(exc, sdk, in_stream=True) from None
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await stream.close()
+            completed = assembler.finish(request_id)
+        except ProviderError as err:
+            if err.request_id is None:
+                err.request_id = request_id
+            log.info(
+                "model_call_failed",
+                provider=self._route,
+                model=request.model,
+                request_id=err.request_id,
+                kind=err.kind,
+                status=err.status,
+                retryable=err.retryable,
+                error=err.message,
+                seconds=round(time.monotonic() - started, 3),
+            )
+            raise
+        log.info(
+            "model_call_completed",
+            provider=self._route,
+            model=request.model,
+            request_id=request_id,
+            stop_reason=completed.stop_reason,
+            input_tokens=completed.usage.input_tokens,
+            cache_read_input_tokens=completed.usage.cache_read_input_tokens,
+            cache_creation_input_tokens=completed.usage.cache_creation_input_tokens,
+            output_tokens=completed.usage.output_tokens,
+            seconds=round(time.monotonic() - started, 3),
+        )
+        yield completed
+
+    def _translate(self, exc: Exception, sdk: Sdk, *, in_stream: bool) -> ProviderError:
+        return translate_exception(
+            exc,
+            anthropic=sdk.anthropic,
+            httpx=sdk.httpx,
+            route=self._route,
+            settings=self._settings,
+            in_stream=in_stream,
+        )
+
+    # --- the client -------------------------------------------------------------------------
+
+    def warm(self) -> None:
+        """Start importing the SDK in a background thread (idempotent, never raises).
+
+        For a front end to call once it has answered `session/new`: the first prompt then
+        finds the ~1-2 s import done instead of waiting for it.
+        """
+        if self._warming is not None or "anthropic" in sys.modules:
+            return
+
+        def load() -> None:
+            try:
+                import_sdk()
+            except Exception as exc:  # reported properly by the first stream
+                log.info("sdk_warm_failed", error=repr(exc))
+
+        self._warming = threading.Thread(target=load, name="defect-sdk-import", daemon=True)
+        self._warming.start()
+
+    async def _ready(self) -> tuple[Any, Sdk]:
+        loop = running_loop()
+        if loop is not self._loop:
+            # A client's connections belong to the loop that opened them; on another loop
+            # (an embedding app, a test suite) start afresh rather than reuse dead sockets.
+            self._loop, self._client, self._lock = loop, None, None
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        async with self._lock:
+            if self._sdk is None:
+                warming = self._warming is not None and self._warming.is_alive()
+                if not warming and "anthropic" in sys.modules and "httpx2" in sys.modules:
+                    self._sdk = import_sdk()
+                else:
+                    self._sdk = await anyio.to_thread.run_sync(import_sdk)
+            if self._route == "anthropic":
+                key = api_key(self._settings)
+                if self._client is None or key != self._client_key:
+                    self._client = anthropic_client(self._sdk, self._settings, key)
+                    self._client_key = key
+            elif self._client is None:
+                self._client = await anyio.to_thread.run_sync(
+                    bedrock_client, self._sdk, self._settings
+                )
+            return self._client, self._sdk
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connections (the provider can be used again after)."""
+        client, self._client = self._client, None
+        if client is not None and self._loop is running_loop():
+            await client.close()
+
+
+def anthropic_provider(settings: Settings) -> AnthropicProvider:
+    """Claude on the Anthropic API (ANTHROPIC_API_KEY; ANTHROPIC_BASE_URL or `base_url`)."""
+    return AnthropicProvider(settings, route="anthropic")
+
+
+def bedrock_provider(settings: Settings) -> AnthropicProvider:
+    """Claude on AWS Bedrock (the boto3 credential chain; AWS_REGION or `region`)."""
+    return AnthropicProvider(settings, route="bedrock")

@@ -1,0 +1,152 @@
+"""The Messages request body: what one model call sends, on either route.
+
+Owns `encode_request` (a `ModelRequest` as the body of `POST /v1/messages`, without `stream`):
+the messages (their content translated by `providers/anthropic_wire.py`), the tools, the
+system prompt, the cache breakpoints and the thinking budget; and `route_options`, what the
+Bedrock route adds around that same body.
+
+Invariants:
+- The request is `ModelRequest.messages` (already `repair_outbound`-ed by the runner) encoded by
+  `anthropic_wire`, and nothing else: no repair, no reordering here (docs/architecture.md, rule 3).
+- Pure: the same request gives the same body; no SDK, no I/O (the strict fake API in the tests
+  checks exactly what goes out).
+- At most 4 `cache_control` breakpoints: the last tool, the system prompt, and the last
+  cacheable block of the last two user messages (never a thinking block).
+- Thinking is sent only within the API's bounds, and never for a tool loop the API would
+  refuse with it (one opened by an assistant message without a thinking block).
+
+Why apart from the stream: the body is decided before the call and tested as data. Tools the
+server runs itself (`web_search_20250305` entries) are request options and belong here, next to
+the client-side tool list they are appended to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from defect_core.log import get_logger
+from defect_core.model import Message, RedactedThinkingBlock, ThinkingBlock
+from defect_core.providers.anthropic.catalog import Route
+from defect_core.providers.anthropic_wire import encode_messages
+from defect_core.providers.base import ModelRequest
+
+__all__ = [
+    "BEDROCK_ANTHROPIC_VERSION",
+    "MAX_CACHE_BREAKPOINTS",
+    "encode_request",
+    "route_options",
+]
+
+log = get_logger("defect.provider")
+
+BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"
+"""SDK 2.10-2.12 put "2026-10-21" in Bedrock bodies; Bedrock documents this value."""
+MAX_CACHE_BREAKPOINTS = 4
+MESSAGE_BREAKPOINTS = 2
+MIN_THINKING_BUDGET = 1024
+EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
+_CACHEABLE = frozenset({"text", "image", "document", "tool_use", "tool_result"})
+
+
+def encode_request(request: ModelRequest) -> dict[str, Any]:
+    """The Messages body for `request` (without `stream`): wire messages, tools, system,
+    cache breakpoints (≤ 4) and thinking. Pure: the same request gives the same body."""
+    body: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": encode_messages(request.messages),
+    }
+    breakpoints = 0
+    if request.tools:
+        tools: list[dict[str, Any]] = [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in request.tools
+        ]
+        tools[-1]["cache_control"] = dict(EPHEMERAL)
+        breakpoints += 1
+        body["tools"] = tools
+    if request.system.strip():
+        body["system"] = [
+            {"type": "text", "text": request.system, "cache_control": dict(EPHEMERAL)}
+        ]
+        breakpoints += 1
+    _mark_latest_user_messages(
+        body["messages"], min(MESSAGE_BREAKPOINTS, MAX_CACHE_BREAKPOINTS - breakpoints)
+    )
+    budget = _thinking_budget(request)
+    if budget is not None:
+        body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+    return body
+
+
+def route_options(route: Route) -> dict[str, Any]:
+    """Keyword arguments for the SDK's `messages.create` beyond the body, per route."""
+    if route == "bedrock":
+        return {"extra_body": {"anthropic_version": BEDROCK_ANTHROPIC_VERSION}}
+    return {}
+
+
+def _mark_latest_user_messages(messages: list[dict[str, Any]], count: int) -> None:
+    """Put a breakpoint on the last cacheable block of each of the last `count` user messages:
+    the newest caches the whole prompt for the next request; the one before re-reads what the
+    previous request cached, even when the new turn added more than the 20-block look-back."""
+    marked = 0
+    for message in reversed(messages):
+        if marked >= count:
+            return
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for index in range(len(content) - 1, -1, -1):
+            block = content[index]
+            if block.get("type") in _CACHEABLE and _has_content(block):
+                content[index] = {**block, "cache_control": dict(EPHEMERAL)}
+                marked += 1
+                break
+
+
+def _has_content(block: Mapping[str, Any]) -> bool:
+    return block.get("type") != "text" or bool(str(block.get("text", "")).strip())
+
+
+def _thinking_budget(request: ModelRequest) -> int | None:
+    """The budget to send: within the API's bounds, and off for a request the API would refuse
+    with thinking (a tool loop whose opening assistant message has no thinking block - it was
+    produced with thinking off, or its unsigned thinking was dropped by the repair)."""
+    budget = request.thinking_budget
+    if budget is None:
+        return None
+    budget = min(budget, request.max_tokens - 1)
+    if budget < MIN_THINKING_BUDGET:
+        return None
+    opener = _loop_opener(request.messages)
+    if opener is not None:
+        first = opener.content[0] if opener.content else None
+        if not isinstance(first, ThinkingBlock | RedactedThinkingBlock):
+            log.info("thinking_off_for_request", reason="tool loop opened without thinking")
+            return None
+    return budget
+
+
+def _loop_opener(messages: list[Message]) -> Message | None:
+    """The assistant message that opened the tool loop in progress, if one is."""
+
+    def is_results(message: Message) -> bool:
+        return (
+            message.role == "user"
+            and bool(message.tool_results())
+            and bool(message.content)
+            and message.content[0].type == "tool_result"
+        )
+
+    last = len(messages) - 1
+    if last < 1 or not is_results(messages[last]):
+        return None
+    opener = last - 1
+    while opener - 2 >= 0 and is_results(messages[opener - 1]):
+        opener -= 2
+    candidate = messages[opener]
+    return candidate if candidate.role == "assistant" else None
