@@ -46,6 +46,9 @@ Keys (every one optional; tables merge key by key across layers):
     [context_windows]                 # tokens, per model id (for compaction)
     "claude-sonnet-5-5" = 1000000
 
+    [fetch]
+    allow = ["127.0.0.1:8080", "intranet.example"]  # hosts fetch may reach though not public
+
     [mcp.servers.github]              # MCP servers for every session (as in .mcp.json)
     command = "github-mcp-server"     # stdio: command, args, env; http/sse: type, url, headers
     args = ["stdio"]
@@ -155,6 +158,9 @@ class Settings:
     terminal_shell: str = "/bin/sh"
     """The program the editor's terminal runs a command line with (`SHELL -c LINE`): clients
     exec `terminal/create`'s command without a shell."""
+    fetch_allow_hosts: tuple[str, ...] = ()
+    """`host` / `host:port` entries the fetch tool may reach although their addresses are not
+    public (`[fetch] allow`; a later layer's list replaces an earlier one)."""
     sources: tuple[str, ...] = ()
     """The configuration files that were read, lowest layer first (for logs and errors)."""
     provider_origin: str = "the default"
@@ -263,6 +269,15 @@ def _model_list(value: object) -> tuple[str, ...]:
     return tuple(models)
 
 
+def _host_list(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _Bad(f'must be a list of "host" or "host:port" strings, got {_type_name(value)}')
+    for item in value:
+        if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[^\s/@?#\[\]]+)(:\d{1,5})?", item.strip()):
+            raise _Bad(f'{item!r} is not "host" or "host:port"')
+    return tuple(v.strip() for v in value)
+
+
 _TOP: dict[str, tuple[str, Check]] = {
     "provider": ("provider", _one_of(*_PROVIDER_NAMES)),
     "model": ("model", _string),
@@ -289,6 +304,7 @@ _TABLES: dict[str, dict[str, tuple[str, Check]]] = {
         "profile": ("aws_profile", _string),
         "base_url": ("bedrock_base_url", _url),
     },
+    "fetch": {"allow": ("fetch_allow_hosts", _host_list)},
 }
 _MODEL_PROVIDERS = ("anthropic", "bedrock", "scripted")
 
