@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -362,3 +363,33 @@ def test_offering_the_tool_loads_no_http_client_nor_html_parser() -> None:
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(repo)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=repo, timeout=30)
+
+
+def _certificate(tmp_path: Path, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server context, client context trusting it) for a self-signed certificate of `name`."""
+    cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", f"/CN={name}",
+         "-addext", f"subjectAltName=DNS:{name}"],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    return server, ssl.create_default_context(cafile=str(cert))
+
+
+async def test_https_to_the_pinned_address_checks_the_certificate_against_the_host(
+    tmp_path: Path,
+) -> None:
+    # Connected to 127.0.0.1, yet the TLS name and the certificate check are `secure.test`'s.
+    server_tls, trust = _certificate(tmp_path, "secure.test")
+    with WebServer(tls=server_tls) as web:
+        dns = FakeDns({"secure.test": ["127.0.0.1"], "impostor.test": ["127.0.0.1"]})
+        tool = FetchTool(resolve=dns, verify=trust)
+        allow = ctx(tmp_path, f"secure.test:{web.port}", f"impostor.test:{web.port}")
+        out = await tool.run({"url": f"https://secure.test:{web.port}/host"}, allow)
+        assert isinstance(out.content, str) and out.content.endswith(f"secure.test:{web.port}")
+        with pytest.raises(ToolError, match=r"could not fetch .*(certificate|hostname)"):
+            await tool.run({"url": f"https://impostor.test:{web.port}/host"}, allow)
+        assert web.hosts == [f"secure.test:{web.port}"]

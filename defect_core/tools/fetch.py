@@ -27,6 +27,7 @@ default), never per URL.
 
 from __future__ import annotations
 
+import ssl
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -99,8 +100,12 @@ class Page:
 class FetchTool:
     """GETs a URL through `NetGuard` (see the module docstring)."""
 
-    def __init__(self, resolve: Resolver = system_resolve) -> None:
+    def __init__(
+        self, resolve: Resolver = system_resolve, verify: ssl.SSLContext | None = None
+    ) -> None:
         self._resolve = resolve
+        self._verify = verify
+        """Trusted certificates (None: the system's); tests pass their own authority."""
 
     @property
     def name(self) -> str:
@@ -155,7 +160,7 @@ class FetchTool:
         timeout, max_bytes = a.timeout, a.max_bytes
         try:
             with anyio.fail_after(timeout):
-                page = await fetch_page(a.url.strip(), guard, max_bytes, timeout)
+                page = await fetch_page(a.url.strip(), guard, max_bytes, timeout, self._verify)
         except TimeoutError:
             raise ToolError(
                 f"timed out after {timeout:g} s fetching {a.url} (the server is slow or "
@@ -200,14 +205,26 @@ def _parse_url(raw: str) -> httpx2.URL:
     return url.copy_with(fragment=None)
 
 
-async def fetch_page(raw_url: str, guard: NetGuard, max_bytes: int, io_timeout: float) -> Page:
+async def fetch_page(
+    raw_url: str,
+    guard: NetGuard,
+    max_bytes: int,
+    io_timeout: float,
+    verify: ssl.SSLContext | None = None,
+) -> Page:
     """GET `raw_url`, following redirects by hand through `guard` (see the module docstring)."""
     import httpx2
 
     url = _parse_url(raw_url)
     hops: list[str] = []
+    # No kept-alive connections: a TLS connection verified for one host must never carry a
+    # redirected request for another host that happens to share the address.
     async with httpx2.AsyncClient(
-        trust_env=False, follow_redirects=False, timeout=httpx2.Timeout(io_timeout)
+        trust_env=False,
+        follow_redirects=False,
+        timeout=httpx2.Timeout(io_timeout),
+        limits=httpx2.Limits(max_keepalive_connections=0),
+        verify=True if verify is None else verify,
     ) as client:
         for _ in range(MAX_REDIRECTS + 1):
             port = url.port or _DEFAULT_PORTS[url.scheme]

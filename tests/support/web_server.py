@@ -15,6 +15,7 @@ import contextlib
 import functools
 import gzip
 import json
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -110,8 +111,10 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
+        if tls is not None:
+            self.socket = tls.wrap_socket(self.socket, server_side=True)
         self.lock = threading.Lock()
         self.paths: list[str] = []
         self.hosts: list[str] = []
@@ -120,10 +123,11 @@ class _Server(ThreadingHTTPServer):
 
 
 class WebServer:
-    """`with WebServer() as web:` … `web.url("/page.html")`."""
+    """`with WebServer() as web:` … `web.url("/page.html")`; `tls`: serve https with it."""
 
-    def __init__(self) -> None:
-        self._server = _Server()
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.scheme = "https" if tls is not None else "http"
+        self._server = _Server(tls)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -135,7 +139,7 @@ class WebServer:
         return f"127.0.0.1:{self.port}"
 
     def url(self, path: str) -> str:
-        return f"http://{self.netloc}{path}"
+        return f"{self.scheme}://{self.netloc}{path}"
 
     @property
     def paths(self) -> list[str]:
