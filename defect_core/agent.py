@@ -437,6 +437,7 @@ class DefaultSession:
             report=report,
             allow_read_outside=self._settings.allow_read_outside,
             settings=self._tool_state,
+            fetch_allow=self._settings.fetch_allow_hosts,
         )
 
     # --- permissions ------------------------------------------------------------------------
