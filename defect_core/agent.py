@@ -32,7 +32,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 
 from defect_core import policy
-from defect_core.compaction import ContextManager, context_report, parse_slash_command
+from defect_core.compaction import Compactor, context_report, parse_slash_command
 from defect_core.config import Settings
 from defect_core.events import (
     AgentEvent,
@@ -47,9 +47,9 @@ from defect_core.events import (
     ToolCallUpdated,
     ToolDisplay,
     TurnEnded,
+    TurnFailed,
     TurnStopReason,
 )
-from defect_core.events import TurnFailed as TurnFailedEvent
 from defect_core.history import VecHistory, overhead_tokens
 from defect_core.log import get_logger
 from defect_core.mcp import McpHub, load_mcp_json, merge_servers
@@ -71,7 +71,7 @@ from defect_core.session import (
     SessionSummary,
     StorageError,
     ToolCallSnapshot,
-    TurnFailed,
+    TurnError,
     TurnInProgress,
 )
 from defect_core.store import AsyncStore, SessionRecord, StoredSession, ToolCallRecord
@@ -159,7 +159,7 @@ class DefaultSession:
         self._scope: anyio.CancelScope | None = None
         self._pending: dict[str, tuple[anyio.Event, list[str | None]]] = {}
         self._closed = False
-        self._context = ContextManager(
+        self._context = Compactor(
             history=self._history,
             provider=provider,
             publish=self._publish,
@@ -278,9 +278,9 @@ class DefaultSession:
         except AgentError as err:
             # However the turn stopped, it ends with an event: a front end that waits for a
             # turn's last update (the ACP bridge) must never wait for ever.
-            data = err.data if isinstance(err, TurnFailed) else {}
+            data = err.data if isinstance(err, TurnError) else {}
             with anyio.CancelScope(shield=True):
-                await self._bus.publish(TurnFailedEvent(turn, str(err), data))
+                await self._bus.publish(TurnFailed(turn, str(err), data))
             raise
         finally:
             self._title_prompt = None

@@ -19,7 +19,7 @@ Invariants:
   and on cancel the calls not finished get an error result, so the results message is still
   committed whole, whatever moment the cancel lands at (only a kill of the process, or a
   store that fails, can leave an orphan `tool_use`, which the outbound repair handles).
-- A message the store cannot save stops the turn with `TurnFailed` naming the reason
+- A message the store cannot save stops the turn with `TurnError` naming the reason
   (`kind: storage`): the turn never goes on past a message that is not durable.
 - Retries (bounded, exponential backoff with jitter or the server's `retry-after`) happen only
   before any output of that attempt was forwarded; the backoff sleep is cancellable.
@@ -40,8 +40,8 @@ from typing import Any
 import anyio
 
 from defect_core import policy
-from defect_core.compaction import ContextManager
-from defect_core.errors import SessionNotFound, StorageError, TurnFailed
+from defect_core.compaction import Compactor
+from defect_core.errors import SessionNotFound, StorageError, TurnError
 from defect_core.events import (
     AgentEvent,
     AgentTextDelta,
@@ -151,7 +151,7 @@ class TurnRunner:
         rules: policy.PermissionRules,
         on_rules_changed: Callable[[], Awaitable[None]],
         on_cancel_requested: Callable[[], None],
-        context: ContextManager | None = None,
+        context: Compactor | None = None,
     ) -> None:
         self._context = context
         self._history = history
@@ -317,7 +317,7 @@ class TurnRunner:
                 data = err.to_data()
                 if forwarded and err.retryable:
                     data["partialOutputShown"] = True
-                raise TurnFailed(err.message, data, auth=err.kind == "auth_required") from err
+                raise TurnError(err.message, data, auth=err.kind == "auth_required") from err
 
     # --- commits ----------------------------------------------------------------------------
 
@@ -327,7 +327,7 @@ class TurnRunner:
         try:
             await self._commit(message)
         except (StorageError, SessionNotFound) as exc:  # not found: deleted by another process
-            raise TurnFailed(
+            raise TurnError(
                 f"{exc} (the turn was stopped: its conversation could not be saved)",
                 {"kind": "storage", "retryable": True},
             ) from exc
