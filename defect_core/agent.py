@@ -76,7 +76,7 @@ from defect_core.session import (
 )
 from defect_core.store import AsyncStore, SessionRecord, StoredSession, ToolCallRecord
 from defect_core.tools.base import Tool, ToolContext, ToolRegistry
-from defect_core.turn import TurnConfig, TurnResult, TurnRunner
+from defect_core.turn import TurnConfig, TurnDeps, TurnResult, TurnRunner
 
 log = get_logger("defect.agent")
 
@@ -246,17 +246,19 @@ class DefaultSession:
                 return await self._run_command(turn, *command)
             self._title_prompt = prompt
             runner = TurnRunner(
-                history=self._history,
-                provider=self._provider,
-                tools=self._tools,
-                publish=self._publish,
-                commit=self._commit,
-                ask_permission=self._ask_permission,
-                make_context=self._tool_context,
-                rules=self._rules,
-                on_rules_changed=self._rules_changed,
-                on_cancel_requested=self.cancel_turn,
-                context=self._context,
+                TurnDeps(
+                    history=self._history,
+                    commit=self._commit,
+                    provider=self._provider,
+                    tools=self._tools,
+                    tool_context=self._tool_context,
+                    rules=self._rules,
+                    ask_permission=self._ask_permission,
+                    rules_changed=self._rules_changed,
+                    publish=self._publish,
+                    cancel_turn=self.cancel_turn,
+                    compactor=self._context,
+                )
             )
             result: TurnResult | None = None
             with anyio.CancelScope() as scope:
