@@ -37,7 +37,14 @@ from pydantic import Field
 from defect_core.events import DiffDisplay, ImageDisplay, Location, ToolDisplay, ToolKind
 from defect_core.model import ImageBlock, ResultPart, TextBlock
 from defect_core.tools.backends import BinaryReader, FileStat, FsBackend
-from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolError, ToolOutput
+from defect_core.tools.base import (
+    Safety,
+    ToolCallView,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    input_schema,
+)
 from defect_core.tools.workspace import ToolArgs, display_path, parse_args, resolve_path
 
 DEFAULT_READ_LIMIT = 2000
@@ -220,7 +227,8 @@ class _FileTool:
 
     _name: str
     _description: str
-    _schema: dict[str, Any]
+    args_model: type[ToolArgs]
+    """What `run` validates its arguments with; the input schema is derived from it."""
     _safety: Safety
     _kind: ToolKind
 
@@ -234,7 +242,7 @@ class _FileTool:
 
     @property
     def input_schema(self) -> dict[str, Any]:
-        return self._schema
+        return input_schema(self.args_model)
 
     @property
     def safety(self) -> Safety:
@@ -252,9 +260,11 @@ class _FileTool:
 
 
 class ReadArgs(ToolArgs):
-    path: str
-    offset: int | None = Field(default=None, ge=1)
-    limit: int | None = Field(default=None, ge=1)
+    path: str = Field(description="File path, relative to the project root.")
+    offset: int | None = Field(
+        default=None, ge=1, description="1-based line number to start reading from."
+    )
+    limit: int | None = Field(default=None, ge=1, description="Number of lines to read.")
 
 
 class ReadFileTool(_FileTool):
@@ -266,20 +276,7 @@ class ReadFileTool(_FileTool):
         "file, read the part you need. Images (png, jpg, gif, webp) are returned as images. "
         "Binary and non-UTF-8 files are refused."
     )
-    _schema: dict[str, Any] = {  # noqa: RUF012
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "File path, relative to the project root."},
-            "offset": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "1-based line number to start reading from.",
-            },
-            "limit": {"type": "integer", "minimum": 1, "description": "Number of lines to read."},
-        },
-        "required": ["path"],
-        "additionalProperties": False,
-    }
+    args_model = ReadArgs
     _safety = Safety.READ_ONLY
     _kind: ToolKind = "read"
 
@@ -409,8 +406,8 @@ class ReadFileTool(_FileTool):
 
 
 class WriteArgs(ToolArgs):
-    path: str
-    content: str
+    path: str = Field(description="File path, relative to the project root.")
+    content: str = Field(description="The complete new content.")
 
 
 class WriteFileTool(_FileTool):
@@ -421,15 +418,7 @@ class WriteFileTool(_FileTool):
         "edit_file to change part of a file. If the file changed since you last read it, the "
         "write is refused: read it again first."
     )
-    _schema: dict[str, Any] = {  # noqa: RUF012
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "File path, relative to the project root."},
-            "content": {"type": "string", "description": "The complete new content."},
-        },
-        "required": ["path", "content"],
-        "additionalProperties": False,
-    }
+    args_model = WriteArgs
     _safety = Safety.MUTATING
     _kind: ToolKind = "edit"
 
@@ -661,10 +650,12 @@ def _closest(lines: list[str], old_lines: list[str]) -> str:
 
 
 class EditArgs(ToolArgs):
-    path: str
-    old_string: str
-    new_string: str
-    replace_all: bool = False
+    path: str = Field(description="File path, relative to the project root.")
+    old_string: str = Field(description="The exact text to replace.")
+    new_string: str = Field(description="The text to put in its place.")
+    replace_all: bool = Field(
+        default=False, description="Replace every occurrence instead of requiring a unique one."
+    )
 
 
 def _edit_args(args: dict[str, Any], tool: str) -> EditArgs:
@@ -684,21 +675,7 @@ class EditFileTool(_FileTool):
         "file first; an edit of a file that changed since you read it is refused. An empty "
         "`old_string` creates a new file."
     )
-    _schema: dict[str, Any] = {  # noqa: RUF012
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "File path, relative to the project root."},
-            "old_string": {"type": "string", "description": "The exact text to replace."},
-            "new_string": {"type": "string", "description": "The text to put in its place."},
-            "replace_all": {
-                "type": "boolean",
-                "description": "Replace every occurrence instead of requiring a unique one.",
-                "default": False,
-            },
-        },
-        "required": ["path", "old_string", "new_string"],
-        "additionalProperties": False,
-    }
+    args_model = EditArgs
     _safety = Safety.MUTATING
     _kind: ToolKind = "edit"
 

@@ -44,7 +44,14 @@ import anyio.to_thread
 from pydantic import Field
 
 from defect_core.events import ToolDisplay, ToolKind
-from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolError, ToolOutput
+from defect_core.tools.base import (
+    Safety,
+    ToolCallView,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    input_schema,
+)
 from defect_core.tools.workspace import ToolArgs, display_path, parse_args, resolve_path
 
 DEFAULT_MAX_RESULTS = 200
@@ -453,14 +460,19 @@ def _grep(text: bytes, regex: Regex, shown: str, result: ScanResult, max_results
 
 
 class SearchArgs(ToolArgs):
-    pattern: str | None = None
-    glob: str | None = None
-    path: str | None = None
+    pattern: str | None = Field(default=None, description="Regex to find in file contents.")
+    glob: str | None = Field(default=None, description="File name or path glob.")
+    path: str | None = Field(
+        default=None, description="Directory or file to search, relative to the project root."
+    )
     case_insensitive: bool = False
     max_results: int = Field(default=DEFAULT_MAX_RESULTS, ge=1, le=MAX_RESULTS)
 
 
 class SearchTool:
+    args_model = SearchArgs
+    """What `run` validates its arguments with; the input schema is derived from it."""
+
     @property
     def name(self) -> str:
         return "search"
@@ -481,20 +493,7 @@ class SearchTool:
 
     @property
     def input_schema(self) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "description": "Regex to find in file contents."},
-                "glob": {"type": "string", "description": "File name or path glob."},
-                "path": {
-                    "type": "string",
-                    "description": "Directory or file to search, relative to the project root.",
-                },
-                "case_insensitive": {"type": "boolean", "default": False},
-                "max_results": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS},
-            },
-            "additionalProperties": False,
-        }
+        return input_schema(self.args_model)
 
     @property
     def safety(self) -> Safety:
@@ -527,7 +526,7 @@ class SearchTool:
         return self.name
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        a = parse_args(SearchArgs, args, self.name)
+        a = parse_args(self.args_model, args, self.name)
         if not a.pattern and not a.glob:
             raise ToolError("invalid arguments for search: give a `pattern`, a `glob`, or both")
         regex = compile_pattern(a.pattern, a.case_insensitive) if a.pattern else None
