@@ -317,3 +317,98 @@ def test_settings_from_env_keeps_its_defect_variables() -> None:
     assert settings.max_turn_requests == 3
     base = Settings(max_tokens=1234)
     assert settings_from_env({}, base=base) == base
+
+
+# --- several providers ([providers.NAME]) ---------------------------------------------------
+
+
+def test_provider_tables_are_providers_beside_the_implied_ones(home: Path, repo: Path) -> None:
+    from defect_core.config import default_selection, provider_settings, provider_specs
+
+    user_file(
+        home,
+        'provider = "work"\n\n[providers.work]\nkind = "bedrock"\nregion = "eu-central-1"\n'
+        'profile = "sso"\nmodels = ["eu.anthropic.claude-sonnet-4-5-20250929-v1:0"]\n\n'
+        '[providers.personal]\nkind = "anthropic"\napi_key_env = "MY_KEY"\n'
+        'base_url = "http://127.0.0.1:9/"\n\n[models]\nscripted = ["offline"]\n',
+    )
+    settings = load_settings(repo, env={"HOME": str(home)})
+    specs = provider_specs(settings)
+    assert [(s.name, s.kind) for s in specs] == [
+        ("work", "bedrock"),
+        ("personal", "anthropic"),
+        ("scripted", "scripted"),  # implied, because [models] lists it
+    ]
+    assert default_selection(settings, "first").provider == "work"
+    personal = provider_settings(settings, specs[1])
+    assert personal.provider == "anthropic" and personal.api_key_env == "MY_KEY"
+    assert personal.base_url == "http://127.0.0.1:9" and personal.models == {}
+    work = provider_settings(settings, specs[0])
+    assert (work.aws_region, work.aws_profile) == ("eu-central-1", "sso")
+    assert work.models == {"bedrock": ("eu.anthropic.claude-sonnet-4-5-20250929-v1:0",)}
+
+
+def test_the_plain_keys_are_the_implied_default_provider(home: Path, repo: Path) -> None:
+    from defect_core.config import provider_settings, provider_specs
+
+    user_file(home, 'provider = "anthropic"\n[anthropic]\napi_key_env = "K"\n')
+    settings = load_settings(repo, env={"HOME": str(home)})
+    (only,) = provider_specs(settings)
+    assert (only.name, only.kind, only.api_key_env) == ("anthropic", "anthropic", "K")
+    built = provider_settings(settings, only)
+    assert built.provider_origin == settings.provider_origin  # messages name the user file
+
+
+def test_a_later_layer_replaces_a_provider_table_whole(home: Path, repo: Path) -> None:
+    user_file(home, '[providers.gw]\nkind = "anthropic"\napi_key_env = "A"\n')
+    write(repo / ".defect" / "config.toml", '[providers.gw]\nkind = "scripted"\n')
+    settings = load_settings(repo, env={"HOME": str(home)})
+    assert settings.providers["gw"].kind == "scripted"
+    assert settings.providers["gw"].api_key_env == "ANTHROPIC_API_KEY"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "line", "words"),
+    [
+        ('[providers.x]\nregion = "a"\n', "providers.x", 1, "`kind` is required"),
+        ('[providers.x]\nkind = "openai"\n', "providers.x.kind", 2, "must be one of"),
+        (
+            '[providers.x]\nkind = "bedrock"\n\napi_key_env = "K"\n',
+            "providers.x.api_key_env",
+            4,
+            "not a setting of a bedrock provider",
+        ),
+        (
+            '[providers.x]\nkind = "anthropic"\napi_key = "sk"\n',
+            "providers.x.api_key",
+            3,
+            "secrets",
+        ),
+        ('[providers.x]\nkind = "anthropic"\nmodels = []\n', "providers.x.models", 3, "at least"),
+        ('[providers."a/b"]\nkind = "anthropic"\n', "providers.a/b", None, "no '/'"),
+        ('[providers.anthropic]\nkind = "anthropic"\n', "providers.anthropic", 1, "another name"),
+        ("providers = 3\n", "providers", 1, "[providers.NAME]"),
+        ('provider = "nowhere"\n', "provider", 1, "no provider is called 'nowhere'"),
+    ],
+)
+def test_bad_provider_tables_name_the_file_line_and_key(
+    home: Path, text: str, key: str, line: int | None, words: str
+) -> None:
+    path = user_file(home, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, env={"HOME": str(home)})
+    assert info.value.key == key
+    assert info.value.source == str(path)
+    if line is not None:
+        assert info.value.line == line
+    assert words in str(info.value)
+
+
+def test_provider_may_name_a_table_of_another_layer(home: Path, repo: Path) -> None:
+    user_file(home, '[providers.team]\nkind = "scripted"\n')
+    write(repo / ".defect" / "config.toml", 'provider = "team"\n')
+    assert load_settings(repo, env={"HOME": str(home)}).provider == "team"
+    env = {"HOME": str(home), "DEFECT_PROVIDER": "elsewhere"}
+    with pytest.raises(ConfigError) as info:
+        load_settings(repo, env=env)
+    assert info.value.source == "DEFECT_PROVIDER" and "team" in str(info.value)

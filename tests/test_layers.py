@@ -26,10 +26,13 @@ NO_ACP = "defect_core never imports the ACP bridge, the ACP SDK nor the fake API
 TOOLS = "Tools never import the session, the runtime nor the turn machinery"
 PROVIDERS = "Providers never import the tools, the session, the runtime nor the turn machinery"
 FAKE_API = "The fake API judges the wire on its own: defect_fakeapi imports no defect code"
-CONFIG_LAYERS = "The configuration is layered: resolve, files | overrides, keys, settings"
+CONFIG_LAYERS = (
+    "The configuration is layered: resolve, files | overrides, providers, keys, settings"
+)
 PROVIDER_LAYERS = "The providers are layered: registry, each provider, the Messages wire, base"
 ANTHROPIC_LAYERS = (
-    "The Anthropic provider is layered: provider, client | stream, errors | request, catalog"
+    "The Anthropic provider is layered: provider, client | stream | listing, "
+    "errors | request, catalog"
 )
 TURN_LAYERS = "The turn package is layered: runner, request | calls, deps"
 CONTRACTS = (

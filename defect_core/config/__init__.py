@@ -5,6 +5,8 @@ One room per job, lowest first (each module's docstring states its invariants):
 - `settings.py`   `Settings` (every field, its default), `ConfigError`, the effort levels
 - `keys.py`       every key a file, a variable or a flag may set, and the check its value
                   must pass (the full list of keys is in its docstring)
+- `providers.py`  `[providers.NAME]` tables, the providers the plain keys imply, the default
+                  `ModelSelection` and the `Settings` each provider is built from
 - `files.py`      where the configuration files are; one TOML file read into a layer, with
                   the line of a bad key
 - `overrides.py`  the environment and the command-line flags, each read into a layer
@@ -21,17 +23,28 @@ Invariants:
 """
 
 from defect_core.config.files import config_paths, key_line, parse_layer, repo_root
+from defect_core.config.providers import (
+    default_selection,
+    provider_settings,
+    provider_spec,
+    provider_specs,
+)
 from defect_core.config.resolve import load_settings, settings_from_env, settings_without_files
-from defect_core.config.settings import EFFORT_LEVELS, ConfigError, Settings
+from defect_core.config.settings import EFFORT_LEVELS, ConfigError, ProviderSpec, Settings
 
 __all__ = [
     "EFFORT_LEVELS",
     "ConfigError",
+    "ProviderSpec",
     "Settings",
     "config_paths",
+    "default_selection",
     "key_line",
     "load_settings",
     "parse_layer",
+    "provider_settings",
+    "provider_spec",
+    "provider_specs",
     "repo_root",
     "settings_from_env",
     "settings_without_files",

@@ -2,7 +2,8 @@
 
 Owns the file locations (`config_paths`, `repo_root`), reading one TOML file (`read_file`),
 validating its parsed tables against the key tables of `keys.py` (`parse_layer`, including
-`[models]`, `[context_windows]` and `[mcp.servers.NAME]`), and finding the line a bad key is
+`[models]`, `[context_windows]`, `[providers.NAME]` (through `providers.py`) and
+`[mcp.servers.NAME]`), and finding the line a bad key is
 on (`key_line`).
 
 Invariants:
@@ -38,6 +39,7 @@ from defect_core.config.keys import (
     type_name,
     unknown_key,
 )
+from defect_core.config.providers import parse_providers
 from defect_core.config.settings import ConfigError
 
 __all__ = ["config_paths", "key_line", "parse_layer", "read_file", "repo_root"]
@@ -53,7 +55,7 @@ def parse_layer(
 
     `env` resolves `${VAR}` in MCP server entries (default: `os.environ`)."""
     layer: Layer = {}
-    known_top = [*TOP_KEYS, *TABLE_KEYS, "models", "context_windows", "mcp"]
+    known_top = [*TOP_KEYS, *TABLE_KEYS, "models", "context_windows", "providers", "mcp"]
     for key, value in data.items():
         if key in TOP_KEYS:
             name, check = TOP_KEYS[key]
@@ -91,6 +93,8 @@ def parse_layer(
                 model: checked(source, f"context_windows.{model}", at_least(1024), tokens)
                 for model, tokens in value.items()
             }
+        elif key == "providers":
+            layer["providers"] = parse_providers(value, source, base_dir)
         elif key == "mcp":
             layer["mcp_servers"] = _mcp_servers(value, source, env)
         else:

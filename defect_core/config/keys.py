@@ -84,12 +84,16 @@ __all__ = [
     "Layer",
     "at_least",
     "checked",
+    "env_name",
     "model_list",
+    "string",
     "type_name",
     "unknown_key",
+    "url",
 ]
 
 _PROVIDER_NAMES = ("scripted", "offline", "anthropic", "bedrock")
+_PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_HINT = re.compile(r"(api_?key|secret|token|password)$", re.IGNORECASE)
 
@@ -188,6 +192,22 @@ def model_list(value: object) -> tuple[str, ...]:
     return tuple(models)
 
 
+def _provider_name(value: object) -> str:
+    """A kind or a `[providers.NAME]` name; whether that provider exists is checked once
+    every layer is in (`config/providers.py`, `check_default_provider`)."""
+    text = _string(value)
+    if not _PROVIDER_NAME.match(text):
+        raise Bad(
+            f"must be one of {', '.join(_PROVIDER_NAMES)} or the name of a [providers.NAME] "
+            f"table; got {text!r}"
+        )
+    return text
+
+
+string, url, env_name = _string, _url, _env_name
+"""The checks `config/providers.py` applies to a `[providers.NAME]` table's keys."""
+
+
 def host_list(value: object) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise Bad(f'must be a list of "host" or "host:port" strings, got {type_name(value)}')
@@ -198,7 +218,7 @@ def host_list(value: object) -> tuple[str, ...]:
 
 
 TOP_KEYS: dict[str, tuple[str, Check]] = {
-    "provider": ("provider", _one_of(*_PROVIDER_NAMES)),
+    "provider": ("provider", _provider_name),
     "model": ("model", _string),
     "max_tokens": ("max_tokens", at_least(1)),
     "max_turn_requests": ("max_turn_requests", at_least(1)),

@@ -15,8 +15,10 @@ layer lands on the settings below it. The layers, each overriding the one before
 or the working directory when there is none.
 
 Invariants:
-- Tables merge key by key across layers (`models`, `context_windows`; MCP servers by name); a
-  later layer replaces a scalar.
+- Tables merge key by key across layers (`models`, `context_windows`; MCP servers and
+  `[providers.NAME]` tables by name); a later layer replaces a scalar.
+- `provider` names a provider that exists once every layer is in (a kind, or a
+  `[providers.NAME]` table of any layer), else a `ConfigError` at the line that chose it.
 - `provider_origin` names the layer that chose the provider, so a missing-credentials message
   sends the user to the right place.
 - A broken file fails the sessions it applies to, never the process: the editor must still see
@@ -33,9 +35,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from defect_core.config.files import config_paths, read_file
+from defect_core.config.files import config_paths, key_line, read_file
 from defect_core.config.keys import Layer
 from defect_core.config.overrides import env_layer, flag_layer
+from defect_core.config.providers import check_default_provider
 from defect_core.config.settings import ConfigError, Settings
 
 __all__ = ["apply_layer", "load_settings", "settings_from_env", "settings_without_files"]
@@ -46,7 +49,7 @@ def apply_layer(settings: Settings, layer: Layer, origin: str | None = None) -> 
     changes = dict(layer)
     if origin is not None and "provider" in changes:
         changes["provider_origin"] = origin
-    for table in ("models", "context_windows"):
+    for table in ("models", "context_windows", "providers"):
         if table in changes:
             changes[table] = {**getattr(settings, table), **changes[table]}
     if "mcp_servers" in changes:  # by name: a later layer replaces a server of the same name
@@ -83,7 +86,23 @@ def load_settings(
             "retry_max_delay",
             "must not be smaller than retry_base_delay",
         )
+    _check_provider(settings)
     return replace(settings, sources=tuple(read))
+
+
+def _check_provider(settings: Settings) -> None:
+    """`check_default_provider`, with the line when a file chose the provider."""
+    try:
+        check_default_provider(settings)
+    except ConfigError as exc:
+        line = None
+        path = Path(exc.source)
+        if path.is_absolute():
+            try:
+                line = key_line(path.read_text(encoding="utf-8"), "provider")
+            except (OSError, UnicodeDecodeError):
+                line = None
+        raise ConfigError(exc.source, exc.key, exc.problem, line) from None
 
 
 def settings_without_files(
@@ -93,6 +112,8 @@ def settings_without_files(
     is broken (each session then fails with that file's error, see `load_settings`)."""
     env = os.environ if env is None else env
     settings = apply_layer(Settings(), env_layer(env), origin="DEFECT_PROVIDER")
+    # Not `check_default_provider`: the provider may be a table of the broken file, and the
+    # sessions report that file's error anyway.
     return apply_layer(settings, flag_layer(cli or {}), origin="the --provider flag")
 
 

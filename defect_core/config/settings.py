@@ -1,7 +1,8 @@
 """`Settings`, the resolved configuration a session runs with, and `ConfigError`.
 
 Owns the shape of the configuration once resolved (`Settings`: every field, its default and
-its meaning), the reasoning-effort levels, and the one error every layer raises.
+its meaning), one configured provider (`ProviderSpec`, a `[providers.NAME]` table), the
+reasoning-effort levels, and the one error every layer raises.
 
 Invariants:
 - Settings are immutable once resolved; a session copies what it may change (model, mode,
@@ -20,14 +21,23 @@ Why apart from the loading: most readers need the values, not where they came fr
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from defect_core.mcp.spec import McpServerSpec
 
-__all__ = ["EFFORT_LEVELS", "ConfigError", "Settings"]
+__all__ = [
+    "EFFORT_LEVELS",
+    "PROVIDER_KINDS",
+    "ConfigError",
+    "ProviderKind",
+    "ProviderSpec",
+    "Settings",
+]
 
 EFFORT_LEVELS = ("off", "low", "medium", "high")
+ProviderKind = Literal["anthropic", "bedrock", "scripted"]
+PROVIDER_KINDS: tuple[ProviderKind, ...] = ("anthropic", "bedrock", "scripted")
 
 
 class ConfigError(ValueError):
@@ -45,8 +55,29 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderSpec:
+    """One model provider a session may use: its name (the model picker's group, the
+    `provider` setting's value), its kind (the wire), where it is reached and which models it
+    offers. Built from a `[providers.NAME]` table, or implied by the single-provider keys
+    (`config/providers.py`)."""
+
+    name: str
+    kind: ProviderKind
+    source: str
+    """Where it is configured: a file's path, or the keys that imply it (for messages)."""
+    api_key_env: str = "ANTHROPIC_API_KEY"
+    base_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    models: tuple[str, ...] = ()
+    """Empty: the kind's built-in list (its first entry is the default model)."""
+    script_path: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     provider: str = "scripted"
+    """The default provider: a kind (its implied provider) or a `[providers.NAME]` name."""
     model: str | None = None
     """None: the provider's default model."""
     max_tokens: int = 16_000
@@ -75,6 +106,8 @@ class Settings:
     """Model ids the model option offers, per provider name; a missing entry: built-ins."""
     context_windows: dict[str, int] = field(default_factory=dict)
     """Context window in tokens per model id, overriding what the provider knows."""
+    providers: dict[str, ProviderSpec] = field(default_factory=dict)
+    """The `[providers.NAME]` tables, by name (a later layer replaces a table of one name)."""
     mcp_servers: tuple[McpServerSpec, ...] = ()
     """MCP servers every session starts with (`[mcp.servers.NAME]`), besides `.mcp.json`'s."""
     read_timeout: float = 120.0

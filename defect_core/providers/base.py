@@ -160,11 +160,19 @@ class LlmProvider(Protocol):
     """A model behind some wire. Implementations: `scripted` (offline), `anthropic`, `bedrock`."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The provider's name: a `[providers.NAME]` table's, or its kind's."""
+        ...
 
     def models(self) -> list[ModelInfo]: ...
 
     def default_model(self) -> str: ...
+
+    async def list_models(self) -> list[ModelInfo]:
+        """The models the provider offers right now (may ask the network: never call it on
+        the `session/new` path). Raises `ProviderError` when it cannot say; `models()` is
+        then the answer."""
+        ...
 
     def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
         """Stream one model call. Raises `ProviderError`; ends with one `Completed`."""

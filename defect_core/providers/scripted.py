@@ -79,23 +79,41 @@ class ScriptError(ValueError):
 
 
 class ScriptedProvider:
-    name = "scripted"
-
-    def __init__(self, script: list[dict[str, Any]] | None = None, *, loop: bool = False) -> None:
+    def __init__(
+        self,
+        script: list[dict[str, Any]] | None = None,
+        *,
+        loop: bool = False,
+        name: str = "scripted",
+        models: tuple[str, ...] = (),
+    ) -> None:
         self._script = list(script) if script is not None else None
         self._loop = loop
         self._position = 0
+        self.name = name
+        """The provider's configured name (`[providers.NAME]`), or `scripted`."""
+        known = {m.id: m for m in OFFLINE_MODELS}
+        self._models = [
+            known.get(m) or ModelInfo(m, m, "Offline model (configured).", 200_000) for m in models
+        ] or list(OFFLINE_MODELS)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> ScriptedProvider:
+    def from_file(
+        cls, path: str | Path, *, name: str = "scripted", models: tuple[str, ...] = ()
+    ) -> ScriptedProvider:
         replies, loop = load_script(path)
-        return cls(replies, loop=loop)
+        return cls(replies, loop=loop, name=name, models=models)
 
     def models(self) -> list[ModelInfo]:
-        return list(OFFLINE_MODELS)
+        """The configured ids (`models`), else the one built-in `offline`."""
+        return list(self._models)
 
     def default_model(self) -> str:
-        return OFFLINE_MODELS[0].id
+        return self._models[0].id
+
+    async def list_models(self) -> list[ModelInfo]:
+        """Offline: the live list is the configured one."""
+        return self.models()
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
         if self._script is None:

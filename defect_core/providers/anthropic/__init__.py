@@ -12,8 +12,9 @@ One room per job, lowest first (each module's docstring states its invariants):
 - `stream.py`    `StreamAssembler`: stream events into deltas and one `Completed` message,
                  or a `ProviderError` (the stream-error guard; room for server-tool blocks)
 - `client.py`    the SDK, imported late, and a client per route: `AsyncAnthropic` or
-                 `AsyncAnthropicBedrock`, credentials, timeouts (room for several
-                 configured providers)
+                 `AsyncAnthropicBedrock`, credentials, timeouts (each configured provider
+                 is its own `Settings` given to these builders)
+- `listing.py`   the live model lists: `GET /v1/models`, Bedrock's profiles and models
 - `provider.py`  `AnthropicProvider`: models, the client's life, `stream` tying it together
 
 Invariant: importing this package loads no SDK (`anthropic`, `httpx2`, `boto3`): the registry

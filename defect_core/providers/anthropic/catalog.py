@@ -10,8 +10,9 @@ Invariants:
 - A configured list replaces the built-ins, in its order (its first entry is the default);
   a configured id that is also built in keeps the built-in name and context window.
 
-Why a room of its own: the list is data, not wire. A live listing (the API's `GET /v1/models`)
-belongs here, behind the same `models_for`, and must keep the offline answer for `session/new`.
+Why a room of its own: the list is data, not wire. The live listing (the API's
+`GET /v1/models`, Bedrock's profiles) is `listing.py`; this offline answer is what
+`session/new` shows until it arrives.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Invariants:
 
 Why a room of its own: everything that differs between the routes happens before the first
 byte is sent, and it is all here. Several configured providers (`[providers.<name>]`) are
-several `Settings` given to these same builders.
+several `Settings` given to these same builders (`config.provider_settings`).
 """
 
 from __future__ import annotations
@@ -156,6 +156,8 @@ def _http_client(sdk: Sdk, settings: Settings) -> Any:
 def chosen_by(settings: Settings, other: str) -> str:
     """Which setting chose this provider, and how to choose `other` in that same place."""
     origin = settings.provider_origin
+    if origin.startswith(("[providers.", "the model picker")):
+        return f"the provider is configured by {origin}"
     chosen = f"the provider {settings.provider!r} was chosen by {origin}"
     if origin == "the --provider flag":
         return f"{chosen}; or pass --provider {other}"

@@ -1,7 +1,8 @@
 """`AnthropicProvider`: one model call at a time, on the Anthropic API or on AWS Bedrock.
 
 Owns the provider object the registry builds (`anthropic_provider`, `bedrock_provider`): its
-models, the life of its SDK client (imported late, created once per event loop, closed by
+name, its models (the configured list, and the live one from `listing.py`), the life of its
+SDK client (imported late, created once per event loop, closed by
 `aclose`), and `stream`, which sends the body from `request`, feeds the events to a
 `StreamAssembler` and turns every failure into a `ProviderError` through `errors`.
 
@@ -43,6 +44,7 @@ from defect_core.providers.anthropic.client import (
     running_loop,
 )
 from defect_core.providers.anthropic.errors import request_id_of, translate_exception
+from defect_core.providers.anthropic.listing import anthropic_models, bedrock_models
 from defect_core.providers.anthropic.request import encode_request, route_options
 from defect_core.providers.anthropic.stream import StreamAssembler
 from defect_core.providers.base import ModelInfo, ModelRequest, ProviderError, StreamChunk
@@ -56,9 +58,10 @@ class AnthropicProvider:
     """Claude through the official SDK, on the Anthropic API (`route="anthropic"`) or on
     Bedrock (`route="bedrock"`). Streams always; never retries by itself."""
 
-    def __init__(self, settings: Settings, *, route: Route) -> None:
+    def __init__(self, settings: Settings, *, route: Route, name: str | None = None) -> None:
         self._settings = settings
         self._route: Route = route
+        self._name = name or route
         self._sdk: Sdk | None = None
         self._client: Any = None
         self._client_key: str | None = None
@@ -68,7 +71,8 @@ class AnthropicProvider:
 
     @property
     def name(self) -> str:
-        return self._route
+        """The provider's configured name (`[providers.NAME]`), or its route."""
+        return self._name
 
     @property
     def route(self) -> Route:
@@ -79,6 +83,23 @@ class AnthropicProvider:
 
     def default_model(self) -> str:
         return self.models()[0].id
+
+    async def list_models(self) -> list[ModelInfo]:
+        """The models the service offers now (`GET /v1/models`; Bedrock's profiles and
+        foundation models). Network: never on the `session/new` path. Raises
+        `ProviderError` (missing credentials included) when the service cannot say."""
+        if self._route == "bedrock":
+            try:
+                return await anyio.to_thread.run_sync(bedrock_models, self._settings)
+            except Exception as exc:  # boto3/botocore: credentials, network, access
+                raise ProviderError(
+                    f"Bedrock did not list its models: {exc}", kind="list_models_failed"
+                ) from None
+        client, sdk = await self._ready()
+        try:
+            return await anthropic_models(client)
+        except Exception as exc:
+            raise self._translate(exc, sdk, in_stream=False) from None
 
     # --- the call ---------------------------------------------------------------------------
 
@@ -208,11 +229,11 @@ class AnthropicProvider:
             await client.close()
 
 
-def anthropic_provider(settings: Settings) -> AnthropicProvider:
+def anthropic_provider(settings: Settings, name: str | None = None) -> AnthropicProvider:
     """Claude on the Anthropic API (ANTHROPIC_API_KEY; ANTHROPIC_BASE_URL or `base_url`)."""
-    return AnthropicProvider(settings, route="anthropic")
+    return AnthropicProvider(settings, route="anthropic", name=name)
 
 
-def bedrock_provider(settings: Settings) -> AnthropicProvider:
+def bedrock_provider(settings: Settings, name: str | None = None) -> AnthropicProvider:
     """Claude on AWS Bedrock (the boto3 credential chain; AWS_REGION or `region`)."""
-    return AnthropicProvider(settings, route="bedrock")
+    return AnthropicProvider(settings, route="bedrock", name=name)
