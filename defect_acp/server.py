@@ -46,7 +46,7 @@ from defect_core.session import (
     Frontend,
     McpServerSpec,
     Session,
-    TurnFailed,
+    TurnError,
 )
 from defect_core.tools.backends import LocalFsBackend
 
@@ -61,7 +61,7 @@ cancelled first, so a prompt answers `cancelled` in a fraction of it)."""
 def to_request_error(err: AgentError) -> RequestError:
     """The JSON-RPC error for a runtime error, by its `code`: one line, never empty."""
     message = str(err).splitlines()[0] if str(err) else type(err).__name__
-    data = err.data or None if isinstance(err, TurnFailed) else None
+    data = err.data or None if isinstance(err, TurnError) else None
     code = {
         "not_found": -32002,
         "invalid_params": -32602,
@@ -441,7 +441,7 @@ class DefectAgent:
         ended_before = pump.turns_ended
         try:
             stop = await session.run_turn(blocks)
-        except TurnFailed as err:
+        except TurnError as err:
             await pump.wait_turn_ended(ended_before + 1)
             raise to_request_error(err) from None
         except AgentError as err:

@@ -32,7 +32,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 
 from defect_core import policy
-from defect_core.compaction import ContextManager, context_report, parse_slash_command
+from defect_core.compaction import Compactor, context_report, parse_slash_command
 from defect_core.config import Settings
 from defect_core.events import (
     AgentEvent,
@@ -47,9 +47,9 @@ from defect_core.events import (
     ToolCallUpdated,
     ToolDisplay,
     TurnEnded,
+    TurnFailed,
     TurnStopReason,
 )
-from defect_core.events import TurnFailed as TurnFailedEvent
 from defect_core.history import VecHistory, overhead_tokens
 from defect_core.log import get_logger
 from defect_core.mcp import McpHub, load_mcp_json, merge_servers
@@ -71,12 +71,12 @@ from defect_core.session import (
     SessionSummary,
     StorageError,
     ToolCallSnapshot,
-    TurnFailed,
+    TurnError,
     TurnInProgress,
 )
 from defect_core.store import AsyncStore, SessionRecord, StoredSession, ToolCallRecord
 from defect_core.tools.base import Tool, ToolContext, ToolRegistry
-from defect_core.turn import TurnConfig, TurnResult, TurnRunner
+from defect_core.turn import TurnConfig, TurnDeps, TurnResult, TurnRunner
 
 log = get_logger("defect.agent")
 
@@ -159,7 +159,7 @@ class DefaultSession:
         self._scope: anyio.CancelScope | None = None
         self._pending: dict[str, tuple[anyio.Event, list[str | None]]] = {}
         self._closed = False
-        self._context = ContextManager(
+        self._context = Compactor(
             history=self._history,
             provider=provider,
             publish=self._publish,
@@ -246,17 +246,19 @@ class DefaultSession:
                 return await self._run_command(turn, *command)
             self._title_prompt = prompt
             runner = TurnRunner(
-                history=self._history,
-                provider=self._provider,
-                tools=self._tools,
-                publish=self._publish,
-                commit=self._commit,
-                ask_permission=self._ask_permission,
-                make_context=self._tool_context,
-                rules=self._rules,
-                on_rules_changed=self._rules_changed,
-                on_cancel_requested=self.cancel_turn,
-                context=self._context,
+                TurnDeps(
+                    history=self._history,
+                    commit=self._commit,
+                    provider=self._provider,
+                    tools=self._tools,
+                    tool_context=self._tool_context,
+                    rules=self._rules,
+                    ask_permission=self._ask_permission,
+                    rules_changed=self._rules_changed,
+                    publish=self._publish,
+                    cancel_turn=self.cancel_turn,
+                    compactor=self._context,
+                )
             )
             result: TurnResult | None = None
             with anyio.CancelScope() as scope:
@@ -278,9 +280,9 @@ class DefaultSession:
         except AgentError as err:
             # However the turn stopped, it ends with an event: a front end that waits for a
             # turn's last update (the ACP bridge) must never wait for ever.
-            data = err.data if isinstance(err, TurnFailed) else {}
+            data = err.data if isinstance(err, TurnError) else {}
             with anyio.CancelScope(shield=True):
-                await self._bus.publish(TurnFailedEvent(turn, str(err), data))
+                await self._bus.publish(TurnFailed(turn, str(err), data))
             raise
         finally:
             self._title_prompt = None
@@ -437,6 +439,7 @@ class DefaultSession:
             report=report,
             allow_read_outside=self._settings.allow_read_outside,
             settings=self._tool_state,
+            fetch_allow=self._settings.fetch_allow_hosts,
         )
 
     # --- permissions ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Context management: keep a long session inside its model's window, and say where it stands.
 
-Owns `ContextManager`, which the turn runner consults before every model request, and the
+Owns `Compactor`, which the turn runner consults before every model request, and the
 pure pieces it is made of: micro-compaction, the choice of a summary boundary, the summary
 request and message, and the `/context` report. The brief's wording (`summary_brief.py`) and
 the request-size ruler (`history.overhead_tokens`) live below the providers, which read them
@@ -303,13 +303,13 @@ def context_report(messages: list[Message], used: int, window: int, overhead: in
     return "\n".join(lines)
 
 
-# --- the manager --------------------------------------------------------------------------
+# --- the compactor --------------------------------------------------------------------------
 
 Publish = Callable[[AgentEvent], Awaitable[None]]
 Checkpoint = Callable[[list[Message]], Awaitable[None]]
 
 
-class ContextManager:
+class Compactor:
     """Decides, before each request, whether and how to compact one session's history."""
 
     def __init__(

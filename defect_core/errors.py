@@ -5,7 +5,7 @@ error (`defect_acp/server.py`), and a one-line message a person can act on.
 
 Invariant: this module imports nothing of defect. It sits at the bottom of the layers
 (docs/layers.md) because every layer raises these errors — the store (`StorageError`,
-`SessionNotFound`), the turn runner (`TurnFailed`), the runtime behind the door — while the
+`SessionNotFound`), the turn runner (`TurnError`), the runtime behind the door — while the
 door (`session.py`) re-exports them for the front end. Defining them below all of those is
 what lets each raise them without importing a layer above it.
 """
@@ -47,8 +47,12 @@ class StorageError(AgentError):
     code = "internal"
 
 
-class TurnFailed(AgentError):
-    """The turn could not go on. `data` says whether retrying may help."""
+class TurnError(AgentError):
+    """The turn could not go on. `data` says whether retrying may help.
+
+    Raised by the turn runner; the session then publishes the `TurnFailed` event
+    (`events.py`), the last event of that turn.
+    """
 
     code = "provider"
 

@@ -189,6 +189,10 @@ class TurnEnded:
 
 @dataclass(frozen=True, slots=True)
 class TurnFailed:
+    """The turn stopped on an error the runtime raised (an `errors.AgentError`; from the turn
+    runner, `errors.TurnError`): the last event of that turn, as `TurnEnded` is of a turn
+    that ended normally."""
+
     turn: int
     message: str
     data: dict[str, Any] = field(default_factory=dict)

@@ -18,7 +18,7 @@ Invariants:
   at once (ACP clients serialise prompts per session; an immediate, clear error is what they
   can show, where a silent wait would look like a hang).
 - `run_turn` answers a stop reason for every normal end, `cancelled` included; it raises
-  `TurnFailed` only when the turn could not go on (provider failure after retries, missing
+  `TurnError` only when the turn could not go on (provider failure after retries, missing
   credentials). Either way the session stays usable.
 - No ACP types here (docs/architecture.md, rule 1).
 - Near the top of the layers (docs/layers.md): nothing below the runtime (`agent.py`) and the
@@ -40,7 +40,7 @@ from defect_core.errors import (
     InvalidOption,
     SessionNotFound,
     StorageError,
-    TurnFailed,
+    TurnError,
     TurnInProgress,
 )
 from defect_core.events import (
@@ -74,7 +74,7 @@ __all__ = [
     "SessionSummary",
     "StorageError",
     "ToolCallSnapshot",
-    "TurnFailed",
+    "TurnError",
     "TurnInProgress",
 ]
 

@@ -17,7 +17,7 @@ import pytest
 from defect_core.agent import DefaultAgentCore, DefaultSession
 from defect_core.compaction import (
     CLEARED_PREFIX,
-    ContextManager,
+    Compactor,
     Thresholds,
     choose_boundary,
     is_summary,
@@ -140,8 +140,8 @@ class Recorder:
         self.checkpoints.append(history)
 
 
-def manager(history: VecHistory, provider: Any, recorder: Recorder) -> ContextManager:
-    return ContextManager(
+def manager(history: VecHistory, provider: Any, recorder: Recorder) -> Compactor:
+    return Compactor(
         history=history,
         provider=provider,
         publish=recorder.publish,

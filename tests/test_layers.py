@@ -31,6 +31,7 @@ PROVIDER_LAYERS = "The providers are layered: registry, each provider, the Messa
 ANTHROPIC_LAYERS = (
     "The Anthropic provider is layered: provider, client | stream, errors | request, catalog"
 )
+TURN_LAYERS = "The turn package is layered: runner, request | calls, deps"
 CONTRACTS = (
     LAYERS,
     MCP_LAYERS,
@@ -41,6 +42,7 @@ CONTRACTS = (
     CONFIG_LAYERS,
     PROVIDER_LAYERS,
     ANTHROPIC_LAYERS,
+    TURN_LAYERS,
 )
 
 
@@ -134,6 +136,13 @@ def test_the_repository_keeps_every_import_contract() -> None:
             ANTHROPIC_LAYERS,
             "defect_core.providers.anthropic.stream -> defect_core.providers.anthropic.provider",
             id="stream-assembler-imports-its-provider",
+        ),
+        pytest.param(
+            "defect_core/turn/calls.py",
+            "\nfrom defect_core.turn.request import build_request\n",
+            TURN_LAYERS,
+            "defect_core.turn.calls -> defect_core.turn.request",
+            id="tool-calls-import-the-model-request",
         ),
         pytest.param(
             "defect_fakeapi/script.py",

@@ -57,7 +57,7 @@ from defect_core.tools.base import (
     ToolOutput,
     ToolRegistry,
 )
-from defect_core.turn import CANCELLED_RESULT_TEXT, TurnConfig, TurnRunner
+from defect_core.turn import CANCELLED_RESULT_TEXT, TurnConfig, TurnDeps, TurnRunner
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply, validate_request
 from tests.support.acp_harness import Agent, RecordingClient, agent_env, script_env, spawn_defect
 
@@ -393,24 +393,29 @@ async def run_cancelled_at(target: int, tmp_path: Path) -> tuple[CancelAt, list[
         cancel.scope.cancel()
 
     runner = TurnRunner(
-        history=history,
-        provider=PointedProvider(RUNNER_SCRIPT, cancel),
-        tools=ToolRegistry(
-            [Stepper("step", Safety.READ_ONLY, cancel), Stepper("change", Safety.MUTATING, cancel)]
-        ),
-        publish=publish,
-        commit=commit,
-        ask_permission=ask,
-        make_context=lambda call_id: ToolContext(
-            session_id="s",
-            cwd=tmp_path,
-            fs=None,
-            shell=None,
-            tool_call_id=call_id,  # type: ignore[arg-type]
-        ),
-        rules=PermissionRules(),
-        on_rules_changed=rules_changed,
-        on_cancel_requested=cancel_turn,
+        TurnDeps(
+            history=history,
+            commit=commit,
+            provider=PointedProvider(RUNNER_SCRIPT, cancel),
+            tools=ToolRegistry(
+                [
+                    Stepper("step", Safety.READ_ONLY, cancel),
+                    Stepper("change", Safety.MUTATING, cancel),
+                ]
+            ),
+            tool_context=lambda call_id: ToolContext(
+                session_id="s",
+                cwd=tmp_path,
+                fs=None,
+                shell=None,
+                tool_call_id=call_id,  # type: ignore[arg-type]
+            ),
+            rules=PermissionRules(),
+            ask_permission=ask,
+            rules_changed=rules_changed,
+            publish=publish,
+            cancel_turn=cancel_turn,
+        )
     )
     config = TurnConfig(
         session_id="s",

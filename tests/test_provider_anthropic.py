@@ -25,8 +25,7 @@ import pytest
 
 from defect_core.agent import DefaultAgentCore, DefaultSession
 from defect_core.config import Settings
-from defect_core.events import AgentEvent, AgentTextDelta, AgentThoughtDelta, TurnEnded
-from defect_core.events import TurnFailed as TurnFailedEvent
+from defect_core.events import AgentEvent, AgentTextDelta, AgentThoughtDelta, TurnEnded, TurnFailed
 from defect_core.model import (
     Message,
     TextBlock,
@@ -55,7 +54,7 @@ from defect_core.providers.base import (
     ToolInputDelta,
     ToolUseStarted,
 )
-from defect_core.session import Backends, TurnFailed
+from defect_core.session import Backends, TurnError
 from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolOutput
 from defect_fakeapi import (
     DEFAULT_API_KEY,
@@ -194,15 +193,15 @@ class Harness:
         self.session = session
         self.tool = tool
 
-    async def prompt(self, text: str) -> tuple[str | TurnFailed, list[AgentEvent]]:
+    async def prompt(self, text: str) -> tuple[str | TurnError, list[AgentEvent]]:
         events: list[AgentEvent] = []
         receive = self.session.subscribe()
-        outcome: str | TurnFailed
+        outcome: str | TurnError
 
         async def drain() -> None:
             async for event in receive:
                 events.append(event)
-                if isinstance(event, TurnEnded | TurnFailedEvent):
+                if isinstance(event, TurnEnded | TurnFailed):
                     return
 
         with anyio.fail_after(20):
@@ -210,7 +209,7 @@ class Harness:
                 tg.start_soon(drain)
                 try:
                     outcome = await self.session.run_turn([TextBlock(text=text)])
-                except TurnFailed as failure:
+                except TurnError as failure:
                     outcome = failure
         receive.close()
         return outcome, events
@@ -662,7 +661,7 @@ async def test_overloaded_then_rate_limited_then_success_is_invisible(
     assert outcome == "end_turn"
     assert shown_text(events) == "third time lucky"
     assert [r.status for r in fake_provider.requests] == [529, 429, 200]
-    assert not any(isinstance(e, TurnFailedEvent) for e in events)
+    assert not any(isinstance(e, TurnFailed) for e in events)
 
 
 async def test_retries_are_bounded(
@@ -672,7 +671,7 @@ async def test_retries_are_bounded(
     settings = fast_settings(fake_provider, retries=2)
     h = await harness(new_anthropic(settings), settings, tmp_path)
     outcome, _ = await h.prompt("hi")
-    assert isinstance(outcome, TurnFailed)
+    assert isinstance(outcome, TurnError)
     assert "529 overloaded_error: Overloaded" in str(outcome)
     assert outcome.data["retryable"] is True
     assert len(fake_provider.requests) == 3
@@ -703,13 +702,13 @@ async def test_stream_error_after_output_ends_the_turn_and_keeps_history_clean(
     h = await harness(new_anthropic(settings), settings, tmp_path)
     outcome, events = await h.prompt("hi")
 
-    assert isinstance(outcome, TurnFailed)
+    assert isinstance(outcome, TurnError)
     assert "overloaded_error: Overloaded" in str(outcome)
     assert outcome.data["retryable"] is True
     assert outcome.data["partialOutputShown"] is True
     assert outcome.data["kind"] == "overloaded_error"
     assert shown_text(events) == "I will now look it up"  # what was shown stays shown
-    assert any(isinstance(e, TurnFailedEvent) for e in events)
+    assert any(isinstance(e, TurnFailed) for e in events)
     assert len(fake_provider.requests) == 1  # output was shown: not retried
     assert [m.role for m in h.history()] == ["user"]
     assert h.tool.calls == []
@@ -724,7 +723,7 @@ async def test_truncated_stream_ends_the_turn_and_the_next_prompt_works(
     settings = fast_settings(fake_provider)
     h = await harness(new_anthropic(settings), settings, tmp_path)
     outcome, events = await h.prompt("hi")
-    assert isinstance(outcome, TurnFailed)
+    assert isinstance(outcome, TurnError)
     assert outcome.data["kind"] == "stream_incomplete"
     assert "ended before the message was complete" in str(outcome)
     assert shown_text(events)
@@ -741,7 +740,7 @@ async def test_stall_after_output_times_out_and_the_next_prompt_works(
     started = time.monotonic()
     outcome, _ = await h.prompt("hi")
     assert time.monotonic() - started < 5
-    assert isinstance(outcome, TurnFailed)
+    assert isinstance(outcome, TurnError)
     assert outcome.data["kind"] == "stall" and outcome.data["retryable"] is True
     assert "stalled" in str(outcome)
     assert assistant_texts(h.history()) == []
@@ -767,7 +766,7 @@ async def test_max_tokens_inside_a_tool_input_runs_nothing_and_commits_nothing(
     settings = fast_settings(fake_provider)
     h = await harness(new_anthropic(settings), settings, tmp_path)
     outcome, events = await h.prompt("hi")
-    assert isinstance(outcome, TurnFailed)
+    assert isinstance(outcome, TurnError)
     assert outcome.data["kind"] == "max_tokens_in_tool_input"
     assert outcome.data["retryable"] is False
     assert outcome.data["requestId"].startswith("req_")
@@ -787,7 +786,7 @@ async def test_bad_request_fails_at_once_with_the_providers_message(
     settings = fast_settings(fake_provider)
     h = await harness(new_anthropic(settings), settings, tmp_path)
     outcome, _ = await h.prompt("hi")
-    assert isinstance(outcome, TurnFailed)
+    assert isinstance(outcome, TurnError)
     assert str(outcome) == f"400 invalid_request_error: {message}"
     assert outcome.data["retryable"] is False and outcome.data["status"] == 400
     assert outcome.data["requestId"].startswith("req_")
@@ -802,7 +801,7 @@ async def test_wrong_api_key_fails_at_once_with_the_providers_message(
     settings = fast_settings(fake_provider)
     h = await harness(new_anthropic(settings), settings, tmp_path)
     outcome, _ = await h.prompt("hi")
-    assert isinstance(outcome, TurnFailed)
+    assert isinstance(outcome, TurnError)
     assert str(outcome).startswith("401 authentication_error: Invalid bearer token")
     assert "ANTHROPIC_API_KEY" in str(outcome)
     assert outcome.data["retryable"] is False
@@ -821,7 +820,7 @@ async def test_missing_api_key_is_auth_required_and_sends_nothing(
 
     h = await harness(provider, settings, tmp_path)
     outcome, _ = await h.prompt("hi")
-    assert isinstance(outcome, TurnFailed)
+    assert isinstance(outcome, TurnError)
     assert outcome.auth is True and outcome.code == "auth_required"
     assert outcome.data["kind"] == "auth_required"
     assert fake_provider.requests == []
@@ -973,7 +972,7 @@ async def test_bedrock_exception_after_output_ends_the_turn_cleanly(
     fake_provider.enqueue(Reply.text("some words before the failure").error_mid_stream(4))
     h = await harness(new_bedrock(bedrock_settings), bedrock_settings, tmp_path)
     outcome, events = await h.prompt("hi")
-    assert isinstance(outcome, TurnFailed)
+    assert isinstance(outcome, TurnError)
     assert "throttlingException" in str(outcome)
     assert outcome.data["retryable"] is True and outcome.data["partialOutputShown"] is True
     assert shown_text(events)
@@ -987,7 +986,7 @@ async def test_bedrock_validation_error_fails_at_once(
     fake_provider.enqueue(Reply.error(400, "messages.0: bad thing"))
     h = await harness(new_bedrock(bedrock_settings), bedrock_settings, tmp_path)
     outcome, _ = await h.prompt("hi")
-    assert isinstance(outcome, TurnFailed)
+    assert isinstance(outcome, TurnError)
     assert str(outcome) == "400 ValidationException: messages.0: bad thing"
     assert outcome.data["retryable"] is False and outcome.data["requestId"]
     assert len(fake_provider.requests) == 1
@@ -1003,8 +1002,8 @@ async def test_bedrock_truncated_stream_and_max_tokens_cut(
     h = await harness(new_bedrock(bedrock_settings), bedrock_settings, tmp_path)
     first, _ = await h.prompt("one")
     second, _ = await h.prompt("two")
-    assert isinstance(first, TurnFailed) and first.data["kind"] == "stream_incomplete"
-    assert isinstance(second, TurnFailed) and second.data["kind"] == "max_tokens_in_tool_input"
+    assert isinstance(first, TurnError) and first.data["kind"] == "stream_incomplete"
+    assert isinstance(second, TurnError) and second.data["kind"] == "max_tokens_in_tool_input"
     assert h.tool.calls == [] and assistant_texts(h.history()) == []
     await assert_next_prompt_works(h, fake_provider)
 
@@ -1016,7 +1015,7 @@ async def test_bedrock_without_credentials_says_what_to_set(
     settings = fast_settings(fake_provider, provider="bedrock")
     h = await harness(new_bedrock(settings), settings, tmp_path)
     outcome, _ = await h.prompt("hi")
-    assert isinstance(outcome, TurnFailed) and outcome.auth is True
+    assert isinstance(outcome, TurnError) and outcome.auth is True
     for hint in ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "aws sso login"):
         assert hint in str(outcome)
     assert fake_provider.requests == []

@@ -22,7 +22,7 @@ from defect_core.events import (
 )
 from defect_core.model import TextBlock, ToolResultBlock, ToolUseBlock
 from defect_core.providers.scripted import ScriptedProvider
-from defect_core.session import Backends, TurnFailed, TurnInProgress
+from defect_core.session import Backends, TurnError, TurnInProgress
 from defect_core.tools.base import Safety, ToolCallView, ToolError, ToolOutput
 from defect_core.turn import CANCELLED_RESULT_TEXT
 
@@ -169,7 +169,7 @@ async def test_a_failure_after_output_ends_the_turn_and_leaves_no_message(tmp_pa
         "error": {"message": "stream broke", "retryable": True, "after_chunks": 2},
     }
     session, _ = await make(tmp_path, [broken, {"text": "fine again"}])
-    with pytest.raises(TurnFailed) as err:
+    with pytest.raises(TurnError) as err:
         await session.run_turn([TextBlock(text="go")])
     assert "stream broke" in str(err.value) and err.value.data["partialOutputShown"] is True
     assert [m.role for m in session.history_snapshot()] == ["user"]
@@ -179,7 +179,7 @@ async def test_a_failure_after_output_ends_the_turn_and_leaves_no_message(tmp_pa
 async def test_non_retryable_errors_fail_at_once(tmp_path: Path) -> None:
     bad = {"error": {"message": "400 invalid_request_error: nope", "retryable": False}}
     session, _ = await make(tmp_path, [bad, {"text": "never used"}])
-    with pytest.raises(TurnFailed) as err:
+    with pytest.raises(TurnError) as err:
         await session.run_turn([TextBlock(text="go")])
     assert err.value.data == {"kind": "scripted", "retryable": False}
 

@@ -38,6 +38,9 @@ Keys (every one optional; tables merge key by key across layers):
     [context_windows]                 # tokens, per model id (for compaction)
     "claude-sonnet-5-5" = 1000000
 
+    [fetch]
+    allow = ["127.0.0.1:8080", "intranet.example"]  # hosts fetch may reach though not public
+
     [mcp.servers.github]              # MCP servers for every session (as in .mcp.json)
     command = "github-mcp-server"     # stdio: command, args, env; http/sse: type, url, headers
     args = ["stdio"]
@@ -185,6 +188,15 @@ def model_list(value: object) -> tuple[str, ...]:
     return tuple(models)
 
 
+def host_list(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise Bad(f'must be a list of "host" or "host:port" strings, got {type_name(value)}')
+    for item in value:
+        if not re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[^\s/@?#\[\]]+)(:\d{1,5})?", item.strip()):
+            raise Bad(f'{item!r} is not "host" or "host:port"')
+    return tuple(v.strip() for v in value)
+
+
 TOP_KEYS: dict[str, tuple[str, Check]] = {
     "provider": ("provider", _one_of(*_PROVIDER_NAMES)),
     "model": ("model", _string),
@@ -211,6 +223,7 @@ TABLE_KEYS: dict[str, dict[str, tuple[str, Check]]] = {
         "profile": ("aws_profile", _string),
         "base_url": ("bedrock_base_url", _url),
     },
+    "fetch": {"allow": ("fetch_allow_hosts", host_list)},
 }
 MODEL_PROVIDERS = ("anthropic", "bedrock", "scripted")
 

@@ -83,6 +83,9 @@ class Settings:
     terminal_shell: str = "/bin/sh"
     """The program the editor's terminal runs a command line with (`SHELL -c LINE`): clients
     exec `terminal/create`'s command without a shell."""
+    fetch_allow_hosts: tuple[str, ...] = ()
+    """`host` / `host:port` entries the fetch tool may reach although their addresses are not
+    public (`[fetch] allow`; a later layer's list replaces an earlier one)."""
     sources: tuple[str, ...] = ()
     """The configuration files that were read, lowest layer first (for logs and errors)."""
     provider_origin: str = "the default"

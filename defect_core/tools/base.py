@@ -81,6 +81,9 @@ class ToolContext:
     """Send intermediate display content (e.g. a terminal id) while the tool runs."""
     allow_read_outside: bool = False
     settings: dict[str, Any] = field(default_factory=dict)
+    fetch_allow: tuple[str, ...] = ()
+    """Hosts the `fetch` tool may reach although their addresses are not public
+    (`[fetch] allow`, see defect_core/tools/netguard.py)."""
 
 
 class Tool(Protocol):

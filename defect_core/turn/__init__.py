@@ -1,0 +1,44 @@
+"""The turn: one user prompt → model requests and tool calls → a stop reason.
+
+Owns the loop docs/architecture.md "The life of a turn" describes. A session builds a
+`TurnRunner` from a `TurnDeps` (what the turn needs from it) and runs it with a `TurnConfig`
+(the limits snapshotted when the turn starts). A turn goes through these phases, each a named
+step of `runner.py`:
+
+1. commit the prompt (`_commit_prompt`);
+2. then, per model request, within `max_turn_requests`:
+   a. fit the context window (`request.fit_context_window`: the compactor's turn);
+   b. build the request and stream the reply (`request.build_request`,
+      `request.stream_reply`: deltas forwarded at once, retries, one compaction on overflow);
+   c. commit the assistant message and announce its tool calls (`_commit_reply`);
+   d. run the tools (`_run_tools`: `calls.decide` — policy, or ask the user — each call in
+      order, then `calls.execute` the approved ones concurrently);
+   e. commit all results as one user message, in `tool_use` order (`_commit_results`);
+3. stop, with a stop reason, when a reply asks for no tool (or the request limit is reached).
+
+The hook points of later work attach at these phases: PreToolUse hooks between `calls.decide`
+and `calls.execute` (they may deny or rewrite a call), PostToolUse hooks after
+`calls.execute` and before `_commit_results` (they see each result), Stop hooks at step 3
+(they may send the turn round once more), plan updates as events published beside
+`_commit_reply`, and subagents as tools run by `calls.execute`, each with a `TurnDeps` of its
+own.
+
+Modules, top down (import-linter keeps the order, pyproject.toml): `runner` (the loop) →
+`request` | `calls` (the model request; the tool calls) → `deps` (`TurnDeps`, `TurnConfig`,
+`TurnResult`). The module invariants live with each.
+"""
+
+from __future__ import annotations
+
+from defect_core.turn.calls import CANCELLED_RESULT_TEXT, MAX_RESULT_CHARS
+from defect_core.turn.deps import TurnConfig, TurnDeps, TurnResult
+from defect_core.turn.runner import TurnRunner
+
+__all__ = [
+    "CANCELLED_RESULT_TEXT",
+    "MAX_RESULT_CHARS",
+    "TurnConfig",
+    "TurnDeps",
+    "TurnResult",
+    "TurnRunner",
+]

@@ -1,0 +1,248 @@
+"""The tool calls of one assistant message: announce, decide, run, and settle each one.
+
+Owns `ToolCall` (one `tool_use` on its way to a result) and the steps the runner takes it
+through: `prepare` (find the tool, describe the call) → `announce` (`ToolCallStarted`) →
+`decide` (the permission policy, or the user) → `execute` (the tool, its output capped) — or
+`fail` / `settle_cancelled` when it must not or cannot run. `runner.py` orders these steps and
+commits the results; this module knows nothing of the model request.
+
+Invariants:
+- Each call is given exactly one result and reports exactly one final status, together
+  (`finish`): the result and the update the client sees go as one step a cancel cannot split.
+- A tool that raises, a `describe` or `preview` that fails, or an unknown tool name becomes an
+  error result the model reads; none of them stops the turn.
+- A result never exceeds `MAX_RESULT_CHARS`, nor carries a lone surrogate (it could then be
+  neither stored nor sent), and one too large for the context window is replaced by an error
+  asking for less.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from defect_core import policy
+from defect_core.events import PermissionRequested, TextDisplay, ToolCallStarted, ToolCallUpdated
+from defect_core.log import get_logger
+from defect_core.model import JsonPart, ResultPart, TextBlock, ToolResultBlock, ToolUseBlock
+from defect_core.tools.base import Tool, ToolCallView, ToolError, ToolOutput
+from defect_core.turn.deps import TurnConfig, TurnDeps
+
+log = get_logger("defect.turn")
+
+MAX_RESULT_CHARS = 100_000
+"""A tool result larger than this is cut with a marker before it reaches the model."""
+
+CANCELLED_RESULT_TEXT = "tool call cancelled by the user before it finished"
+
+
+@dataclass
+class ToolCall:
+    use: ToolUseBlock
+    tool: Tool | None
+    view: ToolCallView
+    args: dict[str, Any]
+    result: ToolResultBlock | None = None
+    """Set, with the final status reported, exactly once (`finish`)."""
+    approved: bool = False
+
+
+def prepare(deps: TurnDeps, use: ToolUseBlock) -> ToolCall:
+    """The call of `use`: its tool (None if unknown) and how it is shown."""
+    tool = deps.tools.get(use.name)
+    if tool is None:
+        view = ToolCallView(title=use.name, kind="other")
+        return ToolCall(use, None, view, use.input)
+    try:
+        view = tool.describe(use.input, deps.tool_context(use.id))
+    except Exception as exc:  # a describe bug must not break the turn
+        log.warning("tool_describe_failed", tool=use.name, error=str(exc))
+        view = ToolCallView(title=use.name, kind=tool.kind)
+    return ToolCall(use, tool, view, use.input)
+
+
+async def announce(deps: TurnDeps, call: ToolCall) -> None:
+    await deps.publish(
+        ToolCallStarted(
+            tool_call_id=call.use.id,
+            name=call.use.name,
+            title=call.view.title,
+            kind=call.view.kind,
+            raw_input=call.use.input,
+            locations=call.view.locations,
+            content=call.view.content,
+        )
+    )
+
+
+async def decide(deps: TurnDeps, call: ToolCall, config: TurnConfig) -> None:
+    """Approve `call` (`call.approved`), or fail it with the reason. The user is asked when
+    the policy says so; a cancelled question cancels the turn."""
+    tool = call.tool
+    if tool is None:
+        available = ", ".join(sorted(t.name for t in deps.tools)) or "none"
+        await fail(deps, call, f"unknown tool: {call.use.name} (available tools: {available})")
+        return
+    key = _permission_key(tool, call.args)
+    decision = policy.decide(config.mode, tool.safety, tool.kind, key, deps.rules)
+    if isinstance(decision, policy.Deny):
+        await fail(deps, call, decision.reason)
+        return
+    if isinstance(decision, policy.Ask):
+        try:
+            preview = await tool.preview(call.args, deps.tool_context(call.use.id))
+        except ToolError as exc:
+            await fail(deps, call, str(exc))
+            return
+        except Exception as exc:
+            log.warning("tool_preview_failed", tool=tool.name, error=str(exc))
+            preview = ()
+        answer = await deps.ask_permission(
+            PermissionRequested(
+                tool_call_id=call.use.id,
+                title=call.view.title,
+                kind=call.view.kind,
+                raw_input=call.args,
+                options=policy.PERMISSION_OPTIONS,
+                content=preview or call.view.content,
+                locations=call.view.locations,
+            )
+        )
+        if answer is None:
+            # The client cancelled the question: the turn ends as `cancelled`.
+            deps.cancel_turn()
+            await anyio.sleep_forever()
+        if answer in (policy.ALLOW_ALWAYS, policy.REJECT_ALWAYS):
+            deps.rules.remember(key, allow=answer == policy.ALLOW_ALWAYS)
+            await deps.rules_changed()
+        if answer not in (policy.ALLOW_ONCE, policy.ALLOW_ALWAYS):
+            await fail(deps, call, "the user rejected this tool call")
+            return
+    call.approved = True
+
+
+async def execute(deps: TurnDeps, call: ToolCall, window: int) -> None:
+    """Run an approved call and finish it with its (capped) output."""
+    assert call.tool is not None
+    await deps.publish(ToolCallUpdated(call.use.id, status="in_progress"))
+    ctx = deps.tool_context(call.use.id)
+    try:
+        output = await call.tool.run(call.args, ctx)
+    except ToolError as exc:
+        output = ToolOutput(str(exc), is_error=True, display=(TextDisplay(str(exc)),))
+    except anyio.get_cancelled_exc_class():
+        raise
+    except Exception as exc:
+        log.exception("tool_crashed", tool=call.tool.name)
+        text = f"{call.tool.name} failed: {type(exc).__name__}: {exc}"
+        output = ToolOutput(text, is_error=True, display=(TextDisplay(text),))
+    content = _cap(output.content)
+    chars = len(_display_text(content))
+    if deps.compactor is not None and deps.compactor.result_too_large(chars, window):
+        text = (
+            f"{call.tool.name} produced about {chars // 4:,} tokens of output, more than the "
+            f"context window ({window:,} tokens) can hold alongside the conversation. "
+            "Ask for less: read a range of lines, filter or page the command's output, or "
+            "search more specifically."
+        )
+        content, output = text, ToolOutput(text, is_error=True, display=(TextDisplay(text),))
+    # The tool has done its work: from here on a cancel changes nothing of its outcome.
+    await finish(
+        deps,
+        call,
+        ToolResultBlock(tool_use_id=call.use.id, content=content, is_error=output.is_error),
+        ToolCallUpdated(
+            call.use.id,
+            status="failed" if output.is_error else "completed",
+            content=output.display or (TextDisplay(_display_text(content)),),
+            locations=output.locations,
+            raw_output=output.raw_output,
+        ),
+    )
+
+
+async def finish(
+    deps: TurnDeps, call: ToolCall, result: ToolResultBlock, final: ToolCallUpdated
+) -> None:
+    """Give `call` its result and report its final status, as one step a cancel cannot
+    split: the result and the update the client sees go together, so the runner's settling
+    of unfinished calls never leaves a call unreported nor reports one twice."""
+    call.result = result
+    with anyio.CancelScope(shield=True):
+        await deps.publish(final)
+
+
+async def fail(deps: TurnDeps, call: ToolCall, message: str) -> None:
+    await finish(
+        deps,
+        call,
+        _error_result(call.use.id, message),
+        ToolCallUpdated(call.use.id, status="failed", content=(TextDisplay(message),)),
+    )
+
+
+async def settle_cancelled(deps: TurnDeps, call: ToolCall) -> None:
+    """A call the turn stopped before it finished: an error result, and `failed`."""
+    await finish(
+        deps,
+        call,
+        _error_result(call.use.id, CANCELLED_RESULT_TEXT),
+        ToolCallUpdated(call.use.id, status="failed", content=(TextDisplay("Cancelled."),)),
+    )
+
+
+def _permission_key(tool: Tool, args: dict[str, Any]) -> str:
+    """The key an "always" answer is remembered under: the tool's name, or `tool:detail`
+    (e.g. `bash:git status`) so details of different tools never collide."""
+    try:
+        key = tool.permission_key(args)
+    except Exception:
+        return tool.name
+    return key if key == tool.name else f"{tool.name}:{key}"
+
+
+def _error_result(tool_use_id: str, text: str) -> ToolResultBlock:
+    return ToolResultBlock(tool_use_id=tool_use_id, content=_as_text(text), is_error=True)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _as_text(text: str) -> str:
+    """`text` without lone surrogates (U+FFFD in their place): a file name that is not UTF-8
+    reaches Python as one (`surrogateescape`), and such a result could be neither stored nor
+    sent, which would fail the turn over a name in a listing."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def _cap(content: str | tuple[ResultPart, ...]) -> str | tuple[ResultPart, ...]:
+    if isinstance(content, str):
+        return _cap_text(content)
+    return tuple(
+        TextBlock(text=_cap_text(p.text)) if isinstance(p, TextBlock) else p for p in content
+    )
+
+
+def _cap_text(text: str) -> str:
+    text = _as_text(text)
+    if len(text) <= MAX_RESULT_CHARS:
+        return text
+    half = MAX_RESULT_CHARS // 2
+    cut = len(text) - 2 * half
+    return f"{text[:half]}\n[... {cut} characters truncated ...]\n{text[-half:]}"
+
+
+def _display_text(content: str | tuple[ResultPart, ...]) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for p in content:
+        if isinstance(p, TextBlock):
+            parts.append(p.text)
+        elif isinstance(p, JsonPart):
+            parts.append(json.dumps(p.value, indent=2))
+    return "\n".join(parts)

@@ -1,0 +1,92 @@
+"""What a turn runs with: its session's collaborators (`TurnDeps`) and its limits (`TurnConfig`).
+
+Owns the two values a `TurnRunner` is given and the one it returns (`TurnResult`). A turn
+reaches its session only through `TurnDeps`: the history and how a message becomes durable,
+the model, the tools and the per-call context they run in, the permission rules and how to
+ask the user, how events reach the front end, how to cancel itself, and the context-window
+policy. `TurnConfig` is the part that may change between turns (mode, model, effort, limits),
+snapshotted when the turn starts.
+
+Two things are called "context" around a turn, and their names keep them apart:
+- the *context window* is the model's input budget; `TurnDeps.compactor`
+  (`compaction.Compactor`) keeps the history inside it, and `TurnConfig.context_window` is
+  its size in tokens;
+- a *tool context* (`tools.base.ToolContext`) is what one tool call may use (cwd, backends,
+  progress reports); `TurnDeps.tool_context` builds one per call id.
+
+Invariant: both values are frozen. A turn cannot rebind its session's collaborators nor see a
+mode or model change made while it runs (such changes apply from the next turn).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from defect_core import policy
+from defect_core.compaction import Compactor
+from defect_core.events import AgentEvent, PermissionRequested, TurnStopReason
+from defect_core.history import History
+from defect_core.model import Message
+from defect_core.providers.base import LlmProvider, Usage
+from defect_core.tools.base import ToolContext, ToolRegistry
+
+Publish = Callable[[AgentEvent], Awaitable[None]]
+"""Send an event to the session's subscribers (and keep what a replay needs)."""
+Commit = Callable[[Message], Awaitable[None]]
+"""Append a message to the history and make it durable; raises `StorageError` if it cannot."""
+PermissionWaiter = Callable[[PermissionRequested], Awaitable[str | None]]
+"""Ask the user; the chosen option id, or None if the question was cancelled."""
+ToolContextFactory = Callable[[str], ToolContext]
+"""The tool context of one call, by its tool-call id."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnDeps:
+    """What a turn needs from its session, and nothing else."""
+
+    # the conversation
+    history: History
+    """Read for every request (`snapshot`) and told the real input size after each."""
+    commit: Commit
+    # the model and what it may call
+    provider: LlmProvider
+    tools: ToolRegistry
+    tool_context: ToolContextFactory
+    # permissions
+    rules: policy.PermissionRules
+    """The session's remembered "always" answers; an answer given during the turn adds one."""
+    ask_permission: PermissionWaiter
+    rules_changed: Callable[[], Awaitable[None]]
+    """The rules gained an "always" answer: the session saves them."""
+    # the front end
+    publish: Publish
+    cancel_turn: Callable[[], None]
+    """Cancel the running turn (the user cancelled a permission question)."""
+    # the context window
+    compactor: Compactor | None = None
+    """None: no compaction (the turn still reports an estimate of what it uses)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnConfig:
+    """Everything a turn runs with, snapshotted when it starts."""
+
+    session_id: str
+    model: str
+    system_prompt: str
+    mode: str
+    max_tokens: int
+    max_turn_requests: int
+    thinking_budget: int | None
+    context_window: int
+    retries: int = 4
+    retry_base_delay: float = 1.0
+    retry_max_delay: float = 30.0
+
+
+@dataclass
+class TurnResult:
+    stop_reason: TurnStopReason
+    usage: Usage = field(default_factory=Usage)
+    requests: int = 0

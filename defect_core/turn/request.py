@@ -1,0 +1,179 @@
+"""One model request of a turn: fit the context window, build the request, stream the reply.
+
+Owns the steps between the history and a `Completed` reply: `fit_context_window` (the
+compactor's turn before each request), `build_request`, and `stream_reply`, which forwards
+text and thinking deltas as they arrive and retries what may be retried. A failure it cannot
+recover from becomes a `TurnError` carrying the provider's error data.
+
+Invariants:
+- Every request is built from `repair_outbound(history.snapshot())`, never from anything else.
+- Only a `Completed` chunk ends a stream: a stream that ends without one is an error
+  (`stream_incomplete`, retryable), so a cut stream never becomes history.
+- Retries (bounded, exponential backoff with jitter or the server's `retry-after`) happen only
+  before any output of that attempt was forwarded; the backoff sleep is cancellable.
+- A prompt the model refuses as too long is compacted and retried once; a second refusal is
+  reported as it is. A compaction that fails before a request never stops the turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import anyio
+
+from defect_core.errors import TurnError
+from defect_core.events import AgentTextDelta, AgentThoughtDelta, TurnStopReason
+from defect_core.integrity import repair_outbound
+from defect_core.log import get_logger
+from defect_core.providers.base import (
+    CONTEXT_OVERFLOW,
+    Completed,
+    ModelRequest,
+    ProviderError,
+    TextDelta,
+    ThinkingDelta,
+    ToolInputDelta,
+    ToolUseStarted,
+)
+from defect_core.turn.deps import TurnConfig, TurnDeps
+
+log = get_logger("defect.turn")
+
+
+# --- the context window -------------------------------------------------------------------
+
+
+async def fit_context_window(deps: TurnDeps, config: TurnConfig) -> None:
+    """Compact if the window is filling up; a failure here never stops the turn."""
+    if deps.compactor is None:
+        return
+    try:
+        await deps.compactor.before_request(
+            model=config.model,
+            system=config.system_prompt,
+            tools=deps.tools.specs(),
+            max_tokens=config.max_tokens,
+            window=config.context_window,
+        )
+    except anyio.get_cancelled_exc_class():
+        raise
+    except Exception:
+        log.exception("context_management_failed", session_id=config.session_id)
+
+
+async def shrink_context_window(deps: TurnDeps, config: TurnConfig) -> bool:
+    """The model refused the prompt as too long: summarise now; True if it did."""
+    if deps.compactor is None:
+        return False
+    report = await deps.compactor.compact(
+        model=config.model,
+        system=config.system_prompt,
+        tools=deps.tools.specs(),
+        max_tokens=config.max_tokens,
+        window=config.context_window,
+        reason="the model said the prompt is too long",
+    )
+    return report is not None
+
+
+def context_used(deps: TurnDeps, config: TurnConfig) -> int:
+    """The tokens the next request would use, as far as the session can tell."""
+    if deps.compactor is None:
+        return deps.history.token_estimate() or 0
+    return deps.compactor.estimate(config.system_prompt, deps.tools.specs())
+
+
+# --- the request and its reply ------------------------------------------------------------
+
+
+def build_request(deps: TurnDeps, config: TurnConfig) -> ModelRequest:
+    return ModelRequest(
+        model=config.model,
+        system=config.system_prompt,
+        messages=repair_outbound(deps.history.snapshot()),
+        tools=deps.tools.specs(),
+        max_tokens=config.max_tokens,
+        thinking_budget=config.thinking_budget,
+    )
+
+
+async def stream_reply(deps: TurnDeps, config: TurnConfig) -> Completed:
+    """Send the request built from the history now and stream its reply to the front end;
+    the completed reply, or `TurnError` once retries (and one compaction) cannot help."""
+    request = build_request(deps, config)
+    attempt = 0
+    compacted = False
+    while True:
+        forwarded = False
+        try:
+            # aclosing: a stream left early (cancel, failure) closes its response now.
+            async with contextlib.aclosing(deps.provider.stream(request)) as stream:
+                async for chunk in stream:
+                    if isinstance(chunk, TextDelta):
+                        forwarded = True
+                        await deps.publish(AgentTextDelta(chunk.text))
+                    elif isinstance(chunk, ThinkingDelta):
+                        forwarded = True
+                        await deps.publish(AgentThoughtDelta(chunk.text))
+                    elif isinstance(chunk, ToolUseStarted | ToolInputDelta):
+                        pass  # not shown to the user: a retry after it stays invisible
+                    elif isinstance(chunk, Completed):
+                        log.debug(
+                            "model_call_completed",
+                            session_id=config.session_id,
+                            stop_reason=chunk.stop_reason,
+                            request_id=chunk.request_id,
+                            attempt=attempt + 1,
+                        )
+                        return chunk
+            raise ProviderError(
+                "the model's stream ended without a complete message",
+                kind="stream_incomplete",
+                retryable=True,
+            )
+        except ProviderError as err:
+            log.warning(
+                "model_call_failed",
+                session_id=config.session_id,
+                attempt=attempt + 1,
+                error=err.message,
+                kind=err.kind,
+                status=err.status,
+                request_id=err.request_id,
+                retryable=err.retryable,
+                output_forwarded=forwarded,
+            )
+            if err.retryable and not forwarded and attempt < config.retries:
+                delay = _backoff(attempt, err.retry_after, config)
+                attempt += 1
+                await anyio.sleep(delay)
+                continue
+            if (
+                err.kind == CONTEXT_OVERFLOW
+                and not compacted
+                and await shrink_context_window(deps, config)
+            ):
+                compacted = True  # once: a second refusal is reported as it is
+                request = build_request(deps, config)
+                continue
+            data = err.to_data()
+            if forwarded and err.retryable:
+                data["partialOutputShown"] = True
+            raise TurnError(err.message, data, auth=err.kind == "auth_required") from err
+
+
+def stop_reason(provider_reason: str) -> TurnStopReason:
+    """The turn's stop reason for a reply that asked for no tool."""
+    if provider_reason in ("max_tokens", "model_context_window_exceeded"):
+        return "max_tokens"
+    if provider_reason == "refusal":
+        return "refusal"
+    return "end_turn"
+
+
+def _backoff(attempt: int, retry_after: float | None, config: TurnConfig) -> float:
+    if retry_after is not None and retry_after >= 0:
+        return float(min(retry_after, config.retry_max_delay))
+    base = config.retry_base_delay * (2**attempt)
+    return float(min(config.retry_max_delay, base * (0.5 + random.random() / 2)))
