@@ -26,7 +26,9 @@ NO_ACP = "defect_core never imports the ACP bridge, the ACP SDK nor the fake API
 TOOLS = "Tools never import the session, the runtime nor the turn machinery"
 PROVIDERS = "Providers never import the tools, the session, the runtime nor the turn machinery"
 FAKE_API = "The fake API judges the wire on its own: defect_fakeapi imports no defect code"
-CONFIG_LAYERS = "The configuration is layered: resolve, files | overrides, keys, settings"
+CONFIG_LAYERS = (
+    "The configuration is layered: resolve, files | overrides, capabilities, keys, settings"
+)
 PROVIDER_LAYERS = "The providers are layered: registry, each provider, the Messages wire, base"
 ANTHROPIC_LAYERS = (
     "The Anthropic provider is layered: provider, client | stream, errors | request, catalog"
