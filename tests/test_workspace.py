@@ -115,7 +115,14 @@ def test_parse_args_names_each_problem() -> None:
     assert "count: Input should be a valid integer" in message
 
 
-def test_parse_args_accepts_unknown_keys_and_refuses_non_objects() -> None:
-    assert parse_args(_Args, {"path": "a", "extra": 1}, "demo").path == "a"
+def test_parse_args_refuses_unknown_keys_naming_the_known_ones_and_non_objects() -> None:
+    # Ignoring a key the model thought meaningful (`cwd` for `workdir`) would change what the
+    # call does without a word; the refusal says which keys exist, so one retry fixes it.
+    with pytest.raises(ToolError) as err:
+        parse_args(_Args, {"path": "a", "extra": 1}, "demo")
+    assert str(err.value) == (
+        "invalid arguments for demo: extra: unknown argument; the arguments are path, count"
+    )
+    assert parse_args(_Args, {"path": "a"}, "demo").path == "a"
     with pytest.raises(ToolError, match="expected an object"):
         parse_args(_Args, ["a"], "demo")

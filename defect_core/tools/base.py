@@ -1,7 +1,8 @@
 """What a tool is to the turn runner, and what it is given to work with.
 
-Owns the `Tool` protocol, its `Safety` class, `ToolContext`, `ToolOutput`, `ToolError` and the
-`ToolRegistry`.
+Owns the `Tool` protocol, its `Safety` class, `ToolContext`, `ToolOutput`, `ToolError`, the
+`ToolRegistry`, and `input_schema`: how a built-in tool's argument model becomes the JSON
+schema the model is shown.
 
 Invariants:
 - A tool touches files and processes only through `ctx.fs` / `ctx.shell` (docs/architecture.md,
@@ -13,6 +14,11 @@ Invariants:
 - `run` reports failure by raising `ToolError` (a message the model can act on) or by
   returning `ToolOutput(is_error=True)`; anything else escaping is a bug the runner still
   turns into a failed result, so a tool can never kill a turn.
+- A built-in tool's input schema is derived from the pydantic model that validates its
+  arguments (`input_schema`), never written by hand beside it: what the model is promised is
+  what validation accepts (tests/test_tools_schema.py holds every registered tool to that).
+  The schema is compact and byte-stable, because the tool list is part of the cached prompt
+  prefix and one changed byte re-bills the whole prefix.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,6 +34,8 @@ from defect_core.events import Location, ToolDisplay, ToolKind
 from defect_core.model import ResultPart, ToolSpec
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from defect_core.tools.backends import FsBackend, ShellBackend
 
 
@@ -143,3 +152,88 @@ class ToolRegistry:
 
     def merged(self, other: ToolRegistry) -> ToolRegistry:
         return ToolRegistry([*self, *other])
+
+
+# --- input schemas ----------------------------------------------------------------------------
+
+_KEY_ORDER = (
+    "type",
+    "description",
+    "enum",
+    "const",
+    "default",
+    "minimum",
+    "exclusiveMinimum",
+    "maximum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "items",
+    "properties",
+    "required",
+    "additionalProperties",
+)
+"""Keys of a schema node in this order, then any others by name: the text does not depend on
+the order pydantic happens to emit."""
+
+_SUBSCHEMA = frozenset({"items", "additionalProperties", "not"})
+_SUBSCHEMA_LISTS = frozenset({"anyOf", "oneOf", "allOf", "prefixItems"})
+_NULL = {"type": "null"}
+
+
+@cache
+def input_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The input schema a tool offers for arguments validated by `model`.
+
+    `model.model_json_schema()`, made compact and provider-ready: no `title`s, no top-level
+    `description` (the tool has its own), `$ref`s to `$defs` inlined (a recursive model is
+    refused), keys in a fixed order. An optional field whose default is `None` is shown as
+    its plain type without a default — absent means none; validation still takes an explicit
+    `null` as absent. Field descriptions come from `Field(description=...)`, defaults and
+    bounds from the field, `additionalProperties: false` from `extra="forbid"`.
+
+    Cached per model: the same dict every call, so the tool list stays byte-identical across
+    turns. Callers must not change it.
+    """
+    raw = model.model_json_schema()
+    defs: dict[str, Any] = raw.pop("$defs", {})
+    schema = _compact(raw, defs, frozenset())
+    schema.pop("description", None)
+    return schema
+
+
+def _compact(node: dict[str, Any], defs: dict[str, Any], seen: frozenset[str]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        name = ref.removeprefix("#/$defs/")
+        if name in seen or name not in defs:
+            raise ValueError(f"cannot inline schema reference {ref!r}")
+        target = _compact(defs[name], defs, seen | {name})
+        rest = _compact({k: v for k, v in node.items() if k != "$ref"}, defs, seen)
+        return _ordered({**target, **rest})
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("title", "$defs"):
+            continue
+        if key == "properties":
+            out[key] = {name: _compact(sub, defs, seen) for name, sub in value.items()}
+        elif key in _SUBSCHEMA and isinstance(value, dict):
+            out[key] = _compact(value, defs, seen)
+        elif key in _SUBSCHEMA_LISTS:
+            out[key] = [_compact(sub, defs, seen) for sub in value]
+        else:
+            out[key] = value
+    branches = out.get("anyOf")
+    if "default" in out and out["default"] is None and isinstance(branches, list):
+        others = [b for b in branches if b != _NULL]
+        if len(others) == 1 < len(branches):
+            del out["anyOf"], out["default"]
+            out = {**others[0], **out}
+    return _ordered(out)
+
+
+def _ordered(node: dict[str, Any]) -> dict[str, Any]:
+    known = [k for k in _KEY_ORDER if k in node]
+    rest = sorted(k for k in node if k not in _KEY_ORDER)
+    return {k: node[k] for k in (*known, *rest)}

@@ -41,7 +41,14 @@ from pydantic import Field
 
 from defect_core.events import TerminalDisplay, TextDisplay, ToolDisplay, ToolKind
 from defect_core.tools.backends import ShellExit, ShellOutput, truncation_marker
-from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolError, ToolOutput
+from defect_core.tools.base import (
+    Safety,
+    ToolCallView,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    input_schema,
+)
 from defect_core.tools.workspace import ToolArgs, display_path, parse_args, resolve_path
 
 DEFAULT_TIMEOUT = 120.0
@@ -59,13 +66,23 @@ COMMAND_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
 
 
 class BashArgs(ToolArgs):
-    command: str = Field(min_length=1)
-    workdir: str | None = None
-    timeout: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT)
+    command: str = Field(min_length=1, description="The command line to run.")
+    workdir: str | None = Field(
+        default=None, description="Directory to run in, relative to the project root."
+    )
+    timeout: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_TIMEOUT,
+        description=f"Seconds before the command is killed (default {DEFAULT_TIMEOUT:g}).",
+    )
 
 
 class BashTool:
     """Runs a command through `ctx.shell` (a local process group or the editor's terminal)."""
+
+    args_model = BashArgs
+    """What `run` validates its arguments with; the input schema is derived from it."""
 
     @property
     def name(self) -> str:
@@ -84,25 +101,7 @@ class BashTool:
 
     @property
     def input_schema(self) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "The command line to run."},
-                "workdir": {
-                    "type": "string",
-                    "description": "Directory to run in, relative to the project root.",
-                },
-                "timeout": {
-                    "type": "number",
-                    "exclusiveMinimum": 0,
-                    "maximum": MAX_TIMEOUT,
-                    "description": f"Seconds before the command is killed (default "
-                    f"{DEFAULT_TIMEOUT:g}).",
-                },
-            },
-            "required": ["command"],
-            "additionalProperties": False,
-        }
+        return input_schema(self.args_model)
 
     @property
     def safety(self) -> Safety:
@@ -132,7 +131,7 @@ class BashTool:
         return command_key(command) if isinstance(command, str) else self.name
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        a = parse_args(BashArgs, args, self.name)
+        a = parse_args(self.args_model, args, self.name)
         cwd = ctx.cwd
         if a.workdir:
             cwd = resolve_path(a.workdir, ctx.cwd, write=True)

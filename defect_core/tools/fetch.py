@@ -37,7 +37,14 @@ from pydantic import Field
 
 from defect_core.events import TextDisplay, ToolDisplay, ToolKind
 from defect_core.tools import webtext
-from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolError, ToolOutput
+from defect_core.tools.base import (
+    Safety,
+    ToolCallView,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    input_schema,
+)
 from defect_core.tools.netguard import NetGuard, Resolver, system_resolve
 from defect_core.tools.workspace import ToolArgs, parse_args
 
@@ -100,6 +107,9 @@ class Page:
 class FetchTool:
     """GETs a URL through `NetGuard` (see the module docstring)."""
 
+    args_model = FetchArgs
+    """What `run` validates its arguments with; the input schema is derived from it."""
+
     def __init__(
         self, resolve: Resolver = system_resolve, verify: ssl.SSLContext | None = None
     ) -> None:
@@ -123,12 +133,7 @@ class FetchTool:
 
     @property
     def input_schema(self) -> dict[str, Any]:
-        schema = FetchArgs.model_json_schema()
-        schema.pop("title", None)
-        for prop in schema.get("properties", {}).values():
-            prop.pop("title", None)
-        schema["additionalProperties"] = False
-        return schema
+        return input_schema(self.args_model)
 
     @property
     def safety(self) -> Safety:
@@ -155,7 +160,7 @@ class FetchTool:
         return host_key(url) if isinstance(url, str) else self.name
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
-        a = parse_args(FetchArgs, args, self.name)
+        a = parse_args(self.args_model, args, self.name)
         guard = NetGuard(ctx.fetch_allow, self._resolve)
         timeout, max_bytes = a.timeout, a.max_bytes
         try:

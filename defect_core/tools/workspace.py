@@ -92,9 +92,17 @@ def resolve_path(
 
 
 class ToolArgs(BaseModel):
-    """Base of the argument models: immutable, tolerant of keys it does not know."""
+    """Base of the argument models: immutable, and strict about keys.
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    A key the model does not know is refused, as the schema (`additionalProperties: false`)
+    says: ignoring it would silently change what the call means — `cwd` instead of
+    `workdir` would run a command in the project root, `line` instead of `offset` would read
+    from line 1. The error names the key and the accepted ones, so the model corrects the call
+    in one step. Values are lax where that keeps their meaning ("5" for 5, null for an
+    absent optional field).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 ArgsT = TypeVar("ArgsT", bound=ToolArgs)
@@ -103,15 +111,23 @@ ArgsT = TypeVar("ArgsT", bound=ToolArgs)
 def parse_args(model: type[ArgsT], args: Any, tool: str) -> ArgsT:
     """Validated arguments, or a `ToolError` naming each problem.
 
-    e.g. "invalid arguments for edit_file: old_string: Field required".
+    e.g. "invalid arguments for edit_file: old_string: Field required", or for a key the
+    model does not know "invalid arguments for bash: cwd: unknown argument; the arguments
+    are command, workdir, timeout".
     """
     if not isinstance(args, dict):
         raise ToolError(f"invalid arguments for {tool}: expected an object")
     try:
         return model.model_validate(args)
     except ValidationError as exc:
+        errors = exc.errors(include_url=False)
         problems = []
-        for err in exc.errors(include_url=False)[:5]:
+        for err in errors[:5]:
             loc = ".".join(str(p) for p in err["loc"])
-            problems.append(f"{loc}: {err['msg']}" if loc else str(err["msg"]))
+            if err["type"] == "extra_forbidden":
+                problems.append(f"{loc}: unknown argument")
+            else:
+                problems.append(f"{loc}: {err['msg']}" if loc else str(err["msg"]))
+        if any(err["type"] == "extra_forbidden" for err in errors):
+            problems.append("the arguments are " + ", ".join(model.model_fields))
         raise ToolError(f"invalid arguments for {tool}: " + "; ".join(problems)) from None

@@ -1,0 +1,51 @@
+"""The `search` tool: a regex over file contents and/or a glob over file names, gitignore-aware.
+
+One module per job:
+
+- `ignore`: which files a search considers (the tree walk, `.gitignore` rules, glob syntax);
+- `matching`: which of them match, and which lines (globs, the RE2 scan, the caps);
+- `tool`: the tool the model calls (arguments, run, report).
+
+The invariants each keeps are in its docstring: ignored files and symbolic links are never
+searched; binary, non-UTF-8 and over-large files are skipped and counted; matching is linear
+in the file's size whatever the pattern (RE2); results are capped with a marker saying so.
+The search must work without `rg` or `git` on the PATH, so it uses neither.
+
+This module only re-exports, so `from defect_core.tools.search import ...` names every
+public piece wherever it lives.
+"""
+
+from defect_core.tools.search.ignore import IgnoreRules, parse_ignore, translate_glob, walk_files
+from defect_core.tools.search.matching import (
+    MAX_FILE_BYTES,
+    MAX_LINE_CHARS,
+    GlobFilter,
+    ScanResult,
+    compile_pattern,
+    scan,
+)
+from defect_core.tools.search.tool import (
+    DEFAULT_MAX_RESULTS,
+    MAX_RESULTS,
+    SEARCH_DEADLINE,
+    SearchArgs,
+    SearchTool,
+)
+
+__all__ = [
+    "DEFAULT_MAX_RESULTS",
+    "MAX_FILE_BYTES",
+    "MAX_LINE_CHARS",
+    "MAX_RESULTS",
+    "SEARCH_DEADLINE",
+    "GlobFilter",
+    "IgnoreRules",
+    "ScanResult",
+    "SearchArgs",
+    "SearchTool",
+    "compile_pattern",
+    "parse_ignore",
+    "scan",
+    "translate_glob",
+    "walk_files",
+]

@@ -1,0 +1,200 @@
+"""The `search` tool: a regex over file contents and/or a glob over file names.
+
+Owns the tool's arguments, its title, the run (in a worker thread, abandoned on cancel, with
+`SEARCH_DEADLINE`) and the report the model reads.
+
+Invariants:
+- The search root passes `workspace.resolve_path`; reads outside the workspace only when the
+  session allows them. An explicit file is searched even when ignored.
+- Results are capped (`max_results`) and a marker says so, or that the search stopped at the
+  deadline, and how many files were skipped and why; paths are relative to the project root,
+  ready for `read_file`.
+- A cancelled search stops its worker thread between files (`stop`), so it never keeps
+  scanning for a caller that is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from pydantic import Field
+
+from defect_core.events import ToolDisplay, ToolKind
+from defect_core.tools.base import (
+    Safety,
+    ToolCallView,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    input_schema,
+)
+from defect_core.tools.search.ignore import walk_files
+from defect_core.tools.search.matching import (
+    MAX_FILE_BYTES,
+    GlobFilter,
+    Regex,
+    ScanResult,
+    compile_pattern,
+    scan,
+)
+from defect_core.tools.workspace import ToolArgs, display_path, parse_args, resolve_path
+
+DEFAULT_MAX_RESULTS = 200
+MAX_RESULTS = 2000
+SEARCH_DEADLINE = 30.0
+"""Seconds after which a search stops and reports what it found so far."""
+
+
+class SearchArgs(ToolArgs):
+    pattern: str | None = Field(default=None, description="Regex to find in file contents.")
+    glob: str | None = Field(default=None, description="File name or path glob.")
+    path: str | None = Field(
+        default=None, description="Directory or file to search, relative to the project root."
+    )
+    case_insensitive: bool = False
+    max_results: int = Field(default=DEFAULT_MAX_RESULTS, ge=1, le=MAX_RESULTS)
+
+
+class SearchTool:
+    args_model = SearchArgs
+    """What `run` validates its arguments with; the input schema is derived from it."""
+
+    @property
+    def name(self) -> str:
+        return "search"
+
+    @property
+    def description(self) -> str:
+        return (
+            "Search the project: `pattern` is a regular expression (RE2 syntax: like Python's, "
+            "without lookaround or backreferences; `\\w` is ASCII, `\\pL` any letter) "
+            "matched against file contents, giving "
+            "`path:line: text` for each matching line; `glob` "
+            "(e.g. `*.py`, `src/**/*.ts`, `*.{js,jsx}`) selects files by name — alone, it lists "
+            "the matching files. `path` limits the search to a directory or file. Files that "
+            f".gitignore excludes, binary files and files over {MAX_FILE_BYTES >> 20} MB are "
+            "skipped. At most "
+            f"`max_results` (default {DEFAULT_MAX_RESULTS}) lines are returned."
+        )
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return input_schema(self.args_model)
+
+    @property
+    def safety(self) -> Safety:
+        return Safety.READ_ONLY
+
+    @property
+    def kind(self) -> ToolKind:
+        return "search"
+
+    def describe(self, args: dict[str, Any], ctx: ToolContext) -> ToolCallView:
+        args = args if isinstance(args, dict) else {}
+        pattern, glob, path = args.get("pattern"), args.get("glob"), args.get("path")
+        where = ""
+        if isinstance(path, str) and path and display_path(path, ctx.cwd) != ".":
+            where = f" in {display_path(path, ctx.cwd).rstrip('/')}/"
+        if isinstance(pattern, str) and pattern:
+            title = f"Search '{pattern}'{where}"
+            if isinstance(glob, str) and glob:
+                title += f" ({glob})"
+        elif isinstance(glob, str) and glob:
+            title = f"Find files '{glob}'{where}"
+        else:
+            title = "Search"
+        return ToolCallView(title=title, kind=self.kind)
+
+    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[ToolDisplay, ...]:
+        return ()
+
+    def permission_key(self, args: dict[str, Any]) -> str:
+        return self.name
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
+        a = parse_args(self.args_model, args, self.name)
+        if not a.pattern and not a.glob:
+            raise ToolError("invalid arguments for search: give a `pattern`, a `glob`, or both")
+        regex = compile_pattern(a.pattern, a.case_insensitive) if a.pattern else None
+        glob = GlobFilter.parse(a.glob) if a.glob else None
+        root = resolve_path(
+            a.path or ".", ctx.cwd, write=False, allow_read_outside=ctx.allow_read_outside
+        )
+        rel_root = display_path(root, ctx.cwd)
+
+        stop = threading.Event()
+        try:
+            result = await anyio.to_thread.run_sync(
+                self._search, root, ctx.cwd, rel_root, regex, glob, a.max_results, stop,
+                abandon_on_cancel=True,
+            )  # fmt: skip
+        finally:
+            stop.set()
+        return ToolOutput(content=_report(result, a, rel_root, regex is None))
+
+    @staticmethod
+    def _search(
+        root: Path,
+        cwd: Path,
+        rel_root: str,
+        regex: Regex | None,
+        glob: GlobFilter | None,
+        max_results: int,
+        stop: threading.Event,
+    ) -> ScanResult:
+        deadline = time.monotonic() + SEARCH_DEADLINE
+        if not root.exists():
+            raise ToolError(f"path not found: {rel_root}")
+        if root.is_file():
+            # An explicit file is searched even when ignored; the glob still filters it.
+            files: Iterator[tuple[str, str]] = iter([(str(root), root.name)])
+            prefix = rel_root[: -len(root.name)] if rel_root.endswith(root.name) else ""
+        else:
+            files = walk_files(str(root), os.path.abspath(cwd), stop)
+            prefix = "" if rel_root == "." else rel_root.rstrip("/") + "/"
+        return scan(files, prefix, regex, glob, max_results, stop, deadline)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _report(result: ScanResult, a: SearchArgs, rel_root: str, files_only: bool) -> str:
+    where = "" if rel_root == "." else f" in {rel_root}"
+    if files_only:
+        head = (
+            f"{_count(result.files_matched, 'file')} matching '{a.glob}'{where}"
+            if result.lines
+            else f"No files match '{a.glob}'{where}"
+        )
+    elif result.lines:
+        head = (
+            f"{_count(result.matches, 'matching line')} in "
+            f"{_count(result.files_matched, 'file')}{where}"
+        )
+    else:
+        head = f"No matches for '{a.pattern}'{where}"
+        if a.glob:
+            head += f" in files matching '{a.glob}'"
+    notes = []
+    if result.capped:
+        notes.append(
+            f"[results capped at {a.max_results}; narrow the search with `path` or `glob`]"
+        )
+    if result.stopped:
+        notes.append(f"[the search stopped after {SEARCH_DEADLINE:g} s; results are partial]")
+    skipped = []
+    if result.binary:
+        skipped.append(f"{result.binary} binary or non-UTF-8")
+    if result.large:
+        skipped.append(f"{result.large} larger than {MAX_FILE_BYTES >> 20} MB")
+    if skipped:
+        notes.append(f"[skipped files: {', '.join(skipped)}]")
+    return "\n".join([head + (":" if result.lines else ""), *result.lines, *notes])
