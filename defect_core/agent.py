@@ -51,6 +51,7 @@ from defect_core.events import (
     TurnStopReason,
 )
 from defect_core.history import VecHistory, overhead_tokens
+from defect_core.hosted import hosted_web_search
 from defect_core.log import get_logger
 from defect_core.mcp import McpHub, load_mcp_json, merge_servers
 from defect_core.model import ContentBlock, Message, TextBlock
@@ -151,6 +152,7 @@ class DefaultSession:
         self._title: str | None = record.title if record else None
         self._updated_at = record.updated_at if record else _now()
         self._system_prompt = build_system_prompt(cwd, backends.frontend)
+        self._web_search = hosted_web_search(settings, provider)
         self._tool_state: dict[str, Any] = {}
         self._running = False
         self._turn = 0
@@ -308,6 +310,7 @@ class DefaultSession:
             retries=s.retries,
             retry_base_delay=s.retry_base_delay,
             retry_max_delay=s.retry_max_delay,
+            web_search=self._web_search,
         )
 
     def _context_window(self) -> int:
@@ -668,6 +671,7 @@ class DefaultAgentCore:
                     "sets require_persistence"
                 )
             log.warning("session_not_saved", session_id=session_id, reason=self._store_problem)
+        hosted_web_search(settings, self.provider(settings))  # refused before any MCP server
         hub = await self._connect_mcp(cwd, mcp_servers, settings)
         try:
             session = DefaultSession(
@@ -720,6 +724,7 @@ class DefaultAgentCore:
             where = cwd or Path(stored.record.cwd)
             await _check_cwd(where)
             settings = self._session_settings(where)
+            hosted_web_search(settings, self.provider(settings))
             hub = await self._connect_mcp(where, mcp_servers, settings)
             session = DefaultSession(
                 session_id=session_id,

@@ -412,3 +412,22 @@ def test_provider_may_name_a_table_of_another_layer(home: Path, repo: Path) -> N
     with pytest.raises(ConfigError) as info:
         load_settings(repo, env=env)
     assert info.value.source == "DEFECT_PROVIDER" and "team" in str(info.value)
+
+
+def test_a_provider_table_may_carry_its_own_hosted_search(home: Path) -> None:
+    from defect_core.config import web_search_for
+
+    user_file(
+        home,
+        '[capabilities.web_search]\nmode = "delegate"\n\n[providers.gw]\nkind = "bedrock"\n\n'
+        '[providers.gw.capabilities.web_search]\nmode = "disabled"\n',
+    )
+    settings = load_settings(None, env={"HOME": str(home)})
+    assert web_search_for(settings.capabilities, "gw").mode == "disabled"
+    assert web_search_for(settings.capabilities, "anthropic").mode == "delegate"
+    user_file(
+        home, '[providers.gw]\nkind = "bedrock"\n[providers.gw.capabilities.web_search]\nx = 1\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_settings(None, env={"HOME": str(home)})
+    assert info.value.key == "providers.gw.capabilities.web_search.x" and info.value.line == 4

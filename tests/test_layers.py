@@ -27,7 +27,8 @@ TOOLS = "Tools never import the session, the runtime nor the turn machinery"
 PROVIDERS = "Providers never import the tools, the session, the runtime nor the turn machinery"
 FAKE_API = "The fake API judges the wire on its own: defect_fakeapi imports no defect code"
 CONFIG_LAYERS = (
-    "The configuration is layered: resolve, files | overrides, providers, keys, settings"
+    "The configuration is layered: resolve, files | overrides, providers, capabilities, keys, "
+    "settings"
 )
 PROVIDER_LAYERS = "The providers are layered: registry, each provider, the Messages wire, base"
 ANTHROPIC_LAYERS = (

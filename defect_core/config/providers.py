@@ -20,6 +20,8 @@ How the single-provider keys map (backwards compatible: a configuration without
   an MCP server of one name does), so each table is checked, with its lines, in its file.
 
 Invariants:
+- `[providers.NAME.capabilities.web_search]` is that provider's hosted search
+  (`capabilities.py`, scope NAME), merged key by key like the kinds' own.
 - A table is complete and strict: `kind` is required, a key its kind does not use is an
   error naming the keys it does use, and a name is letters, digits, `-` and `_` (never `/`,
   which separates a `ModelSelection`'s two parts), never one of the kinds.
@@ -35,6 +37,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from defect_core.config.capabilities import Scopes, parse_capabilities
 from defect_core.config.keys import (
     Check,
     checked,
@@ -82,10 +85,13 @@ _CHECKS: dict[str, Check] = {
 _FIELDS = {"region": "region", "profile": "profile"}
 
 
-def parse_providers(value: object, source: str, base_dir: Any = None) -> dict[str, ProviderSpec]:
+def parse_providers(
+    value: object, source: str, base_dir: Any = None, capabilities: Scopes | None = None
+) -> dict[str, ProviderSpec]:
     """A file's `[providers]` table: each `[providers.NAME]` checked into a `ProviderSpec`.
     Raises `ConfigError` naming the key (`providers.NAME.KEY`). `base_dir` (a `Path`) makes a
-    relative `script_path` relative to the file."""
+    relative `script_path` relative to the file; `[providers.NAME.capabilities]` goes into
+    `capabilities` under the scope NAME (`capabilities.py`)."""
     if not isinstance(value, dict):
         raise ConfigError(
             source,
@@ -119,10 +125,14 @@ def parse_providers(value: object, source: str, base_dir: Any = None) -> dict[st
                 f"{where}.kind",
                 f"must be one of {', '.join(PROVIDER_KINDS)}; got {kind!r}",
             )
-        allowed = _KIND_KEYS[kind]
+        allowed = (*_KIND_KEYS[kind], "capabilities")
         fields: dict[str, Any] = {}
         for key, item in table.items():
             if key == "kind":
+                continue
+            if key == "capabilities":
+                scopes = capabilities if capabilities is not None else {}
+                parse_capabilities(item, source, name, scopes, f"{where}.capabilities")
                 continue
             if key not in allowed:
                 if any(key in keys for keys in _KIND_KEYS.values()):

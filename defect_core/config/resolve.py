@@ -15,8 +15,8 @@ layer lands on the settings below it. The layers, each overriding the one before
 or the working directory when there is none.
 
 Invariants:
-- Tables merge key by key across layers (`models`, `context_windows`; MCP servers and
-  `[providers.NAME]` tables by name); a later layer replaces a scalar.
+- Tables merge key by key across layers (`models`, `context_windows`, the capabilities per
+  scope; MCP servers and `[providers.NAME]` tables by name); a later layer replaces a scalar.
 - `provider` names a provider that exists once every layer is in (a kind, or a
   `[providers.NAME]` table of any layer), else a `ConfigError` at the line that chose it.
 - `provider_origin` names the layer that chose the provider, so a missing-credentials message
@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from defect_core.config.capabilities import merge_capabilities
 from defect_core.config.files import config_paths, key_line, read_file
 from defect_core.config.keys import Layer
 from defect_core.config.overrides import env_layer, flag_layer
@@ -52,6 +53,8 @@ def apply_layer(settings: Settings, layer: Layer, origin: str | None = None) -> 
     for table in ("models", "context_windows", "providers"):
         if table in changes:
             changes[table] = {**getattr(settings, table), **changes[table]}
+    if "capabilities" in changes:  # per scope, key by key
+        changes["capabilities"] = merge_capabilities(settings.capabilities, changes["capabilities"])
     if "mcp_servers" in changes:  # by name: a later layer replaces a server of the same name
         merged = {spec.name: spec for spec in settings.mcp_servers}
         merged.update(changes["mcp_servers"])

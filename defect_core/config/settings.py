@@ -21,7 +21,7 @@ Why apart from the loading: most readers need the values, not where they came fr
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from defect_core.mcp.spec import McpServerSpec
@@ -33,6 +33,7 @@ __all__ = [
     "ProviderKind",
     "ProviderSpec",
     "Settings",
+    "WebSearchSettings",
 ]
 
 EFFORT_LEVELS = ("off", "low", "medium", "high")
@@ -75,6 +76,19 @@ class ProviderSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class WebSearchSettings:
+    """The hosted web search of one provider (`[capabilities.web_search]`, see
+    `defect_core/config/capabilities.py`): `delegate` offers the provider's own search to the
+    model, `disabled` does not."""
+
+    mode: str = "disabled"
+    max_uses: int = 5
+    """Searches the model may run per model request."""
+    allowed_domains: tuple[str, ...] | None = None
+    blocked_domains: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     provider: str = "scripted"
     """The default provider: a kind (its implied provider) or a `[providers.NAME]` name."""
@@ -108,6 +122,9 @@ class Settings:
     """Context window in tokens per model id, overriding what the provider knows."""
     providers: dict[str, ProviderSpec] = field(default_factory=dict)
     """The `[providers.NAME]` tables, by name (a later layer replaces a table of one name)."""
+    capabilities: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Hosted-capability keys per scope ("" for every provider, else a provider name); read
+    them with `config.web_search_for`."""
     mcp_servers: tuple[McpServerSpec, ...] = ()
     """MCP servers every session starts with (`[mcp.servers.NAME]`), besides `.mcp.json`'s."""
     read_timeout: float = 120.0
