@@ -6,15 +6,16 @@ Run it as `defect fake-api --script FILE.json` (or `python -m defect_fakeapi`), 
 rejects (`validate_request`, the rules in `defect_fakeapi.validation`) with the API's own
 error, and streams exactly what the real API streams. See `docs/provider-wire.md`.
 
-Modules, one job each: `server` (`FakeProvider`), `http` (routes, auth, streaming), `sse` and
-`eventstream` (encoding), `validation` and `shape` (request rules), `script` (replies and
-faults), `cli` (`defect fake-api`).
+Modules, one job each: `server` (`FakeProvider`), `http` (routes, auth, streaming), `models`
+(the model list), `sse` and `eventstream` (encoding), `validation` and `shape` (request
+rules), `script` (replies and faults), `cli` (`defect fake-api`).
 
 This package is a tool for tests and offline runs: nothing on `defect acp`'s path imports it.
 """
 
 from defect_fakeapi.cache import CacheUsage, PromptCache
 from defect_fakeapi.cli import main
+from defect_fakeapi.models import DEFAULT_MODELS, model_entry, models_page
 from defect_fakeapi.script import (
     HttpError,
     RedactedThinkingBlock,
@@ -50,6 +51,7 @@ __all__ = [
     "DEFAULT_API_KEY",
     "DEFAULT_AWS_ACCESS_KEY_ID",
     "DEFAULT_AWS_SECRET_KEY",
+    "DEFAULT_MODELS",
     "CacheUsage",
     "FakeProvider",
     "HttpError",
@@ -71,6 +73,8 @@ __all__ = [
     "estimate_tokens",
     "load_script",
     "main",
+    "model_entry",
+    "models_page",
     "validate_bedrock_body",
     "validate_request",
     "write_script",

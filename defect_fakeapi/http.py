@@ -1,9 +1,10 @@
 """The fake API's HTTP side: routes, authentication, error envelopes and streaming.
 
 Owns `ApiServer` and `ApiHandler`: `POST /v1/messages` (streaming only), `POST
-/v1/messages/count_tokens`, `POST /model/{id}/invoke-with-response-stream` (Bedrock), 404 for
-anything else. Every request is authenticated (API key or bearer token; the SigV4 header shape
-and access key id for Bedrock, not the signature), every body goes through
+/v1/messages/count_tokens`, `GET /v1/models` (paginated, `models.py`), `POST
+/model/{id}/invoke-with-response-stream` (Bedrock), 404 for anything else. Every request is
+authenticated (API key or bearer token; the SigV4 header shape and access key id for Bedrock,
+not the signature), every body goes through
 `defect_fakeapi.validation` (a violation answers the API's own 400 and consumes no scripted
 reply), and every answer is what the real service sends: the error envelope with a
 `request-id`, SSE with `event:` lines, Bedrock event-stream frames.
@@ -30,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Literal
 
 from defect_fakeapi.eventstream import chunk_frame, exception_frame
+from defect_fakeapi.models import ModelsQueryError, models_page
 from defect_fakeapi.script import HttpError, Reply, RequestRecord, estimate_tokens, random_id
 from defect_fakeapi.sse import build_events
 from defect_fakeapi.validation import WireError, validate_bedrock_body, validate_request
@@ -190,13 +192,48 @@ class ApiHandler(BaseHTTPRequestHandler):
             self.provider._complete(record)
 
     def do_GET(self) -> None:
-        path = urllib.parse.urlsplit(self.path).path
+        url = urllib.parse.urlsplit(self.path)
         headers = {k.lower(): v for k, v in self.headers.items()}
-        record = self.provider._new_record("GET", path, headers, b"")
+        record = self.provider._new_record("GET", url.path, headers, b"")
         try:
-            self._not_found(record)
+            if url.path == "/v1/models":
+                self._models(record, url.query)
+            else:
+                self._not_found(record)
+        except _ClientGone:
+            record.client_disconnected = True
+            record.outcome = "client_disconnected"
+            self.close_connection = True
         finally:
             self.provider._complete(record)
+
+    def _models(self, record: RequestRecord, query: str) -> None:
+        """`GET /v1/models`: authenticated, paginated (`defect_fakeapi.models`); held while
+        the provider's `models_gate` is closed, answered with `models_error` when set."""
+        record.route = "models"
+        auth_error = self._check_api_key(record)
+        if auth_error is not None:
+            self._anthropic_error(record, 401, "authentication_error", auth_error, rejected=True)
+            return
+        gate = self.provider.models_gate
+        while gate is not None and not gate.wait(0.05):
+            if self._wait(0) != "elapsed":
+                raise _ClientGone
+        if self.provider.models_error is not None:
+            failure = self.provider.models_error
+            self._anthropic_error(
+                record, failure.status, failure.error_type, failure.message, rejected=False
+            )
+            return
+        try:
+            page = models_page(self.provider.models, query)
+        except ModelsQueryError as err:
+            self._anthropic_error(record, 400, "invalid_request_error", str(err), rejected=True)
+            return
+        record.status = 200
+        record.outcome = "models"
+        headers = {"content-type": "application/json", "request-id": random_id("req_011C")}
+        self._send_bytes(200, json.dumps(page).encode("utf-8"), headers)
 
     def _not_found(self, record: RequestRecord) -> None:
         record.outcome = "not_found"

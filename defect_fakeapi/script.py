@@ -514,6 +514,7 @@ Outcome = Literal[
     "exhausted",
     "http_error",
     "count_tokens",
+    "models",
     "completed",
     "stream_error",
     "cut",
@@ -530,7 +531,7 @@ class RequestRecord:
     index: int
     method: str
     path: str
-    route: Literal["anthropic", "count_tokens", "bedrock", "unknown"]
+    route: Literal["anthropic", "count_tokens", "models", "bedrock", "unknown"]
     headers: dict[str, str]
     raw_body: bytes
     body: Any

@@ -28,8 +28,10 @@ alike without touching the test's event loop; `stop()` returns promptly even mid
 
 Routes: `POST /v1/messages` (streaming only: a request without `stream: true` gets a 400
 naming the fake), `POST /v1/messages/count_tokens` (`estimate_tokens`: UTF-8 bytes of system,
-messages and tools / 4), `POST /model/{id}/invoke-with-response-stream` (Bedrock; SigV4
-header shape and access key id checked, the signature itself is not). Anything else is a 404.
+messages and tools / 4), `GET /v1/models` (`models`, paginated like the real list; held by
+`models_gate`, failed by `models_error`), `POST /model/{id}/invoke-with-response-stream`
+(Bedrock; SigV4 header shape and access key id checked, the signature itself is not).
+Anything else is a 404.
 
 CLI scripts are a JSON list of replies in `Reply.to_dict` form or the shorthands
 `{"text": …}`, `{"tool_use": {"id", "name", "input"}}`, `{"thinking": …, "then": {…}}`,
@@ -57,7 +59,8 @@ from typing import Any
 
 from defect_fakeapi.cache import PromptCache
 from defect_fakeapi.http import ApiServer
-from defect_fakeapi.script import Reply, RequestRecord, Responder
+from defect_fakeapi.models import DEFAULT_MODELS
+from defect_fakeapi.script import HttpError, Reply, RequestRecord, Responder
 
 DEFAULT_API_KEY = "sk-ant-api03-fake-provider-test-key"
 DEFAULT_AWS_ACCESS_KEY_ID = "AKIDTEST"
@@ -97,6 +100,12 @@ class FakeProvider:
         self.allow_split_results = allow_split_results
         self.prompt_cache = prompt_cache
         """When set, answers report the cache usage the real API would (`cache.py`)."""
+        self.models: list[dict[str, Any]] = [dict(m) for m in DEFAULT_MODELS]
+        """What `GET /v1/models` lists, in order (entries as `models.model_entry` writes them)."""
+        self.models_gate: threading.Event | None = None
+        """When set, `GET /v1/models` waits until the event is set (a slow listing)."""
+        self.models_error: HttpError | None = None
+        """When set, `GET /v1/models` answers this error instead of the list."""
         self._host = host
         self._port = port
         self._request_log = Path(request_log) if request_log is not None else None

@@ -770,3 +770,48 @@ def test_a_body_cut_off_by_a_killed_client_is_not_a_rejection() -> None:
         (record,) = fake.requests
         assert record.client_disconnected and not record.rejected
         assert record.outcome == "client_disconnected"
+
+
+# --- GET /v1/models -------------------------------------------------------------------------
+
+
+def test_models_are_listed_page_by_page_through_the_sdk(fake_provider: FakeProvider) -> None:
+    from defect_fakeapi import model_entry
+
+    fake_provider.models = [model_entry(f"claude-test-{n}") for n in range(7)]
+    client = anthropic.Anthropic(api_key=DEFAULT_API_KEY, base_url=fake_provider.url)
+    ids = [model.id for model in client.models.list(limit=3)]
+    assert ids == [f"claude-test-{n}" for n in range(7)]
+    pages = [r for r in fake_provider.requests if r.route == "models"]
+    assert [r.status for r in pages] == [200, 200, 200]  # 3 + 3 + 1, following last_id
+
+
+def test_models_page_has_the_real_shape_and_refusals() -> None:
+    from defect_fakeapi import model_entry, models_page
+    from defect_fakeapi.models import ModelsQueryError
+
+    models = [model_entry(m) for m in ("a", "b", "c")]
+    first = models_page(models, "limit=2")
+    assert [m["id"] for m in first["data"]] == ["a", "b"]
+    assert (first["has_more"], first["first_id"], first["last_id"]) == (True, "a", "b")
+    last = models_page(models, "limit=2&after_id=b")
+    assert ([m["id"] for m in last["data"]], last["has_more"]) == (["c"], False)
+    before = models_page(models, "limit=1&before_id=c")
+    assert ([m["id"] for m in before["data"]], before["has_more"]) == (["b"], True)
+    assert models_page([], "")["first_id"] is None
+    for query in ("limit=0", "limit=1001", "limit=x", "after_id=zz", "after_id=a&before_id=b"):
+        with pytest.raises(ModelsQueryError):
+            models_page(models, query)
+
+
+def test_models_need_the_key_and_can_fail_on_demand(fake_provider: FakeProvider) -> None:
+    bad = anthropic.Anthropic(api_key="sk-wrong", base_url=fake_provider.url, max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError):
+        list(bad.models.list())
+    from defect_fakeapi import HttpError
+
+    fake_provider.models_error = HttpError(503, "overloaded_error", "down for the test")
+    good = anthropic.Anthropic(api_key=DEFAULT_API_KEY, base_url=fake_provider.url, max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as info:
+        list(good.models.list())
+    assert info.value.status_code == 503
