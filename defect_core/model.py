@@ -64,11 +64,16 @@ class ThinkingBlock(_Value):
     type: Literal["thinking"] = "thinking"
     thinking: str
     signature: str | None = None
+    origin: str | None = None
+    """Who signed it: the `ModelSelection.value` (`provider/model`) that produced it; None in
+    histories written before sessions could switch provider. Never sent on the wire."""
 
 
 class RedactedThinkingBlock(_Value):
     type: Literal["redacted_thinking"] = "redacted_thinking"
     data: str
+    origin: str | None = None
+    """As `ThinkingBlock.origin`: the encrypted data is only valid where it was made."""
 
 
 class ToolUseBlock(_Value):

@@ -29,6 +29,7 @@ from defect_core.events import AgentEvent, PermissionRequested, TurnStopReason
 from defect_core.history import History
 from defect_core.model import Message
 from defect_core.providers.base import HostedWebSearch, LlmProvider, Usage
+from defect_core.selection import ModelSelection
 from defect_core.tools.base import ToolContext, ToolRegistry
 
 Publish = Callable[[AgentEvent], Awaitable[None]]
@@ -83,6 +84,17 @@ class TurnConfig:
     retries: int = 4
     retry_base_delay: float = 1.0
     retry_max_delay: float = 30.0
+    provider: str = ""
+    """The provider `model` is asked at (its configured name): replies' thinking is stamped
+    with the pair, and only thinking it signed is sent (`provenance.py`). Empty: no stamp,
+    no filter (a runner driven without a session)."""
+    unstamped_provider: str | None = None
+    """The provider thinking without a stamp is taken to come from (see `provenance.py`)."""
+
+    @property
+    def selection(self) -> ModelSelection | None:
+        return ModelSelection(self.provider, self.model) if self.provider else None
+
     web_search: HostedWebSearch | None = None
     """The provider's own web search, offered to the model (`delegate` mode), or None."""
 

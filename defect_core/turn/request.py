@@ -6,7 +6,8 @@ text and thinking deltas as they arrive and retries what may be retried. A failu
 recover from becomes a `TurnError` carrying the provider's error data.
 
 Invariants:
-- Every request is built from `repair_outbound(history.snapshot())`, never from anything else.
+- Every request is built from `repair_outbound(history.snapshot())`, never from anything else
+  (less the thinking another provider or model signed: `provenance.py`).
 - Only a `Completed` chunk ends a stream: a stream that ends without one is an error
   (`stream_incomplete`, retryable), so a cut stream never becomes history.
 - Retries (bounded, exponential backoff with jitter or the server's `retry-after`) happen only
@@ -39,6 +40,8 @@ from defect_core.events import (
 from defect_core.hosted import search_outcome, search_title
 from defect_core.integrity import repair_outbound
 from defect_core.log import get_logger
+from defect_core.model import Message
+from defect_core.provenance import own_thinking_only
 from defect_core.providers.base import (
     CONTEXT_OVERFLOW,
     Completed,
@@ -102,11 +105,21 @@ def context_used(deps: TurnDeps, config: TurnConfig) -> int:
 # --- the request and its reply ------------------------------------------------------------
 
 
+def outbound_history(deps: TurnDeps, config: TurnConfig) -> list[Message]:
+    """The history as this turn's model may see it: without the thinking another provider or
+    model signed (the session may have switched since; `provenance.py`)."""
+    history = deps.history.snapshot()
+    selection = config.selection
+    if selection is None:
+        return history
+    return own_thinking_only(history, selection, config.unstamped_provider)
+
+
 def build_request(deps: TurnDeps, config: TurnConfig, *, paused: bool = False) -> ModelRequest:
     return ModelRequest(
         model=config.model,
         system=config.system_prompt,
-        messages=repair_outbound(deps.history.snapshot(), paused=paused),
+        messages=repair_outbound(outbound_history(deps, config), paused=paused),
         tools=deps.tools.specs(),
         max_tokens=config.max_tokens,
         thinking_budget=config.thinking_budget,

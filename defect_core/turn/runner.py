@@ -30,6 +30,7 @@ from defect_core.errors import SessionNotFound, StorageError, TurnError
 from defect_core.events import MessageCommitted, UsageReported, UserPromptCommitted
 from defect_core.integrity import drop_malformed_tool_uses
 from defect_core.model import ContentBlock, Message, ToolUseBlock
+from defect_core.provenance import stamp_origin
 from defect_core.providers.base import Completed
 from defect_core.turn import calls as tool_calls
 from defect_core.turn.calls import ToolCall
@@ -55,7 +56,7 @@ class TurnRunner:
             await fit_context_window(self._deps, config)
             completed = await stream_reply(self._deps, config, paused=paused)
             self._account(completed, result)
-            calls = await self._commit_reply(_runnable(completed), config)
+            calls = await self._commit_reply(_runnable(completed, config), config)
             paused = completed.stop_reason == "pause_turn" and not calls
             # `_run_tools` is entered with no suspension point after `_commit_reply`, so a
             # cancel lands inside its `try`, whose `finally` commits a result for every call.
@@ -136,10 +137,13 @@ class TurnRunner:
             ) from exc
 
 
-def _runnable(completed: Completed) -> Message:
+def _runnable(completed: Completed, config: TurnConfig) -> Message:
     """The reply as it may become history: malformed tool uses dropped, and none at all when
-    `max_tokens` cut the reply (a tool input cut short must never run; what was said stays)."""
+    `max_tokens` cut the reply (a tool input cut short must never run; what was said stays);
+    its thinking stamped with the model that signed it (`provenance.py`)."""
     message = drop_malformed_tool_uses(completed.message)
+    if config.selection is not None:
+        message = stamp_origin(message, config.selection)
     if completed.stop_reason == "max_tokens" and message.tool_uses():
         message = Message(
             role="assistant",

@@ -1,0 +1,72 @@
+"""Whose signature a thinking block carries, and the outbound copy that keeps only the model's own.
+
+Owns `stamp_origin` (a reply's signed thinking, marked with the `ModelSelection.value` that
+produced it, before it becomes history) and `own_thinking_only` (an outbound copy of the
+history without the thinking another provider or model signed).
+
+Why: a session may switch model and provider between turns (the model picker). A thinking
+signature (and a redacted block's data) is only valid at the service that minted it: sent to
+another one, the whole request is refused ("Invalid `signature` in `thinking` block"), and
+every later request with it. The API lets earlier turns' thinking be left out, so the copy
+sent to the provider drops what it cannot verify; the turn's own rule for the tool loop in
+progress still holds, because the request then goes without thinking
+(`providers/anthropic/request.py`: a loop opened without a thinking block is sent with
+thinking off).
+
+Invariants:
+- The stored history keeps every block as it was (with its origin): only the outbound copy
+  is filtered, like every repair (`integrity.py`), and it runs before `repair_outbound`,
+  which then removes what the filter left empty.
+- Unstamped blocks (histories written before sessions could switch) are taken as the work of
+  the provider the session was using when it was loaded (`unstamped_provider`), and kept
+  only while that provider is asked.
+- No copy when nothing is dropped: the input list itself is returned.
+"""
+
+from __future__ import annotations
+
+from defect_core.model import Message, RedactedThinkingBlock, ThinkingBlock
+from defect_core.selection import ModelSelection
+
+__all__ = ["own_thinking_only", "stamp_origin"]
+
+
+def stamp_origin(message: Message, selection: ModelSelection) -> Message:
+    """`message` with its unstamped thinking blocks marked as `selection`'s."""
+    origin = selection.value
+    if not any(
+        isinstance(b, ThinkingBlock | RedactedThinkingBlock) and b.origin is None
+        for b in message.content
+    ):
+        return message
+    content = tuple(
+        b.model_copy(update={"origin": origin})
+        if isinstance(b, ThinkingBlock | RedactedThinkingBlock) and b.origin is None
+        else b
+        for b in message.content
+    )
+    return message.model_copy(update={"content": content})
+
+
+def own_thinking_only(
+    messages: list[Message], selection: ModelSelection, unstamped_provider: str | None
+) -> list[Message]:
+    """`messages` without the thinking `selection` did not sign (see the module docstring)."""
+    origin = selection.value
+
+    def foreign(block: object) -> bool:
+        if not isinstance(block, ThinkingBlock | RedactedThinkingBlock):
+            return False
+        if block.origin is None:
+            return unstamped_provider is not None and unstamped_provider != selection.provider
+        return block.origin != origin
+
+    if not any(foreign(b) for m in messages if m.role == "assistant" for b in m.content):
+        return messages
+    out: list[Message] = []
+    for message in messages:
+        if message.role == "assistant" and any(foreign(b) for b in message.content):
+            kept = tuple(b for b in message.content if not foreign(b))
+            message = message.model_copy(update={"content": kept})
+        out.append(message)
+    return out

@@ -1,0 +1,103 @@
+"""Thinking signed by one model is sent back only to that model (`defect_core/provenance.py`).
+
+A session may switch provider between turns; a signature is only valid where it was minted.
+The strict fake API checks every signature against its own secret, so two fakes are two
+providers whose signatures the other refuses.
+"""
+
+from __future__ import annotations
+
+from defect_core.integrity import repair_outbound
+from defect_core.model import (
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    message_from_json,
+    message_to_json,
+)
+from defect_core.provenance import own_thinking_only, stamp_origin
+from defect_core.providers.anthropic_wire import encode_messages
+from defect_core.selection import ModelSelection
+from defect_fakeapi import FakeProvider, validate_request
+
+A = ModelSelection("a", "claude-x")
+B = ModelSelection("b", "claude-x")
+
+
+def reply(fake: FakeProvider, thought: str, text: str) -> Message:
+    return Message(
+        role="assistant",
+        content=(
+            ThinkingBlock(thinking=thought, signature=fake.sign(thought)),
+            TextBlock(text=text),
+        ),
+    )
+
+
+def test_stamp_marks_signed_thinking_and_survives_storage() -> None:
+    message = Message(
+        role="assistant",
+        content=(
+            ThinkingBlock(thinking="t", signature="s"),
+            RedactedThinkingBlock(data="d"),
+            TextBlock(text="x"),
+        ),
+    )
+    stamped = stamp_origin(message, A)
+    assert [getattr(b, "origin", None) for b in stamped.content] == ["a/claude-x"] * 2 + [None]
+    assert message_from_json(message_to_json(stamped)) == stamped
+    assert stamp_origin(stamped, B) is stamped  # a stamp is never rewritten
+    assert encode_messages([stamped])[0]["content"][0] == {
+        "type": "thinking",
+        "thinking": "t",
+        "signature": "s",
+    }
+
+
+def test_the_other_providers_thinking_is_left_out_and_the_request_is_accepted() -> None:
+    with FakeProvider() as first, FakeProvider() as second:
+        history = [
+            Message(role="user", content=(TextBlock(text="hi"),)),
+            stamp_origin(reply(first, "thinking at a", "hello"), A),
+            Message(role="user", content=(TextBlock(text="again"),)),
+            stamp_origin(reply(second, "thinking at b", "hi again"), B),
+            Message(role="user", content=(TextBlock(text="and now?"),)),
+        ]
+        for selection, fake, kept in ((B, second, "thinking at b"), (A, first, "thinking at a")):
+            outbound = repair_outbound(own_thinking_only(history, selection, None))
+            thoughts = [b.thinking for m in outbound for b in m.content if b.type == "thinking"]
+            assert thoughts == [kept]
+            body = {"model": "claude-x", "max_tokens": 2048, "messages": encode_messages(outbound)}
+            validate_request(body, signature_checker=fake.check_signature)
+
+
+def test_unstamped_thinking_belongs_to_the_provider_the_session_was_loaded_with() -> None:
+    old = Message(role="assistant", content=(ThinkingBlock(thinking="t", signature="s"),))
+    history = [Message(role="user", content=(TextBlock(text="q"),)), old]
+    assert own_thinking_only(history, A, "a") is history
+    assert own_thinking_only(history, B, "a")[1].content == ()
+    assert own_thinking_only(history, B, None) is history
+
+
+def test_a_tool_loop_opened_by_another_provider_is_sent_without_its_thinking() -> None:
+    with FakeProvider() as first, FakeProvider() as second:
+        opener = Message(
+            role="assistant",
+            content=(
+                ThinkingBlock(thinking="plan", signature=first.sign("plan")),
+                ToolUseBlock(id="toolu_1", name="read", input={}),
+            ),
+        )
+        history = [
+            Message(role="user", content=(TextBlock(text="go"),)),
+            stamp_origin(opener, A),
+            Message(role="user", content=(ToolResultBlock(tool_use_id="toolu_1", content="ok"),)),
+        ]
+        outbound = repair_outbound(own_thinking_only(history, B, None))
+        assert [b.type for b in outbound[1].content] == ["tool_use"]
+        # Without thinking the API accepts the loop; `encode_request` turns thinking off for it.
+        body = {"model": "claude-x", "max_tokens": 2048, "messages": encode_messages(outbound)}
+        validate_request(body, signature_checker=second.check_signature)
