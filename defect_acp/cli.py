@@ -150,7 +150,7 @@ def run_acp(args: argparse.Namespace) -> int:
     if os.isatty(0):
         sys.stderr.write(TTY_NOTICE)
     protocol_fd = _claim_stdout()
-    from defect_acp.fastimport import prepare_pydantic
+    from defect_acp.sdk_compat import prepare_pydantic
 
     prepare_pydantic()
     from defect_core import log
