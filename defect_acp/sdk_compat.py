@@ -1,6 +1,7 @@
 """Every place defect reaches past the public API of the ACP SDK or of pydantic: the shims.
 
-Owns, each with the version it was written against and why it exists:
+Written against agent-client-protocol 0.12.1 and pydantic 2.14.4 (the releases installed when
+each shim was last checked). Owns, each with why it exists:
 - `agent_connection` — the SDK's `AgentSideConnection` over defect's own transport
   (`defect_acp/transport.py`), which satisfies the SDK's private `acp._transport.Transport`
   protocol (`send`/`receive`/`close`);
@@ -42,7 +43,8 @@ ACP_SDK_CHECKED = ((0, 12, 1), (0, 13))
 """The SDK releases the shims were checked against: from the first (inclusive) up to the
 second (exclusive) — the same range as the pin in `pyproject.toml`."""
 PYDANTIC_CHECKED = ((2, 7), (3,))
-"""The pydantic releases `prepare_pydantic` was checked against (checked on 2.14)."""
+"""The pydantic pin `prepare_pydantic` must cope with: written against 2.14.4, and it fails
+soft (applies nothing) on a release whose private names moved."""
 
 Router = Callable[[str, Any, bool], Awaitable[Any]]
 """What the SDK's connection calls for every incoming request or notification:
