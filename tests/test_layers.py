@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-PACKAGES = ("defect_core", "defect_acp", "defect_fakeapi")
+PACKAGES = ("defect_core", "defect_acp", "defect_fakeapi", "defect_transcript")
 
 LAYERS = "defect_core is layered: no import runs back up (docs/layers.md)"
 MCP_LAYERS = "The MCP package is layered: hub, tool, connection | convert, spec"
@@ -34,6 +34,9 @@ ANTHROPIC_LAYERS = (
     "The Anthropic provider is layered: provider, client | stream, errors | request, catalog"
 )
 TURN_LAYERS = "The turn package is layered: runner, request | calls, deps"
+TRANSCRIPT = (
+    "The transcript tool is a client: it reaches defect acp only over stdio (defect_acp.client)"
+)
 CONTRACTS = (
     LAYERS,
     MCP_LAYERS,
@@ -45,6 +48,7 @@ CONTRACTS = (
     PROVIDER_LAYERS,
     ANTHROPIC_LAYERS,
     TURN_LAYERS,
+    TRANSCRIPT,
 )
 
 
@@ -152,6 +156,20 @@ def test_the_repository_keeps_every_import_contract() -> None:
             FAKE_API,
             "defect_fakeapi.script -> defect_core.model",
             id="fake-api-imports-the-runtime-it-judges",
+        ),
+        pytest.param(
+            "defect_transcript/steps.py",
+            "\n\ndef _inside() -> None:\n    from defect_acp.server import DefectAgent\n",
+            TRANSCRIPT,
+            "defect_transcript.steps -> defect_acp.server",
+            id="transcript-tool-imports-the-server-lazily",
+        ),
+        pytest.param(
+            "defect_acp/client.py",
+            "\nfrom acp import schema\n",
+            TRANSCRIPT,
+            "defect_acp.client -> acp",
+            id="shared-client-imports-the-acp-sdk",
         ),
     ],
 )
