@@ -1,7 +1,7 @@
 """What a list of sessions is: `SessionSummary` (one stored session) and `SessionPage`.
 
 Owns the two values `AgentCore.list_sessions` answers with. The store builds them from its
-rows (`store.py`), the runtime from its live sessions (`agent.py`), and the ACP bridge shows
+rows (`store/`), the runtime from its live sessions (`agent.py`), and the ACP bridge shows
 them (`session/list`).
 
 Invariant: plain immutable values that import nothing of defect. They sit at the bottom of the

@@ -22,6 +22,9 @@ PACKAGES = ("defect_core", "defect_acp", "defect_fakeapi", "defect_transcript")
 
 LAYERS = "defect_core is layered: no import runs back up (docs/layers.md)"
 MCP_LAYERS = "The MCP package is layered: hub, tool, connection | convert, spec"
+STORE_LAYERS = (
+    "The store package is layered: door | sqlite, migrations | rows | protocol, the values"
+)
 NO_ACP = "defect_core never imports the ACP bridge, the ACP SDK nor the fake API"
 TOOLS = "Tools never import the session, the runtime nor the turn machinery"
 PROVIDERS = "Providers never import the tools, the session, the runtime nor the turn machinery"
@@ -40,6 +43,7 @@ TRANSCRIPT = (
 CONTRACTS = (
     LAYERS,
     MCP_LAYERS,
+    STORE_LAYERS,
     NO_ACP,
     TOOLS,
     PROVIDERS,
@@ -97,6 +101,13 @@ def test_the_repository_keeps_every_import_contract() -> None:
             MCP_LAYERS,
             "defect_core.mcp.spec -> defect_core.mcp.hub",
             id="mcp-spec-imports-its-hub",
+        ),
+        pytest.param(
+            "defect_core/store/migrations.py",
+            "\n\ndef _reopen() -> None:\n    from defect_core.store.sqlite import SqliteStore\n",
+            STORE_LAYERS,
+            "defect_core.store.migrations -> defect_core.store.sqlite",
+            id="store-migrations-import-the-store-lazily",
         ),
         pytest.param(
             "defect_core/log.py",
