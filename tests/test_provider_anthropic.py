@@ -23,7 +23,6 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from defect_core.agent import DefaultAgentCore, DefaultSession
 from defect_core.config import Settings
 from defect_core.events import AgentEvent, AgentTextDelta, AgentThoughtDelta, TurnEnded
 from defect_core.events import TurnFailed as TurnFailedEvent
@@ -55,7 +54,7 @@ from defect_core.providers.base import (
     ToolInputDelta,
     ToolUseStarted,
 )
-from defect_core.session import Backends, TurnFailed
+from defect_core.session import Backends, DefaultAgentCore, DefaultSession, TurnFailed
 from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolOutput
 from defect_fakeapi import (
     DEFAULT_API_KEY,

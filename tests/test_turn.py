@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from defect_core.agent import DefaultAgentCore, DefaultSession
 from defect_core.config import Settings
 from defect_core.events import (
     AgentEvent,
@@ -22,7 +21,13 @@ from defect_core.events import (
 )
 from defect_core.model import TextBlock, ToolResultBlock, ToolUseBlock
 from defect_core.providers.scripted import ScriptedProvider
-from defect_core.session import Backends, TurnFailed, TurnInProgress
+from defect_core.session import (
+    Backends,
+    DefaultAgentCore,
+    DefaultSession,
+    TurnFailed,
+    TurnInProgress,
+)
 from defect_core.tools.base import Safety, ToolCallView, ToolError, ToolOutput
 from defect_core.turn import CANCELLED_RESULT_TEXT
 
