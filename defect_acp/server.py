@@ -82,7 +82,7 @@ class SessionPump:
         self._ended = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._questions: set[asyncio.Task[None]] = set()
-        self.last_usage: dict[str, int] = {}
+        self.last_usage: ev.TurnUsage | None = None
         """The token usage of the last turn, for the prompt answer's `_meta`."""
 
     def start(self) -> None:
@@ -120,7 +120,7 @@ class SessionPump:
             return
         if isinstance(event, ev.TurnEnded | ev.TurnFailed):
             async with self._ended:
-                self.last_usage = event.usage if isinstance(event, ev.TurnEnded) else {}
+                self.last_usage = event.usage if isinstance(event, ev.TurnEnded) else None
                 self._turns_ended += 1
                 self._ended.notify_all()
             return
@@ -448,7 +448,8 @@ class DefectAgent:
             # Only a failed turn publishes its end: there is nothing to wait for.
             raise to_request_error(err) from None
         await pump.wait_turn_ended(ended_before + 1)
-        meta = {"usage": pump.last_usage} if pump.last_usage else None
+        usage = pump.last_usage
+        meta = {"usage": project.usage_meta(usage)} if usage is not None else None
         return s.PromptResponse(stop_reason=stop, field_meta=meta)
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:

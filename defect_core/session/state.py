@@ -49,6 +49,7 @@ from defect_core.events import (
     ToolDisplay,
     TurnEnded,
     TurnStopReason,
+    TurnUsage,
 )
 from defect_core.events import TurnFailed as TurnFailedEvent
 from defect_core.history import VecHistory
@@ -240,15 +241,15 @@ class DefaultSession:
                 self._scope = scope
                 result = await runner.run(prompt, self._turn_config())
             stop: TurnStopReason = "cancelled" if result is None else result.stop_reason
-            usage = {}
+            usage = None
             if result is not None:
-                usage = {
-                    "inputTokens": result.usage.input_tokens,
-                    "outputTokens": result.usage.output_tokens,
-                    "cacheReadInputTokens": result.usage.cache_read_input_tokens,
-                    "cacheCreationInputTokens": result.usage.cache_creation_input_tokens,
-                    "requests": result.requests,
-                }
+                usage = TurnUsage(
+                    input_tokens=result.usage.input_tokens,
+                    output_tokens=result.usage.output_tokens,
+                    cache_read_input_tokens=result.usage.cache_read_input_tokens,
+                    cache_creation_input_tokens=result.usage.cache_creation_input_tokens,
+                    requests=result.requests,
+                )
             with anyio.CancelScope(shield=True):
                 await self._bus.publish(TurnEnded(turn, stop, usage))
             return stop
@@ -300,7 +301,7 @@ class DefaultSession:
             await self._bus.publish(AgentTextDelta(text))
         stop: TurnStopReason = "cancelled" if scope.cancelled_caught else "end_turn"
         with anyio.CancelScope(shield=True):
-            await self._bus.publish(TurnEnded(turn, stop, {}))
+            await self._bus.publish(TurnEnded(turn, stop))
         return stop
 
     def _tool_context(self, tool_call_id: str) -> ToolContext:
