@@ -214,7 +214,7 @@ def _serve(
     import signal
 
     from defect_acp.server import serve
-    from defect_core.agent import DefaultAgentCore
+    from defect_core.session import DefaultAgentCore
 
     async def main_task() -> None:
         store, problem = _open_store()

@@ -353,7 +353,8 @@ class DefectAgent:
             # Only a failed turn publishes its end: there is nothing to wait for.
             raise to_request_error(err) from None
         await pump.wait_turn_ended(ended_before + 1)
-        meta = {"usage": pump.last_usage} if pump.last_usage else None
+        usage = pump.last_usage
+        meta = {"usage": project.usage_meta(usage)} if usage is not None else None
         return s.PromptResponse(stop_reason=stop, field_meta=meta)
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:

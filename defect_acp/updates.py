@@ -59,7 +59,7 @@ class SessionPump:
         self._ended = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._questions: set[asyncio.Task[None]] = set()
-        self.last_usage: dict[str, int] = {}
+        self.last_usage: ev.TurnUsage | None = None
         """The token usage of the last turn, for the prompt answer's `_meta`."""
 
     def start(self) -> None:
@@ -97,7 +97,7 @@ class SessionPump:
             return
         if isinstance(event, ev.TurnEnded | ev.TurnFailed):
             async with self._ended:
-                self.last_usage = event.usage if isinstance(event, ev.TurnEnded) else {}
+                self.last_usage = event.usage if isinstance(event, ev.TurnEnded) else None
                 self._turns_ended += 1
                 self._ended.notify_all()
             return

@@ -21,6 +21,7 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 PACKAGES = ("defect_core", "defect_acp", "defect_fakeapi", "defect_transcript")
 
 LAYERS = "defect_core is layered: no import runs back up (docs/layers.md)"
+SESSION_LAYERS = "The session package is layered: core, state, its parts, protocol"
 MCP_LAYERS = "The MCP package is layered: hub, tool, connection | convert, spec"
 STORE_LAYERS = (
     "The store package is layered: door | sqlite, migrations | rows | protocol, the values"
@@ -42,6 +43,7 @@ TRANSCRIPT = (
 )
 CONTRACTS = (
     LAYERS,
+    SESSION_LAYERS,
     MCP_LAYERS,
     STORE_LAYERS,
     NO_ACP,
@@ -90,10 +92,27 @@ def test_the_repository_keeps_every_import_contract() -> None:
     [
         pytest.param(
             "defect_core/model.py",
-            "\n\ndef _upward() -> None:\n    from defect_core.agent import DefaultAgentCore\n",
+            "\n\ndef _upward() -> None:\n"
+            "    from defect_core.session.core import DefaultAgentCore\n",
             LAYERS,
-            "defect_core.model -> defect_core.agent",
+            "defect_core.model -> defect_core.session.core",
             id="lazy-import-from-the-bottom-layer-to-the-top",
+        ),
+        pytest.param(
+            "defect_core/session/protocol.py",
+            "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+            "    from defect_core.session.state import DefaultSession\n",
+            SESSION_LAYERS,
+            "defect_core.session.protocol -> defect_core.session.state",
+            id="session-door-names-its-implementation-for-type-checking",
+        ),
+        pytest.param(
+            "defect_core/session/titles.py",
+            "\n\ndef _sibling() -> None:\n"
+            "    from defect_core.session.commands import SLASH_COMMANDS\n",
+            SESSION_LAYERS,
+            "defect_core.session.titles -> defect_core.session.commands",
+            id="session-part-imports-a-sibling-lazily",
         ),
         pytest.param(
             "defect_core/mcp/spec.py",
