@@ -140,6 +140,17 @@ def event_to_update(event: ev.AgentEvent) -> Update | None:
     return None
 
 
+def usage_meta(usage: ev.TurnUsage) -> dict[str, int]:
+    """A turn's usage as the prompt answer's `_meta.usage` (ACP's camelCase names)."""
+    return {
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "cacheReadInputTokens": usage.cache_read_input_tokens,
+        "cacheCreationInputTokens": usage.cache_creation_input_tokens,
+        "requests": usage.requests,
+    }
+
+
 def commands_update(commands: Sequence[tuple[str, str]]) -> s.AvailableCommandsUpdate:
     return s.AvailableCommandsUpdate(
         session_update="available_commands_update",
