@@ -49,7 +49,8 @@ configuration: ~/.config/defect/config.toml < <repo>/.defect/config.toml
   < <repo>/.defect/config.local.toml < environment < flags (keys: see README)
 
 environment:
-  DEFECT_PROVIDER     provider (scripted, anthropic, bedrock); default: scripted
+  DEFECT_PROVIDER     provider (scripted, anthropic, bedrock, or a [providers.NAME]);
+                      default: scripted
   DEFECT_MODEL        model id
   DEFECT_SCRIPT       script file for the offline (scripted) model
   DEFECT_MAX_TOKENS, DEFECT_MAX_TURN_REQUESTS, DEFECT_RETRIES, DEFECT_REASONING_EFFORT,
@@ -102,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
         "fake-api",
         help="serve the strict fake Anthropic/Bedrock API on 127.0.0.1 (tests, offline runs)",
     )
-    acp.add_argument("--provider", help="model provider (scripted, anthropic, bedrock)")
+    acp.add_argument(
+        "--provider", help="model provider (scripted, anthropic, bedrock, or a [providers.NAME])"
+    )
     acp.add_argument("--model", help="model id for the provider")
     acp.add_argument("--log-level", type=_log_level, help=", ".join(LOG_LEVELS))
     acp.add_argument(
@@ -158,8 +161,8 @@ def run_acp(args: argparse.Namespace) -> int:
 
     log.configure(level=level)
 
-    from defect_core.config import ConfigError, load_settings, settings_without_files
-    from defect_core.providers.registry import UnknownProvider, build_provider
+    from defect_core.config import ConfigError, load_settings, provider_spec, settings_without_files
+    from defect_core.providers.registry import UnknownProvider, build_named
 
     flags = {"provider": args.provider, "model": args.model}
     try:
@@ -167,6 +170,9 @@ def run_acp(args: argparse.Namespace) -> int:
         # not to the process that happens to start there.
         settings = load_settings(None, cli=flags)
     except ConfigError as exc:
+        if exc.source in ("DEFECT_PROVIDER", "the --provider flag"):  # no such provider
+            sys.stderr.write(f"defect: {exc}\n")
+            return 2
         # A broken file must not hide the agent: the editor still gets `initialize`, and every
         # session/new answers with this error (file, line, reason) until the file is fixed.
         log.get_logger("defect.cli").error("config_invalid", error=str(exc))
@@ -176,7 +182,9 @@ def run_acp(args: argparse.Namespace) -> int:
             sys.stderr.write(f"defect: {bad}\n")
             return 2
     try:
-        build_provider(settings.provider, settings)
+        spec = provider_spec(settings, settings.provider)
+        if spec is not None:  # None: a table of the broken file, reported by every session
+            build_named(spec, settings)
     except (ConfigError, UnknownProvider, ValueError) as exc:
         sys.stderr.write(f"defect: {exc}\n")
         return 2

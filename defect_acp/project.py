@@ -38,7 +38,7 @@ from defect_core.model import (
     WebSearchResultBlock,
 )
 from defect_core.policy import ModeInfo
-from defect_core.session import ConfigOption, ToolCallSnapshot
+from defect_core.session import ConfigOption, OptionChoice, ToolCallSnapshot
 
 Update = (
     s.AgentMessageChunk
@@ -228,12 +228,29 @@ def config_options(options: Sequence[ConfigOption]) -> list[s.SessionConfigOptio
             description=o.description,
             category=o.category,
             current_value=o.current,
-            options=[
-                s.SessionConfigSelectOption(value=c.value, name=c.name, description=c.description)
-                for c in o.choices
-            ],
+            options=select_options(o.choices),
         )
         for o in options
+    ]
+
+
+def select_options(
+    choices: Sequence[OptionChoice],
+) -> list[s.SessionConfigSelectOption] | list[s.SessionConfigSelectGroup]:
+    """A flat list, or - when the choices fall under two headings or more (the model picker
+    with several providers) - one `SessionConfigSelectGroup` per heading, in order."""
+
+    def option(c: OptionChoice) -> s.SessionConfigSelectOption:
+        return s.SessionConfigSelectOption(value=c.value, name=c.name, description=c.description)
+
+    headings = list(dict.fromkeys(c.group for c in choices if c.group is not None))
+    if len(headings) < 2 or any(c.group is None for c in choices):
+        return [option(c) for c in choices]
+    return [
+        s.SessionConfigSelectGroup(
+            group=heading, name=heading, options=[option(c) for c in choices if c.group == heading]
+        )
+        for heading in headings
     ]
 
 

@@ -379,6 +379,7 @@ class DefectAgent:
 
         async def follow() -> None:
             await after_open_updates(self, session)
+            pump.refresh_models()
 
         self._after_answer.setdefault(session.id, []).append(follow)
 

@@ -59,11 +59,28 @@ class SessionPump:
         self._ended = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
         self._questions: set[asyncio.Task[None]] = set()
+        self._refresh: asyncio.Task[None] | None = None
         self.last_usage: ev.TurnUsage | None = None
         """The token usage of the last turn, for the prompt answer's `_meta`."""
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"pump-{self._session.id}")
+
+    def refresh_models(self) -> None:
+        """Ask the providers for their live model lists in the background; a list that
+        changed reaches the client as a `config_option_update` (the session's
+        `ConfigChanged`). Called once the answer that opened the session has left: the
+        editor never waits on a listing."""
+        if self._refresh is None or self._refresh.done():
+            self._refresh = asyncio.create_task(
+                self._refresh_models(), name=f"models-{self._session.id}"
+            )
+
+    async def _refresh_models(self) -> None:
+        try:
+            await self._session.refresh_models()
+        except Exception:
+            log.exception("model_refresh_failed", session_id=self._session.id)
 
     @property
     def turns_ended(self) -> int:
@@ -133,6 +150,8 @@ class SessionPump:
         self._session.resolve_permission(event.tool_call_id, option)
 
     async def stop(self) -> None:
+        if self._refresh is not None:
+            self._refresh.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

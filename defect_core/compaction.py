@@ -323,12 +323,21 @@ class Compactor:
     ) -> None:
         self._history = history
         self._provider = provider
+        self._outbound: Callable[[list[Message]], list[Message]] | None = None
         self._publish = publish
         self._checkpoint = checkpoint
         self.thresholds = thresholds or Thresholds()
         self._calibrated = False
         self._background: asyncio.Task[None] | None = None
         self._counter = 0
+
+    def use_provider(
+        self, provider: LlmProvider, outbound: Callable[[list[Message]], list[Message]] | None
+    ) -> None:
+        """Summarise with `provider` from now on (the session switched model), sending it the
+        history through `outbound` (the thinking it did not sign left out: `provenance.py`)."""
+        self._provider = provider
+        self._outbound = outbound
 
     # --- accounting -------------------------------------------------------------------------
 
@@ -487,8 +496,11 @@ class Compactor:
         if boundary == 0:
             log.info("compaction_skipped", kind=kind, reason="nothing to summarise")
             return None
+        prefix = snapshot[:boundary]
+        if self._outbound is not None:
+            prefix = self._outbound(prefix)
         request = summary_request(
-            snapshot[:boundary], model=model, system=system, max_tokens=max_tokens, focus=focus
+            prefix, model=model, system=system, max_tokens=max_tokens, focus=focus
         )
         try:
             text = await summarise(self._provider, request)

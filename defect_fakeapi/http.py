@@ -194,9 +194,10 @@ class ApiHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)
         headers = {k.lower(): v for k, v in self.headers.items()}
-        record = self.provider._new_record("GET", url.path, headers, b"")
+        listing = url.path == "/v1/models"
+        record = self.provider._new_record("GET", url.path, headers, b"", listing=listing)
         try:
-            if url.path == "/v1/models":
+            if listing:
                 self._models(record, url.query)
             else:
                 self._not_found(record)

@@ -113,6 +113,7 @@ class FakeProvider:
         self._lock = threading.Lock()
         self._script: collections.deque[Reply | Responder] = collections.deque()
         self._requests: list[RequestRecord] = []
+        self._listings: list[RequestRecord] = []
         self._changed = threading.Condition(self._lock)
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
@@ -246,6 +247,25 @@ class FakeProvider:
         with self._lock:
             return list(self._requests)
 
+    @property
+    def listings(self) -> list[RequestRecord]:
+        """The `GET /v1/models` requests seen so far, oldest first. Kept apart from
+        `requests` (the model calls): an agent lists models in the background, and a test
+        counting its model calls must not count those."""
+        with self._lock:
+            return list(self._listings)
+
+    def wait_for_listings(self, count: int, timeout: float = 5.0) -> list[RequestRecord]:
+        """Block until `count` listings have been answered (or failed); returns them."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while sum(1 for r in self._listings if r.done.is_set()) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("the model listings were not all answered")
+                self._changed.wait(remaining)
+            return list(self._listings)
+
     def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RequestRecord]:
         """Block until `count` requests have been fully answered; returns the snapshot."""
 
@@ -270,15 +290,16 @@ class FakeProvider:
             return list(self._requests)
 
     def _new_record(
-        self, method: str, path: str, headers: dict[str, str], raw: bytes
+        self, method: str, path: str, headers: dict[str, str], raw: bytes, *, listing: bool = False
     ) -> RequestRecord:
         try:
             body: Any = json.loads(raw) if raw else None
         except ValueError:
             body = None
         with self._lock:
+            kept = self._listings if listing else self._requests
             record = RequestRecord(
-                index=len(self._requests),
+                index=len(kept),
                 method=method,
                 path=path,
                 route="unknown",
@@ -286,7 +307,7 @@ class FakeProvider:
                 raw_body=raw,
                 body=body,
             )
-            self._requests.append(record)
+            kept.append(record)
             self._changed.notify_all()
         return record
 

@@ -782,8 +782,9 @@ def test_models_are_listed_page_by_page_through_the_sdk(fake_provider: FakeProvi
     client = anthropic.Anthropic(api_key=DEFAULT_API_KEY, base_url=fake_provider.url)
     ids = [model.id for model in client.models.list(limit=3)]
     assert ids == [f"claude-test-{n}" for n in range(7)]
-    pages = [r for r in fake_provider.requests if r.route == "models"]
+    pages = fake_provider.listings
     assert [r.status for r in pages] == [200, 200, 200]  # 3 + 3 + 1, following last_id
+    assert fake_provider.requests == []  # listings are not model calls
 
 
 def test_models_page_has_the_real_shape_and_refusals() -> None:

@@ -891,13 +891,16 @@ async def test_switching_the_model_takes_effect_on_the_next_turn(
 ) -> None:
     settings = fast_settings(fake_provider)
     h = await harness(new_anthropic(settings), settings, tmp_path)
-    models = [c.value for c in h.session.config_options()[1].choices]
-    assert len(models) >= 2
-    fake_provider.enqueue(Reply.text("one"), Reply.text("two"))
+    values = [c.value for c in h.session.config_options()[1].choices]
+    models = [v.partition("/")[2] for v in values]  # a choice is `provider/model`
+    assert len(models) >= 3 and all(v.startswith("anthropic/") for v in values)
+    fake_provider.enqueue(Reply.text("one"), Reply.text("two"), Reply.text("three"))
     await h.prompt("first")
-    await h.session.set_config_option("model", models[1])
+    await h.session.set_config_option("model", values[1])
     await h.prompt("second")
-    assert [r.body["model"] for r in fake_provider.requests] == [models[0], models[1]]
+    await h.session.set_config_option("model", models[2])  # a bare id, as older clients send
+    await h.prompt("third")
+    assert [r.body["model"] for r in fake_provider.requests] == models[:3]
 
 
 # --- the Bedrock route ----------------------------------------------------------------------

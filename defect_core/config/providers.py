@@ -224,11 +224,15 @@ def provider_settings(settings: Settings, spec: ProviderSpec) -> Settings:
     )
 
 
-def default_selection(settings: Settings, first_model: str) -> ModelSelection:
-    """The default provider with `model` (else `first_model`, that provider's first model)."""
-    spec = provider_spec(settings, settings.provider)
-    name = spec.name if spec is not None else settings.provider
-    return ModelSelection(name, settings.model or first_model)
+def default_selection(
+    settings: Settings, first_model: str, provider: str | None = None
+) -> ModelSelection:
+    """The default provider (`provider`, else the one `provider` names in the settings) with
+    `model` (else `first_model`, that provider's first model)."""
+    if provider is None:
+        spec = provider_spec(settings, settings.provider)
+        provider = spec.name if spec is not None else settings.provider
+    return ModelSelection(provider, settings.model or first_model)
 
 
 def check_default_provider(settings: Settings) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from defect_core.config import ProviderSpec, Settings, provider_specs
+from defect_core.config import ProviderSpec, Settings, provider_spec, provider_specs
 from defect_core.log import get_logger
 from defect_core.providers.base import LlmProvider, ModelInfo, ProviderError
 
@@ -120,6 +120,9 @@ class ProviderSet:
         build: Callable[[ProviderSpec], LlmProvider],
         catalog: ModelCatalog,
     ) -> None:
+        self._settings = settings
+        self._open = True
+        """Whether a kind the picker does not list may join (not for `single`)."""
         self._specs = {spec.name: spec for spec in provider_specs(settings)}
         self._build = build
         self._catalog = catalog
@@ -132,6 +135,7 @@ class ProviderSet:
         providers = cls(Settings(), lambda _spec: provider, catalog)
         providers._specs = {provider.name: spec}
         providers._built = {provider.name: provider}
+        providers._open = False
         return providers
 
     @property
@@ -140,9 +144,13 @@ class ProviderSet:
         return tuple(self._specs)
 
     def get(self, name: str) -> LlmProvider | None:
-        """The provider called `name`, built once; None when the settings have none."""
+        """The provider called `name`, built once; None when the settings have none. A kind
+        the picker does not list (a session stored on it) joins the set when asked for."""
         if name not in self._specs:
-            return None
+            spec = provider_spec(self._settings, name) if self._open else None
+            if spec is None or spec.name != name:
+                return None
+            self._specs[name] = spec
         if name not in self._built:
             self._built[name] = self._build(self._specs[name])
         return self._built[name]

@@ -1,8 +1,9 @@
 """`DefaultAgentCore`: the process's sessions — create, load, find, list, close, delete.
 
 Owns the live sessions of one process, the settings each starts from, the providers they
-share, the store, and each session's MCP servers at creation and load. What a session does
-once it exists is `state.py`.
+share (every configured one, built once per shape, with one live model catalog), the store,
+and each session's MCP servers at creation and load. What a session does once it exists is
+`state.py`.
 
 Invariants:
 - A session id names one session: creating an id that is live or stored is
@@ -25,12 +26,13 @@ from pathlib import Path
 
 import anyio
 
-from defect_core.config import Settings
+from defect_core.config import ProviderSpec, Settings, provider_settings
 from defect_core.hosted import hosted_web_search
 from defect_core.log import get_logger
 from defect_core.mcp import McpHub, load_mcp_json, merge_servers
 from defect_core.providers.base import LlmProvider
-from defect_core.providers.registry import build_provider
+from defect_core.providers.live import ModelCatalog, ProviderSet
+from defect_core.providers.registry import build_named
 from defect_core.session.persistence import server_summary
 from defect_core.session.protocol import (
     Backends,
@@ -73,6 +75,7 @@ class DefaultAgentCore:
         self._tools_factory = tools or default_tools
         self._provider = provider
         self._providers: dict[tuple[object, ...], LlmProvider] = {}
+        self._catalog = ModelCatalog()
         self._store = store
         self._sessions: dict[str, DefaultSession] = {}
         self._loading: dict[str, anyio.Event] = {}
@@ -93,14 +96,23 @@ class DefaultAgentCore:
         return self._store_problem or "no session store is configured"
 
     def provider(self, settings: Settings | None = None) -> LlmProvider:
-        """The provider for `settings` (default: the process's), built once per shape."""
+        """The default provider for `settings` (default: the process's)."""
+        return self.providers(settings).default()
+
+    def providers(self, settings: Settings | None = None) -> ProviderSet:
+        """Every provider `settings` offers a session, each built once per shape and shared
+        with the other sessions (their live model lists too: `ModelCatalog`)."""
         if self._provider is not None:
-            return self._provider
+            return ProviderSet.single(self._provider, self._catalog)
         settings = settings or self._settings
-        key = _provider_key(settings)
-        if key not in self._providers:
-            self._providers[key] = build_provider(settings.provider, settings)
-        return self._providers[key]
+
+        def build(spec: ProviderSpec) -> LlmProvider:
+            key = (spec.name, *_provider_key(provider_settings(settings, spec)))
+            if key not in self._providers:
+                self._providers[key] = build_named(spec, settings)
+            return self._providers[key]
+
+        return ProviderSet(settings, build, self._catalog)
 
     def _session_settings(self, cwd: Path) -> Settings:
         if self._settings_for is None:
@@ -135,14 +147,15 @@ class DefaultAgentCore:
                     "sets require_persistence"
                 )
             log.warning("session_not_saved", session_id=session_id, reason=self._store_problem)
-        hosted_web_search(settings, self.provider(settings))  # refused before any MCP server
+        providers = self.providers(settings)
+        hosted_web_search(settings, providers.default())  # refused before any MCP server
         hub = await self._connect_mcp(cwd, mcp_servers, settings)
         try:
             session = DefaultSession(
                 session_id=session_id,
                 cwd=cwd,
                 settings=settings,
-                provider=self.provider(settings),
+                providers=providers,
                 tools=ToolRegistry([*self._tools_factory(), *hub.tools]),
                 backends=backends,
                 store=self._store,
@@ -188,13 +201,15 @@ class DefaultAgentCore:
             where = cwd or Path(stored.record.cwd)
             await _check_cwd(where)
             settings = self._session_settings(where)
-            hosted_web_search(settings, self.provider(settings))
+            providers = self.providers(settings)
+            stored_provider = providers.get(stored.record.provider) or providers.default()
+            hosted_web_search(settings, stored_provider)  # refused before any MCP server
             hub = await self._connect_mcp(where, mcp_servers, settings)
             session = DefaultSession(
                 session_id=session_id,
                 cwd=where,
                 settings=settings,
-                provider=self.provider(settings),
+                providers=providers,
                 tools=ToolRegistry([*self._tools_factory(), *hub.tools]),
                 backends=backends,
                 store=self._store,

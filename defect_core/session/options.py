@@ -1,8 +1,9 @@
 """A session's settings a user may change: mode, model, reasoning effort — and what they mean
 for a turn (thinking budget, context window).
 
-Owns the choices offered (`config_options`), the check of a requested value
-(`checked_choice`, `check_mode`), and the translations a turn needs: an effort as a thinking
+Owns the choices offered (`config_options`; the model picker's `(provider, model)` pairs,
+grouped by provider: `model_choices`), the check of a requested value (`checked_choice`,
+`check_mode`, `resolve_model`), and the translations a turn needs: an effort as a thinking
 budget (`thinking_budget`), a model as a context window (`context_window`).
 
 Invariants:
@@ -10,6 +11,8 @@ Invariants:
   `InvalidOption` naming the choices, so a client can show the user what to pick instead.
 - The configured model is always offered, even when the provider's catalogue does not list
   it: what a session runs on is never missing from its own option list.
+- A model choice's value is its `ModelSelection.value` (`provider/model`): the same model id
+  at two providers is two choices.
 - Pure functions of their arguments (the session, `state.py`, keeps the values and applies
   them): the same session state always offers the same options.
 """
@@ -20,7 +23,8 @@ from defect_core import policy
 from defect_core.config import Settings
 from defect_core.errors import InvalidOption
 from defect_core.log import get_logger
-from defect_core.providers.base import LlmProvider
+from defect_core.providers.base import ModelInfo
+from defect_core.selection import ModelSelection
 from defect_core.session.protocol import ConfigOption, OptionChoice
 
 log = get_logger("defect.agent")
@@ -44,15 +48,14 @@ def thinking_budget(effort: str, max_tokens: int) -> int | None:
     return budget if budget >= 1024 else None
 
 
-def context_window(settings: Settings, provider: LlmProvider, model: str) -> int:
-    """The model's context window: configured, else the provider's catalogue, else a
+def context_window(settings: Settings, info: ModelInfo | None, model: str) -> int:
+    """The model's context window: configured, else what its provider says (`info`), else a
     conservative default (with a warning, once per model, saying how to set it)."""
     configured = settings.context_windows.get(model)
     if configured:
         return configured
-    for info in provider.models():
-        if info.id == model and info.context_window:
-            return info.context_window
+    if info is not None and info.context_window:
+        return info.context_window
     if model not in _unknown_windows:
         _unknown_windows.add(model)
         log.warning(
@@ -70,11 +73,54 @@ def check_mode(mode_id: str) -> None:
         raise InvalidOption(f"unknown mode {mode_id!r}; available modes: {known}")
 
 
-def config_options(provider: LlmProvider, mode: str, model: str, effort: str) -> list[ConfigOption]:
+Candidates = list[tuple[str, list[ModelInfo]]]
+"""Each provider's name and the models it offers now (`providers.live.ProviderSet`)."""
+
+
+def model_choices(candidates: Candidates, current: ModelSelection) -> tuple[OptionChoice, ...]:
+    """Every `(provider, model)` pair, grouped by provider (the current one always among
+    them); with several providers, each label names its provider too (for clients that show
+    the choices without their headings)."""
+    several = len(candidates) > 1
+    choices: list[OptionChoice] = []
+    for provider, models in candidates:
+        group: list[OptionChoice] = []
+        for info in models:
+            label = f"{info.name} ({provider})" if several else info.name
+            group.append(
+                OptionChoice(
+                    ModelSelection(provider, info.id).value, label, info.description, provider
+                )
+            )
+        if provider == current.provider and current.value not in {c.value for c in group}:
+            label = f"{current.model} ({provider})" if several else current.model
+            group.insert(0, OptionChoice(current.value, label, "configured model", provider))
+        choices.extend(group)
+    if current.value not in {c.value for c in choices}:  # a provider no longer offered
+        choices.insert(
+            0, OptionChoice(current.value, current.value, "configured model", current.provider)
+        )
+    return tuple(choices)
+
+
+def resolve_model(value: str, choices: tuple[OptionChoice, ...], current: ModelSelection) -> str:
+    """The choice `value` names: a `provider/model` value, or a bare model id (what older
+    clients send) of the current provider, else of the one provider offering it."""
+    values = [c.value for c in choices]
+    if value in values:
+        return value
+    mine = ModelSelection(current.provider, value).value
+    if mine in values:
+        return mine
+    offering = [v for v in values if ModelSelection.parse(v) and v.partition("/")[2] == value]
+    return offering[0] if len(offering) == 1 else value
+
+
+def config_options(
+    candidates: Candidates, mode: str, selection: ModelSelection, effort: str
+) -> list[ConfigOption]:
     """The options a session offers, with its current values."""
-    models = tuple(OptionChoice(m.id, m.name, m.description) for m in provider.models())
-    if model not in {c.value for c in models}:
-        models = (OptionChoice(model, model, "configured model"), *models)
+    several = len(candidates) > 1
     return [
         ConfigOption(
             id="mode",
@@ -88,9 +134,11 @@ def config_options(provider: LlmProvider, mode: str, model: str, effort: str) ->
             id="model",
             name="Model",
             category="model",
-            current=model,
-            choices=models,
-            description=f"Model used by the {provider.name} provider",
+            current=selection.value,
+            choices=model_choices(candidates, selection),
+            description="Model and provider; a change applies from the next prompt"
+            if several
+            else f"Model used by the {selection.provider} provider",
         ),
         ConfigOption(
             id="reasoning_effort",

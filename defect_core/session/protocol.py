@@ -90,6 +90,8 @@ class OptionChoice:
     value: str
     name: str
     description: str | None = None
+    group: str | None = None
+    """The heading it is listed under (the model picker: its provider); None: no heading."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +163,12 @@ class Session(Protocol):
     def config_options(self) -> list[ConfigOption]: ...
 
     async def set_config_option(self, option_id: str, value: str) -> list[ConfigOption]: ...
+
+    async def refresh_models(self) -> None:
+        """Ask the providers for their live model lists (network: never before the answer
+        that opened the session); when the offered models changed, publish `ConfigChanged`
+        for the model option."""
+        ...
 
     def slash_commands(self) -> tuple[tuple[str, str], ...]: ...
 

@@ -1,6 +1,7 @@
 """`DefaultSession`: one conversation's state, its turns and what the store keeps of it.
 
-Owns session state (history, transcript, event bus, tools, mode, model, reasoning effort,
+Owns session state (history, transcript, event bus, tools, mode, the `(provider, model)`
+selection and the switch between providers, reasoning effort,
 tool-call records, title, permission memory), the one-turn-at-a-time rule, cancellation, and
 the writes that make the session durable. The pieces with rules of their own live beside it:
 `options.py` (what may be chosen), `commands.py` (`/compact`, `/context`), `titles.py`
@@ -13,7 +14,9 @@ Invariants:
   the turn goes on; `TurnEnded`/`TurnFailed` is the last event of a turn, so a front end that
   waits for it has seen every update of that turn.
 - Mode, model and effort changes apply from the next turn; a running turn keeps the
-  `TurnConfig` it started with.
+  `TurnConfig` it started with. A model change may change provider: the next request goes to
+  the new one, with only the thinking it signed (`provenance.py`), and the store keeps the
+  pair so a load restores it.
 - With a store, a message is durable before the turn goes on (each `_commit` awaits its own
   transaction); tool-call states, title, mode, options and "always" answers are written as
   they change, so a session killed at any point loads as it was. The store keeps the truth:
@@ -36,7 +39,7 @@ from anyio.abc import ObjectReceiveStream
 
 from defect_core import policy
 from defect_core.compaction import Compactor
-from defect_core.config import Settings
+from defect_core.config import Settings, default_selection
 from defect_core.events import (
     AgentEvent,
     AgentTextDelta,
@@ -58,7 +61,10 @@ from defect_core.log import get_logger
 from defect_core.mcp import McpHub
 from defect_core.model import ContentBlock, Message
 from defect_core.prompt import build_system_prompt
+from defect_core.provenance import own_thinking_only
 from defect_core.providers.base import LlmProvider
+from defect_core.providers.live import ProviderSet
+from defect_core.selection import ModelSelection
 from defect_core.session import options
 from defect_core.session.commands import SLASH_COMMANDS, answer_command, slash_command
 from defect_core.session.permissions import SessionPermissions
@@ -93,7 +99,7 @@ class DefaultSession:
         session_id: str,
         cwd: Path,
         settings: Settings,
-        provider: LlmProvider,
+        providers: ProviderSet,
         tools: ToolRegistry,
         backends: Backends,
         store: AsyncStore | None = None,
@@ -109,7 +115,7 @@ class DefaultSession:
         self._mcp_servers = mcp_servers
         self._cwd = cwd
         self._settings = settings
-        self._provider = provider
+        self._providers = providers
         self._tools = tools
         self._backends = backends
         self._store = store
@@ -120,7 +126,9 @@ class DefaultSession:
         self._tool_calls: dict[str, ToolCallRecord] = dict(stored.tool_calls) if stored else {}
         record = stored.record if stored else None
         self._mode: str = record.mode if record else policy.DEFAULT_MODE
-        self._model = record.model if record else settings.model or provider.default_model()
+        self._selection, self._unstamped_provider = _first_selection(
+            settings, providers, record, session_id
+        )
         self._effort = (
             record.config.get("reasoning_effort", settings.reasoning_effort)
             if record
@@ -132,7 +140,7 @@ class DefaultSession:
         self._title = SessionTitle(record.title if record else None)
         self._updated_at = record.updated_at if record else _now()
         self._system_prompt = build_system_prompt(cwd, backends.frontend)
-        self._web_search = hosted_web_search(settings, provider)
+        self._web_search = hosted_web_search(settings, self._provider)
         self._tool_state: dict[str, Any] = {}
         self._running = False
         self._turn = 0
@@ -140,10 +148,11 @@ class DefaultSession:
         self._closed = False
         self._context = Compactor(
             history=self._history,
-            provider=provider,
+            provider=self._provider,
             publish=self._publish,
             checkpoint=self._writer.checkpoint,
         )
+        self._context.use_provider(self._provider, self._own_thinking_only)
 
     # --- identity --------------------------------------------------------------------------
 
@@ -166,6 +175,20 @@ class DefaultSession:
     @property
     def tools(self) -> ToolRegistry:
         return self._tools
+
+    @property
+    def selection(self) -> ModelSelection:
+        """The `(provider, model)` the next turn talks to."""
+        return self._selection
+
+    @property
+    def _provider(self) -> LlmProvider:
+        provider = self._providers.get(self._selection.provider)
+        assert provider is not None  # a selection is only ever made of a provider of the set
+        return provider
+
+    def _own_thinking_only(self, messages: list[Message]) -> list[Message]:
+        return own_thinking_only(messages, self._selection, self._unstamped_provider)
 
     def subscribe(self) -> ObjectReceiveStream[AgentEvent]:
         return self._bus.subscribe()
@@ -196,8 +219,8 @@ class DefaultSession:
         return SessionRecord(
             id=self._id,
             cwd=str(self._cwd),
-            provider=self._provider.name,
-            model=self._model,
+            provider=self._selection.provider,
+            model=self._selection.model,
             mode=self._mode,
             title=self._title.title,
             config={"reasoning_effort": self._effort},
@@ -278,17 +301,23 @@ class DefaultSession:
         s = self._settings
         return TurnConfig(
             session_id=self._id,
-            model=self._model,
+            model=self._selection.model,
             system_prompt=self._system_prompt,
             mode=self._mode,
             max_tokens=s.max_tokens,
             max_turn_requests=s.max_turn_requests,
             thinking_budget=options.thinking_budget(self._effort, s.max_tokens),
-            context_window=options.context_window(s, self._provider, self._model),
+            context_window=options.context_window(
+                s,
+                self._providers.model_info(self._selection.provider, self._selection.model),
+                self._selection.model,
+            ),
             retries=s.retries,
             retry_base_delay=s.retry_base_delay,
             retry_max_delay=s.retry_max_delay,
             web_search=self._web_search,
+            provider=self._selection.provider,
+            unstamped_provider=self._unstamped_provider,
         )
 
     async def _run_command(self, turn: int, name: str, args: str) -> TurnStopReason:
@@ -377,21 +406,53 @@ class DefaultSession:
             await self._bus.publish(ModeChanged(mode_id))
 
     def config_options(self) -> list[ConfigOption]:
-        return options.config_options(self._provider, self._mode, self._model, self._effort)
+        return options.config_options(
+            self._providers.candidates(), self._mode, self._selection, self._effort
+        )
 
     async def set_config_option(self, option_id: str, value: str) -> list[ConfigOption]:
-        option = options.checked_choice(self.config_options(), option_id, value)
+        current = self.config_options()
+        if option_id == "model":
+            model = next(o for o in current if o.id == "model")
+            value = options.resolve_model(value, model.choices, self._selection)
+        option = options.checked_choice(current, option_id, value)
         if option_id == "mode":
             await self.set_mode(value)
         elif value != option.current:
             if option_id == "model":
-                self._model = value
-                await self._writer.update(model=value)
+                await self._select(value)
             else:
                 self._effort = value
                 await self._writer.update(config={"reasoning_effort": value})
             await self._bus.publish(ConfigChanged(option_id, value))
         return self.config_options()
+
+    async def _select(self, value: str) -> None:
+        """Talk to another `(provider, model)` from the next turn: its hosted capabilities are
+        checked first (a switch the configuration cannot serve is refused, nothing changes),
+        the compactor follows, and the store keeps both halves."""
+        selection = ModelSelection.parse(value)
+        assert selection is not None  # every choice is a `provider/model` value
+        provider = self._providers.get(selection.provider)
+        assert provider is not None
+        web_search = hosted_web_search(self._settings, provider)
+        previous, self._selection = self._selection, selection
+        self._web_search = web_search
+        self._context.use_provider(provider, self._own_thinking_only)
+        log.info(
+            "model_selected",
+            session_id=self._id,
+            previous=previous.value,
+            selection=selection.value,
+        )
+        await self._writer.update(provider=selection.provider, model=selection.model)
+
+    async def refresh_models(self) -> None:
+        """Ask every provider for its live model list (network: a front end calls this after
+        it has answered `session/new` or a load) and, when a list changed, tell the front end
+        (`ConfigChanged` of the model option)."""
+        if await self._providers.refresh() and not self._closed:
+            await self._bus.publish(ConfigChanged("model", self._selection.value))
 
     def slash_commands(self) -> tuple[tuple[str, str], ...]:
         return SLASH_COMMANDS
@@ -421,3 +482,26 @@ class DefaultSession:
             await self._mcp.aclose()
         self._permissions.cancel_all()
         self._bus.close()
+
+
+def _first_selection(
+    settings: Settings, providers: ProviderSet, record: SessionRecord | None, session_id: str
+) -> tuple[ModelSelection, str | None]:
+    """The selection a session starts with: the stored one (restored by a load), else the
+    configuration's default; and the provider unstamped thinking is taken to come from (the
+    stored one: histories written before sessions could switch had only that one)."""
+    default = providers.default()
+    if record is None:
+        return default_selection(settings, default.default_model(), default.name), None
+    if providers.get(record.provider) is not None:
+        return ModelSelection(record.provider, record.model), record.provider
+    fallback = default_selection(settings, default.default_model(), default.name)
+    log.warning(
+        "stored_provider_unavailable",
+        session_id=session_id,
+        provider=record.provider,
+        model=record.model,
+        using=fallback.value,
+        fix="configure that provider again ([providers.NAME]) to continue on it",
+    )
+    return fallback, record.provider
