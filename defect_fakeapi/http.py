@@ -194,10 +194,10 @@ class ApiHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)
         headers = {k.lower(): v for k, v in self.headers.items()}
-        listing = url.path == "/v1/models"
-        record = self.provider._new_record("GET", url.path, headers, b"", listing=listing)
+        # Every GET is a listing (the agent's model calls are POSTs): kept apart from the calls.
+        record = self.provider._new_record("GET", url.path, headers, b"", listing=True)
         try:
-            if listing:
+            if url.path == "/v1/models":
                 self._models(record, url.query)
             else:
                 self._not_found(record)

@@ -249,17 +249,20 @@ class FakeProvider:
 
     @property
     def listings(self) -> list[RequestRecord]:
-        """The `GET /v1/models` requests seen so far, oldest first. Kept apart from
-        `requests` (the model calls): an agent lists models in the background, and a test
-        counting its model calls must not count those."""
+        """The GET requests (`/v1/models`, and Bedrock's listings, which the fake answers 404)
+        seen so far, oldest first. Kept apart from `requests` (the model calls): an agent lists
+        models in the background, and a test counting its model calls must not count those."""
         with self._lock:
             return list(self._listings)
 
-    def wait_for_listings(self, count: int, timeout: float = 5.0) -> list[RequestRecord]:
-        """Block until `count` listings have been answered (or failed); returns them."""
+    def wait_for_listings(
+        self, count: int, timeout: float = 5.0, *, answered: bool = True
+    ) -> list[RequestRecord]:
+        """Block until `count` listings have been answered (or failed) - or only arrived, with
+        `answered=False` (one held by `models_gate`); returns them."""
         deadline = time.monotonic() + timeout
         with self._changed:
-            while sum(1 for r in self._listings if r.done.is_set()) < count:
+            while sum(1 for r in self._listings if r.done.is_set() or not answered) < count:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError("the model listings were not all answered")
