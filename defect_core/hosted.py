@@ -18,7 +18,7 @@ hosted capability; the rule tying them and the user's view of it are stated once
 
 from __future__ import annotations
 
-from defect_core.config import Settings, web_search_for
+from defect_core.config import PROVIDER_KINDS, Settings, web_search_for
 from defect_core.errors import InvalidOption
 from defect_core.model import ServerToolUseBlock, WebSearchError, WebSearchResultBlock
 from defect_core.providers.base import HostedWebSearch, hosted_capabilities
@@ -35,10 +35,12 @@ class CapabilityUnsatisfied(InvalidOption):
     """The configuration delegates a capability to a provider that cannot run it."""
 
     def __init__(self, capability: str, provider: str) -> None:
+        # A configured provider's table is `[providers.NAME]`; a kind's is `[KIND]`.
+        table = provider if provider in PROVIDER_KINDS else f"providers.{provider}"
         super().__init__(
             f"{capability} capability is unsatisfied: provider `{provider}` does not support "
             f"hosted {capability}. To fix this, choose one of: "
-            f"1. disable hosted {capability} for this provider: [{provider}.capabilities."
+            f"1. disable hosted {capability} for this provider: [{table}.capabilities."
             f'{capability}] mode = "disabled"; '
             f"2. use a provider that supports it (anthropic), or set the global default to "
             f'disabled ([capabilities.{capability}] mode = "disabled") and delegate only where '

@@ -150,6 +150,41 @@ async def connected(
         await end_agent(process, graceful=True)
 
 
+DEMO_CONFIG = """\
+# The demo's own configuration (never the user's): three providers in the model picker.
+provider = "scripted"                 # the default: the offline model
+
+[providers.lab]                       # a second offline model, under its own name
+kind = "scripted"
+models = ["offline-lab"]
+
+[providers.claude]                    # the Anthropic API, configured but offline here: its
+kind = "anthropic"                    # key's variable is never set, so its configured
+api_key_env = "DEFECT_DEMO_NO_KEY"    # models stay listed and nothing is asked of the network
+models = ["claude-sonnet-5-5", "claude-opus-5-5"]
+"""
+
+
+def write_demo_config(config_home: Path) -> None:
+    (config_home / "defect").mkdir(parents=True, exist_ok=True)
+    (config_home / "defect" / "config.toml").write_text(DEMO_CONFIG)
+
+
+def show_models(options: Any) -> int:
+    """Print the model picker as an editor would (grouped by provider); the number of groups."""
+    for option in options or []:
+        option = getattr(option, "root", option)
+        if option.id != "model":
+            continue
+        print(f"{DIM}model picker (current: {option.current_value}):{RESET}")
+        entries = [getattr(item, "root", item) for item in option.options]
+        grouped = [e for e in entries if hasattr(e, "group")]
+        for group in grouped:
+            print(f"{DIM}  {group.name}: {', '.join(o.value for o in group.options)}{RESET}")
+        return len(grouped)
+    return 0
+
+
 def make_workspace(root: Path) -> None:
     (root / "src").mkdir(parents=True, exist_ok=True)
     (root / "README.md").write_text("# Tiny project\n\nA calculator used by the defect demo.\n")
@@ -160,7 +195,10 @@ async def run(workspace: Path, state_dir: Path) -> int:
     editor = Editor()
     env = dict(os.environ)
     env.pop("DEFECT_SCRIPT", None)
+    env.pop("DEFECT_DEMO_NO_KEY", None)
     env["DEFECT_PROVIDER"] = "scripted"
+    env["XDG_CONFIG_HOME"] = str(state_dir / "config")
+    write_demo_config(state_dir / "config")
     # The demo's sessions live beside the workspace, never in it: the listing the model
     # shows must be the project's files only.
     env.setdefault("DEFECT_STATE_DIR", str(state_dir))
@@ -189,6 +227,7 @@ async def run(workspace: Path, state_dir: Path) -> int:
             f"{DIM}session {sid} in {workspace}; mode: "
             f"{session.modes.current_mode_id if session.modes else '?'}{RESET}"
         )
+        check(show_models(session.config_options) >= 2, "the model picker lists providers")
 
         async def prompt(text: str) -> str:
             print(f"\n{BOLD}> {text}{RESET}")
@@ -228,6 +267,13 @@ async def run(workspace: Path, state_dir: Path) -> int:
         check(response.stop_reason == "cancelled", "the cancel stopped the turn")
 
         check(await prompt("hello again") == "end_turn", "the session works after a cancel")
+
+        print(f"\n{BOLD}(the editor picks lab/offline-lab: another provider){RESET}")
+        switched = await conn.set_config_option(
+            session_id=sid, config_id="model", value="lab/offline-lab"
+        )
+        show_models(switched.config_options)
+        check(await prompt("hello from the lab") == "end_turn", "a turn on the other provider")
         check(await prompt("/context") == "end_turn", "/context answers without the model")
 
     if failures:

@@ -423,6 +423,9 @@ def test_the_demo_shows_an_editors_view_in_order_and_none_of_its_own_files() -> 
     positions = [out.find(marker) for marker in order]
     assert -1 not in positions, list(zip(order, positions, strict=True))
     assert positions == sorted(positions)
+    # The model picker lists more than one provider, and a turn runs on the second one.
+    assert "  lab: lab/offline-lab" in out and "  claude: claude/claude-sonnet-5-5" in out
+    assert "> hello from the lab" in out
     # The listing is the project's files only: no state database of the demo's own.
     assert "2 files matching '*':\n    README.md\n    src/calc.py\n" in out
     assert ".defect" not in out

@@ -335,3 +335,25 @@ async def test_a_bad_provider_table_fails_its_projects_sessions_naming_file_and_
         assert f"{work / '.defect' / 'config.toml'}, line {line}" in message
         assert words in message
         assert await agent.new_session(elsewhere)  # every other session goes on
+
+
+async def test_a_switch_the_configuration_cannot_serve_is_refused_and_changes_nothing(
+    alpha: FakeProvider, beta: FakeProvider, tmp_path: Path
+) -> None:
+    extra = '\n[providers.beta.capabilities.web_search]\nmode = "delegate"\n'
+    work = project(tmp_path, two_providers(alpha, beta, extra=extra))
+    alpha.enqueue(Reply.text("still alpha"))
+    async with spawn_defect(env=env_for(tmp_path)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        with pytest.raises(RequestError) as err:
+            await agent.conn.set_config_option(
+                session_id=sid, config_id="model", value=f"beta/{BEDROCK_MODEL}"
+            )
+        assert err.value.code == -32602
+        assert "provider `beta`" in str(err.value)
+        assert "[providers.beta.capabilities.web_search]" in str(err.value)
+        assert (await agent.prompt(sid, "hi")).stop_reason == "end_turn"
+        await settled(alpha)
+    assert [r.rejected for r in alpha.requests] == [False]
+    assert beta.requests == []

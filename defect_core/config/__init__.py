@@ -35,6 +35,7 @@ from defect_core.config.providers import (
 from defect_core.config.resolve import load_settings, settings_from_env, settings_without_files
 from defect_core.config.settings import (
     EFFORT_LEVELS,
+    PROVIDER_KINDS,
     ConfigError,
     ProviderSpec,
     Settings,
@@ -43,6 +44,7 @@ from defect_core.config.settings import (
 
 __all__ = [
     "EFFORT_LEVELS",
+    "PROVIDER_KINDS",
     "ConfigError",
     "ProviderSpec",
     "Settings",

@@ -35,6 +35,12 @@ Keys (every one optional; tables merge key by key across layers):
     anthropic = ["claude-sonnet-5-5", "claude-opus-5-5"]
     bedrock = ["eu.anthropic.claude-sonnet-4-5-20250929-v1:0"]
 
+    [providers.work]                  # more providers, each under its own name (the model
+    kind = "bedrock"                  # picker's group): anthropic | bedrock | scripted;
+    region = "eu-central-1"           # keys per kind in `config/providers.py`, which also
+    profile = "work"                  # says how the plain keys above map onto providers
+    models = ["eu.anthropic.claude-sonnet-4-5-20250929-v1:0"]
+
     [context_windows]                 # tokens, per model id (for compaction)
     "claude-sonnet-5-5" = 1000000
 
