@@ -1,0 +1,19 @@
+"""The system prompt (see `defect_core/prompt/build.py`)."""
+
+from defect_core.prompt.build import (
+    BASE_PROMPT,
+    PromptFacts,
+    build_system_prompt,
+    gather_prompt_facts,
+    start_prompt_facts,
+    system_prompt_from,
+)
+
+__all__ = [
+    "BASE_PROMPT",
+    "PromptFacts",
+    "build_system_prompt",
+    "gather_prompt_facts",
+    "start_prompt_facts",
+    "system_prompt_from",
+]
