@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from defect_core.catalog.skills import Skill
 from defect_core.prompt import build_system_prompt, gather_prompt_facts
 from defect_core.prompt.environment import (
     MAX_STATUS_LINES,
@@ -81,7 +82,7 @@ def test_the_assembled_prompt_matches_its_snapshot() -> None:
             recent_commits=("1a2b3c4 Add the app", "5d6e7f8 First commit"),
         ),
     )
-    names = [tool.name for tool in builtin_tools()] + ["mcp__docs__lookup"]
+    names = [tool.name for tool in builtin_tools()] + ["skill", "mcp__docs__lookup"]
     prompt = build_system_prompt(
         env,
         Frontend(client_name="Zed", fs_delegated=True, terminal_delegated=True),
@@ -91,6 +92,7 @@ def test_the_assembled_prompt_matches_its_snapshot() -> None:
             InstructionFile("AGENTS.md", "Run `make test` before you finish."),
         ],
         user=InstructionFile("/home/me/.config/defect/AGENTS.md", "Answer in British English."),
+        skills=[Skill("release-notes", "Write release notes from git.", Path("/s"), "user")],
     )
     if os.environ.get("DEFECT_UPDATE_SNAPSHOTS") == "1":
         SNAPSHOT.write_text(prompt, encoding="utf-8")

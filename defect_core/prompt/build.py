@@ -23,6 +23,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from defect_core.catalog.skills import Skill, load_skills
+from defect_core.log import get_logger
 from defect_core.prompt.environment import Environment, gather_environment
 from defect_core.prompt.guidance import tool_guidance
 from defect_core.prompt.instructions import (
@@ -31,6 +33,8 @@ from defect_core.prompt.instructions import (
     user_instructions,
 )
 from defect_core.session import Frontend
+
+log = get_logger("defect.prompt")
 
 BASE_PROMPT = """\
 You are defect, a coding agent working inside the user's editor. You help with software
@@ -55,11 +59,20 @@ def build_system_prompt(
     tool_names: Sequence[str] = (),
     project: Sequence[InstructionFile] = (),
     user: InstructionFile | None = None,
+    skills: Sequence[Skill] = (),
 ) -> str:
     sections = [BASE_PROMPT, _environment(env, frontend)]
     guidance = tool_guidance(tool_names)
     if guidance:
         sections.append("# Tools\n\n" + "\n".join(guidance) + "\n")
+    if skills and "skill" in tool_names:
+        listed = "\n".join(f"- {skill.name}: {skill.description}" for skill in skills)
+        sections.append(
+            "# Skills\n\nA skill holds instructions for one kind of task. When a task matches a "
+            "skill's description, read the skill first with the `skill` tool and follow it.\n\n"
+            + listed
+            + "\n"
+        )
     if user is not None:
         sections.append("# The user's instructions\n\n" + _file_text(user) + "\n")
     if project:
@@ -120,6 +133,7 @@ class PromptFacts:
     env: Environment
     project: tuple[InstructionFile, ...] = ()
     user: InstructionFile | None = None
+    skills: tuple[Skill, ...] = ()
 
 
 def gather_prompt_facts(
@@ -128,12 +142,22 @@ def gather_prompt_facts(
     """Read the environment and the instruction files (blocking: run it on a thread)."""
     env = gather_environment(cwd, shell=shell, today=today)
     root = env.git.root if env.git is not None else None
-    return PromptFacts(env, tuple(project_instructions(cwd, root)), user_instructions())
+    skills, problems = load_skills(cwd)
+    for problem in problems:
+        log.warning("skill_skipped", problem=str(problem))
+    return PromptFacts(
+        env, tuple(project_instructions(cwd, root)), user_instructions(), tuple(skills)
+    )
 
 
 def system_prompt_from(facts: PromptFacts, frontend: Frontend, tool_names: Sequence[str]) -> str:
     return build_system_prompt(
-        facts.env, frontend, tool_names=tool_names, project=facts.project, user=facts.user
+        facts.env,
+        frontend,
+        tool_names=tool_names,
+        project=facts.project,
+        user=facts.user,
+        skills=facts.skills,
     )
 
 
