@@ -57,7 +57,7 @@ from defect_core.hosted import hosted_web_search
 from defect_core.log import get_logger
 from defect_core.mcp import McpHub
 from defect_core.model import ContentBlock, Message
-from defect_core.prompt import build_system_prompt
+from defect_core.prompt import start_prompt_facts, system_prompt_from
 from defect_core.providers.base import LlmProvider
 from defect_core.session import options
 from defect_core.session.commands import SLASH_COMMANDS, answer_command, slash_command
@@ -131,7 +131,12 @@ class DefaultSession:
         )
         self._title = SessionTitle(record.title if record else None)
         self._updated_at = record.updated_at if record else _now()
-        self._system_prompt = build_system_prompt(cwd, backends.frontend)
+        self._prompt_facts = start_prompt_facts(
+            cwd,
+            shell=settings.terminal_shell if backends.frontend.terminal_delegated else None,
+        )
+        self._system_prompt = ""
+        """Built once, before the first request (`_ready_prompt`); stable for the cache."""
         self._web_search = hosted_web_search(settings, provider)
         self._tool_state: dict[str, Any] = {}
         self._running = False
@@ -222,6 +227,7 @@ class DefaultSession:
         self._turn += 1
         turn = self._turn
         try:
+            await self._ready_prompt()
             if command is not None:
                 return await self._run_command(turn, *command)
             self._title.turn_started(prompt)
@@ -269,6 +275,15 @@ class DefaultSession:
             self._scope = None
             self._running = False
             self._updated_at = _now()
+
+    async def _ready_prompt(self) -> None:
+        """The system prompt, built from facts gathered off the `session/new` path."""
+        if not self._system_prompt:
+            facts = await anyio.to_thread.run_sync(
+                self._prompt_facts.result, abandon_on_cancel=True
+            )
+            names = [spec.name for spec in self._tools.specs()]
+            self._system_prompt = system_prompt_from(facts, self._backends.frontend, names)
 
     def cancel_turn(self) -> None:
         if self._scope is not None:
