@@ -40,6 +40,7 @@ from defect_core.config import Settings
 from defect_core.events import (
     AgentEvent,
     AgentTextDelta,
+    CommandsChanged,
     ConfigChanged,
     EventBus,
     ModeChanged,
@@ -56,11 +57,11 @@ from defect_core.history import VecHistory
 from defect_core.hosted import hosted_web_search
 from defect_core.log import get_logger
 from defect_core.mcp import McpHub
-from defect_core.model import ContentBlock, Message
+from defect_core.model import ContentBlock, Message, TextBlock
 from defect_core.prompt import start_prompt_facts, system_prompt_from
 from defect_core.providers.base import LlmProvider
 from defect_core.session import options
-from defect_core.session.commands import SLASH_COMMANDS, answer_command, slash_command
+from defect_core.session.commands import CommandBook, answer_command, slash_command
 from defect_core.session.permissions import SessionPermissions
 from defect_core.session.persistence import ReplayStateWriter, server_summary
 from defect_core.session.protocol import (
@@ -77,6 +78,7 @@ from defect_core.session.protocol import (
 from defect_core.session.titles import SessionTitle
 from defect_core.store import AsyncStore, SessionRecord, StoredSession, ToolCallRecord
 from defect_core.tools.base import ToolContext, ToolRegistry
+from defect_core.tools.skill import SkillTool
 from defect_core.turn import TurnConfig, TurnDeps, TurnResult, TurnRunner
 
 log = get_logger("defect.agent")
@@ -138,6 +140,7 @@ class DefaultSession:
         self._system_prompt = ""
         """Built once, before the first request (`_ready_prompt`); stable for the cache."""
         self._web_search = hosted_web_search(settings, provider)
+        self._commands = CommandBook(cwd)
         self._tool_state: dict[str, Any] = {}
         self._running = False
         self._turn = 0
@@ -222,14 +225,18 @@ class DefaultSession:
             )
         if not prompt:
             raise InvalidOption("the prompt is empty")
-        command = slash_command(prompt)
         self._running = True
         self._turn += 1
         turn = self._turn
         try:
+            await self.refresh_commands()
             await self._ready_prompt()
+            command = slash_command(prompt)
             if command is not None:
                 return await self._run_command(turn, *command)
+            custom = self._commands.custom_prompt(prompt)
+            if custom is not None:
+                prompt = [TextBlock(text=custom.text)]
             self._title.turn_started(prompt)
             runner = TurnRunner(
                 TurnDeps(
@@ -282,6 +289,8 @@ class DefaultSession:
             facts = await anyio.to_thread.run_sync(
                 self._prompt_facts.result, abandon_on_cancel=True
             )
+            if facts.skills and self._tools.get("skill") is None:
+                self._tools.add(SkillTool(facts.skills))
             names = [spec.name for spec in self._tools.specs()]
             self._system_prompt = system_prompt_from(facts, self._backends.frontend, names)
 
@@ -409,7 +418,13 @@ class DefaultSession:
         return self.config_options()
 
     def slash_commands(self) -> tuple[tuple[str, str], ...]:
-        return SLASH_COMMANDS
+        return self._commands.offered()
+
+    async def refresh_commands(self, *, announce: bool = True) -> None:
+        """Reload the custom commands; a changed offer reaches the client as an update
+        (unless the caller sends the whole list itself: `announce=False`)."""
+        if await self._commands.refresh() and announce:
+            await self._publish(CommandsChanged(self._commands.offered()))
 
     def notices(self) -> tuple[str, ...]:
         """What the user should read when the session opens (no saving, failed MCP servers)."""

@@ -14,7 +14,14 @@ from pydantic import Field
 
 from defect_core.catalog.skills import Skill, SkillFileError, read_skill_file
 from defect_core.events import ToolDisplay, ToolKind
-from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolError, ToolOutput
+from defect_core.tools.base import (
+    Safety,
+    ToolCallView,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    input_schema,
+)
 from defect_core.tools.workspace import ToolArgs, parse_args
 
 
@@ -27,6 +34,9 @@ class SkillArgs(ToolArgs):
 
 
 class SkillTool:
+    args_model = SkillArgs
+    """What `run` validates its arguments with; the input schema is derived from it."""
+
     def __init__(self, skills: Sequence[Skill]) -> None:
         self._skills = {skill.name: skill for skill in skills}
 
@@ -43,17 +53,7 @@ class SkillTool:
 
     @property
     def input_schema(self) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "description": "The skill's name."},
-                "file": {
-                    "type": "string",
-                    "description": "A file inside the skill's folder, instead of SKILL.md.",
-                },
-            },
-            "required": ["name"],
-        }
+        return input_schema(self.args_model)
 
     @property
     def safety(self) -> Safety:
@@ -80,7 +80,7 @@ class SkillTool:
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         import anyio
 
-        a = parse_args(SkillArgs, args, self.name)
+        a = parse_args(self.args_model, args, self.name)
         skill = self._skills.get(a.name)
         if skill is None:
             known = ", ".join(sorted(self._skills)) or "none"
