@@ -176,7 +176,7 @@ class _LazyInit(Loader):
 
         module.__getattr__ = __getattr__  # type: ignore[method-assign]
         if self._all is not None:
-            module.__all__ = self._all
+            module.__dict__["__all__"] = self._all
         if package == ROOT:
             _setup_logging = importlib.import_module(f"{ROOT}._utils._logs").setup_logging
             _setup_logging()
