@@ -350,3 +350,43 @@ def test_pruning_is_oldest_first_by_age_and_by_shared_size() -> None:
     assert "exceeds the size budget" in tight.summary()
 
     assert plan_prune(usages, sizes, Budget(), 25 * day).drop == []
+
+
+# -- the file door -----------------------------------------------------------------------
+
+
+def test_the_real_file_tools_are_checkpointed_through_the_file_door(
+    root: Path, blobs: BlobStore
+) -> None:
+    """write_file and edit_file, unchanged, writing through `CheckpointingFs`: the turn's
+    checkpoint holds every prior state, and a restore puts them back byte-exact."""
+    import anyio
+
+    from defect_core.checkpoints import CheckpointingFs
+    from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
+    from defect_core.tools.base import ToolContext
+    from defect_core.tools.files import EditFileTool, ReadFileTool, WriteFileTool
+
+    (root / "a.py").write_bytes(b"x = 1\r\ny = 2\r\n")
+    cp = checkpointer(root, blobs)
+    fs = CheckpointingFs(LocalFsBackend(root), cp)
+    ctx = ToolContext("s1", root, fs, LocalShellBackend())
+
+    async def turn() -> None:
+        await ReadFileTool().run({"path": "a.py"}, ctx)
+        await EditFileTool().run(
+            {"path": "a.py", "old_string": "x = 1", "new_string": "x = 9"}, ctx
+        )
+        await WriteFileTool().run({"path": "pkg/new.py", "content": "created\n"}, ctx)
+        await WriteFileTool().run({"path": "a.py", "content": "rewritten\n"}, ctx)
+
+    anyio.run(turn)
+    checkpoint = cp.finish()
+    entries = {e.path: e for e in checkpoint.entries}
+    assert sorted(entries) == ["a.py", "pkg/new.py"]
+    assert blobs.get(entries["a.py"].before.digest or "") == b"x = 1\r\ny = 2\r\n"
+    assert entries["a.py"].after is not None
+    assert entries["a.py"].after.digest == digest_of((root / "a.py").read_bytes())
+    assert restore(root, [checkpoint], blobs).applied
+    assert (root / "a.py").read_bytes() == b"x = 1\r\ny = 2\r\n"
+    assert not (root / "pkg" / "new.py").exists()

@@ -15,11 +15,11 @@ Invariants:
 - Equal contents are stored once (`put` of a present, well-formed blob writes nothing).
 - The store never touches the user's repository: it lives in defect's state directory.
 
-Durability: `put` does not fsync (a kill -9 cannot lose what the kernel already holds, and an
-fsync per blob would double the cost of a turn that writes many files, whose own writes each
-sync). `sync` fsyncs the blobs a checkpoint needs, and their directories, in one pass before
-the checkpoint's metadata is committed, so a power cut cannot leave metadata pointing at lost
-blobs. Whatever happens, `get` checks the hash.
+Durability: a kill -9 cannot lose what the kernel already holds, so the rename is enough for
+it. Against a power cut, `put(durable=True)` fsyncs a blob before renaming it (the checkpointer
+does so on its worker thread, overlapping the tool's own writes), and `sync_dirs` makes the
+renames durable before the checkpoint's metadata is committed, so metadata never points at
+lost blobs. Whatever happens, `get` checks the hash.
 """
 
 from __future__ import annotations
@@ -92,6 +92,14 @@ class SweepReport:
     freed_bytes: int
 
 
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class BlobStore:
     """Blobs under `root` (normally `<state dir>/checkpoints`); safe to share between
     processes: every write is a rename of a private temporary onto a name fixed by content."""
@@ -124,9 +132,10 @@ class BlobStore:
             and int.from_bytes(head[5:], "big") == length
         )
 
-    def put(self, data: bytes, digest: str | None = None) -> str:
+    def put(self, data: bytes, digest: str | None = None, *, durable: bool = False) -> str:
         """Store `data` (once) and return its name. `digest` saves hashing again when the
-        caller already has it."""
+        caller already has it. `durable`: fsync the blob before it is renamed into place (a
+        power cut then leaves it whole or absent); `sync_dirs` makes the rename durable."""
         name = digest or digest_of(data)
         path = self.path_of(name)
         if self._well_formed(path, len(data)):
@@ -142,6 +151,8 @@ class BlobStore:
             view = memoryview(encoded)
             while view:
                 view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         try:
@@ -171,22 +182,21 @@ class BlobStore:
             return 0
 
     def sync(self, digests: Collection[str]) -> None:
-        """Make these blobs durable: fsync each (in parallel, so the file system can group
-        the journal commits), then their directories."""
+        """Make these blobs durable (for blobs `put` without `durable`): fsync each, then
+        their directories (in parallel, so the file system can group the journal commits)."""
         paths = [self.path_of(d) for d in set(digests)]
-        if not paths:
-            return
-
-        def fsync(path: Path) -> None:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
         with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(fsync, paths))
-            list(pool.map(fsync, {p.parent for p in paths} | {self._blobs}))
+            list(pool.map(_fsync, paths))
+        self.sync_dirs(digests)
+
+    def sync_dirs(self, digests: Collection[str]) -> None:
+        """Make the renames of these (already fsynced) blobs durable: fsync their
+        directories."""
+        dirs = {self.path_of(d).parent for d in set(digests)}
+        if not dirs:
+            return
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(_fsync, [*dirs, self._blobs]))
 
     def names(self) -> Iterator[str]:
         """Every blob name present (for sweeping and tests)."""

@@ -51,7 +51,7 @@ class CaptureLimits:
 
 class _Slot:
     """One path of the turn: its prior state (maybe still being stored) and a hint of the
-    content written last (digest by `lstat` key)."""
+    content written last (its digest, maybe still being computed, by `lstat` key)."""
 
     __slots__ = ("before", "future", "source", "written")
 
@@ -59,7 +59,7 @@ class _Slot:
         self.before: FileState | None = None
         self.future: Future[FileState] | None = None
         self.source: Source = source
-        self.written: tuple[StatKey, str] | None = None
+        self.written: tuple[StatKey, str | Future[str]] | None = None
 
     def state(self) -> FileState:
         if self.before is not None:
@@ -165,7 +165,13 @@ class Checkpointer:
         key = stat_key(self.root / rel)
         with self._lock:
             slot = self._slots.get(rel)
-        if slot is not None and key is not None:
+        if slot is None or key is None:
+            return
+        with self._lock:
+            pool = self._pool
+        if pool is not None:  # hashed on the worker, overlapping the next write
+            slot.written = (key, pool.submit(digest_of, data))
+        else:
             slot.written = (key, digest_of(data))
 
     def _store(self, slot: _Slot, data: bytes, mode: int) -> None:
@@ -181,7 +187,7 @@ class Checkpointer:
 
         def store() -> FileState:
             try:
-                digest = self.blobs.put(data)
+                digest = self.blobs.put(data, durable=self.durable)
             finally:
                 if overlap:
                     with self._lock:
@@ -266,7 +272,8 @@ class Checkpointer:
         if not stat_mod.S_ISREG(key[4]):
             return FileState.uncovered("not a regular file after the turn")
         if slot.written is not None and slot.written[0] == key:
-            digest = slot.written[1]
+            hint = slot.written[1]
+            digest = hint if isinstance(hint, str) else hint.result()
         else:
             try:
                 digest = digest_of(_read(full))
@@ -294,14 +301,14 @@ class Checkpointer:
 
     def finish(self) -> Checkpoint:
         """Wait for the stores, record what defect left in each file, and (when durable)
-        fsync the blobs the checkpoint needs, before its metadata is committed."""
+        make the blobs' renames durable, before the checkpoint's metadata is committed."""
         entries = self._entries(finished=True)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
         checkpoint = self._checkpoint(entries, finished=True)
         if self.durable:
-            self.blobs.sync(checkpoint.blob_digests())
+            self.blobs.sync_dirs(checkpoint.blob_digests())
         return checkpoint
 
     def close(self) -> None:
