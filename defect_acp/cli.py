@@ -10,7 +10,8 @@ Invariants:
 - `defect fake-api` serves the strict fake Anthropic/Bedrock API (`defect_fakeapi`), for
   `provider_fake` transcripts and offline runs; it is imported only for that command.
 - `defect transcript run|record` plays or records scripted JSON-RPC sessions
-  (`defect_acp.transcript`); it is a client, so it keeps stdout for its report.
+  (`defect_transcript`, a client of `defect acp` over stdio that imports nothing of the
+  server); it keeps stdout for its report.
 - Nothing heavy is imported before it is needed: `--help`/`--version` import no SDK, and
   `defect acp` imports the ACP SDK but no provider SDK (those load on the first prompt).
 - A person gets one line, never a traceback: a TTY on stdin is told what this command is
@@ -33,7 +34,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from defect_acp import transcript
+import defect_transcript as transcript
 from defect_core import __version__
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ def run_acp(args: argparse.Namespace) -> int:
     if os.isatty(0):
         sys.stderr.write(TTY_NOTICE)
     protocol_fd = _claim_stdout()
-    from defect_acp.fastimport import prepare_pydantic
+    from defect_acp.sdk_compat import prepare_pydantic
 
     prepare_pydantic()
     from defect_core import log
@@ -213,7 +214,7 @@ def _serve(
     import signal
 
     from defect_acp.server import serve
-    from defect_core.agent import DefaultAgentCore
+    from defect_core.session import DefaultAgentCore
 
     async def main_task() -> None:
         store, problem = _open_store()

@@ -45,6 +45,7 @@ from acp import schema as s
 from acp.agent.connection import AgentSideConnection
 from pydantic import ValidationError
 
+from defect_acp.sdk_compat import wrap_router
 from defect_core.log import get_logger
 from defect_core.media import document_problem, image_problem, image_url_problem
 
@@ -90,10 +91,9 @@ class ParamsGuard:
 
 
 def guard_params(conn: AgentSideConnection) -> None:
-    """Put `ParamsGuard` in front of the connection's router (the pinned SDK, < 0.13, keeps
-    it as `conn._conn._handler`; the tests drive every method through it)."""
-    inner = conn._conn
-    inner._handler = ParamsGuard(inner._handler)
+    """Put `ParamsGuard` in front of the connection's router (`sdk_compat.wrap_router`; the
+    tests drive every method through it)."""
+    wrap_router(conn, ParamsGuard)
 
 
 def params_problem(method: str, params: Any) -> str | None:

@@ -24,15 +24,18 @@ from acp.helpers import (
 )
 
 from defect_core import events as ev
+from defect_core.hosted import search_outcome, search_title
 from defect_core.model import (
     ContentBlock,
     ImageBlock,
     Message,
     RedactedThinkingBlock,
+    ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    WebSearchResultBlock,
 )
 from defect_core.policy import ModeInfo
 from defect_core.session import ConfigOption, ToolCallSnapshot
@@ -137,6 +140,17 @@ def event_to_update(event: ev.AgentEvent) -> Update | None:
     return None
 
 
+def usage_meta(usage: ev.TurnUsage) -> dict[str, int]:
+    """A turn's usage as the prompt answer's `_meta.usage` (ACP's camelCase names)."""
+    return {
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "cacheReadInputTokens": usage.cache_read_input_tokens,
+        "cacheCreationInputTokens": usage.cache_creation_input_tokens,
+        "requests": usage.requests,
+    }
+
+
 def commands_update(commands: Sequence[tuple[str, str]]) -> s.AvailableCommandsUpdate:
     return s.AvailableCommandsUpdate(
         session_update="available_commands_update",
@@ -231,14 +245,21 @@ def replay_updates(
 ) -> list[Update]:
     """The whole conversation as the updates a client saw live, in order.
 
-    User text and images, agent text and thoughts, and every tool call with its title, kind,
-    last known status and content (diffs included). A call that never got a result (the
+    User text and images, agent text and thoughts, every tool call with its title, kind,
+    last known status and content (diffs included), and every search the provider ran (from
+    its blocks: query, hits or error). A call that never got a result (the
     process was killed while it ran) keeps its last recorded status — pending or
     in_progress — so the client shows it as not completed, which is the truth.
     """
     updates: list[Update] = []
     results: dict[str, ToolResultBlock] = {
         b.tool_use_id: b for m in transcript for b in m.content if isinstance(b, ToolResultBlock)
+    }
+    searches: dict[str, WebSearchResultBlock] = {
+        b.tool_use_id: b
+        for m in transcript
+        for b in m.content
+        if isinstance(b, WebSearchResultBlock)
     }
     for message in transcript:
         for block in message.content:
@@ -263,7 +284,25 @@ def replay_updates(
                 updates.append(
                     _replayed_call(block, tool_calls.get(block.id), results.get(block.id))
                 )
+            elif isinstance(block, ServerToolUseBlock):
+                updates.append(_replayed_search(block, searches.get(block.id)))
     return updates
+
+
+def _replayed_search(
+    use: ServerToolUseBlock, result: WebSearchResultBlock | None
+) -> s.ToolCallStart:
+    """A search the provider ran, as it was shown live: from its blocks alone."""
+    succeeded, text = search_outcome(result)
+    return s.ToolCallStart(
+        session_update="tool_call",
+        tool_call_id=use.id,
+        title=search_title(use),
+        kind="search",
+        status="completed" if succeeded else "failed",
+        content=[tool_content(s.TextContentBlock(type="text", text=text))],
+        raw_input=use.input,
+    )
 
 
 def _user_chunk(content: Any) -> s.UserMessageChunk:

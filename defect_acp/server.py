@@ -1,8 +1,9 @@
 """The ACP server: every agent-side method of ACP v1, mapped onto `AgentCore`/`Session`.
 
-Owns `DefectAgent` (the handler object the SDK's router calls), the per-session pump that
-projects `AgentEvent`s to `session/update` and turns `PermissionRequested` into
-`session/request_permission`, and `serve()`, which wires it to stdio.
+Owns `DefectAgent` (the handler object the SDK's router calls) and `serve()`, which wires it
+to stdio. What flows the other way — a session's events as `session/update`, permission
+questions, the replay of a stored session — is `defect_acp/updates.py`; every reach into the
+SDK's internals is `defect_acp/sdk_compat.py`.
 
 Invariants:
 - The bridge reaches the runtime only through `AgentCore`/`Session` (docs/architecture.md, rule 2).
@@ -28,15 +29,15 @@ from typing import Any
 from acp import PROTOCOL_VERSION, RequestError
 from acp import schema as s
 from acp.agent.connection import AgentSideConnection
-from acp.router import Route
 
 from defect_acp import project
 from defect_acp.delegate import select_backends
 from defect_acp.fastimport import warm_turn_path
 from defect_acp.params import guard_params
+from defect_acp.sdk_compat import add_request_route, agent_connection
 from defect_acp.transport import LineWriter, StdioTransport, open_stdin_reader
+from defect_acp.updates import SessionPump, after_open_updates, replay
 from defect_core import __version__
-from defect_core import events as ev
 from defect_core.log import get_logger
 from defect_core.mcp import supported_transports
 from defect_core.session import (
@@ -69,97 +70,6 @@ def to_request_error(err: AgentError) -> RequestError:
         "auth_required": -32000,
     }.get(err.code, -32603)
     return RequestError(code, message, data)
-
-
-class SessionPump:
-    """Forwards one session's events to the client, in order."""
-
-    def __init__(self, agent: DefectAgent, session: Session) -> None:
-        self._agent = agent
-        self._session = session
-        self._stream = session.subscribe()
-        self._turns_ended = 0
-        self._ended = asyncio.Condition()
-        self._task: asyncio.Task[None] | None = None
-        self._questions: set[asyncio.Task[None]] = set()
-        self.last_usage: dict[str, int] = {}
-        """The token usage of the last turn, for the prompt answer's `_meta`."""
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"pump-{self._session.id}")
-
-    @property
-    def turns_ended(self) -> int:
-        return self._turns_ended
-
-    async def wait_turn_ended(self, count: int) -> None:
-        """Wait until the pump has forwarded the end of turn number `count` (1-based)."""
-        async with self._ended:
-            await self._ended.wait_for(lambda: self._turns_ended >= count or self._task_done())
-
-    def _task_done(self) -> bool:
-        return self._task is not None and self._task.done()
-
-    async def _run(self) -> None:
-        try:
-            async with self._stream:
-                async for event in self._stream:
-                    await self._forward(event)
-        except Exception:
-            log.exception("pump_failed", session_id=self._session.id)
-        finally:
-            async with self._ended:
-                self._ended.notify_all()
-
-    async def _forward(self, event: ev.AgentEvent) -> None:
-        sid = self._session.id
-        if isinstance(event, ev.PermissionRequested):
-            task = asyncio.create_task(self._ask(event))
-            self._questions.add(task)
-            task.add_done_callback(self._questions.discard)
-            return
-        if isinstance(event, ev.TurnEnded | ev.TurnFailed):
-            async with self._ended:
-                self.last_usage = event.usage if isinstance(event, ev.TurnEnded) else {}
-                self._turns_ended += 1
-                self._ended.notify_all()
-            return
-        if isinstance(event, ev.ConfigChanged):
-            await self._agent.send_update(
-                sid, project.config_update(self._session.config_options())
-            )
-            return
-        if isinstance(event, ev.ModeChanged):
-            await self._agent.send_update(sid, project.event_to_update(event))
-            await self._agent.send_update(
-                sid, project.config_update(self._session.config_options())
-            )
-            return
-        update = project.event_to_update(event)
-        if update is not None:
-            await self._agent.send_update(sid, update)
-
-    async def _ask(self, event: ev.PermissionRequested) -> None:
-        option: str | None
-        try:
-            response = await self._agent.connection.request_permission(
-                session_id=self._session.id,
-                tool_call=project.tool_call_for_permission(event),
-                options=project.permission_options(event),
-            )
-            outcome = response.outcome
-            option = outcome.option_id if isinstance(outcome, s.AllowedOutcome) else None
-        except Exception as exc:
-            # A client that cannot answer must not hang the turn: treat it as a rejection.
-            log.warning("permission_request_failed", error=str(exc), session_id=self._session.id)
-            option = "reject_once"
-        self._session.resolve_permission(event.tool_call_id, option)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
 
 class DefectAgent:
@@ -249,14 +159,13 @@ class DefectAgent:
                     list=s.SessionListCapabilities() if saved else None,
                     resume=s.SessionResumeCapabilities() if saved else None,
                     delete=s.SessionDeleteCapabilities(),
+                    close=s.SessionCloseCapabilities(),
                 ),
             ),
             auth_methods=[],
             agent_info=s.Implementation(name="defect", title="defect", version=__version__),
         )
         result: dict[str, Any] = response.model_dump(mode="json", by_alias=True, exclude_none=True)
-        # The stable schema has `sessionCapabilities.close`; the pinned SDK's model does not.
-        result["agentCapabilities"]["sessionCapabilities"]["close"] = {}
         return result
 
     async def authenticate(self, method_id: str, **kwargs: Any) -> s.AuthenticateResponse:
@@ -313,10 +222,10 @@ class DefectAgent:
             return None
         session = await self._restore(session_id, str(cwd), mcp_servers)
 
-        async def replay() -> None:
-            await self._replay(session)
+        async def replay_stored() -> None:
+            await replay(self, session)
 
-        self._after_answer.setdefault(session.id, []).insert(0, replay)
+        self._after_answer.setdefault(session.id, []).insert(0, replay_stored)
         return s.NewSessionResponse(
             session_id=session.id,
             modes=project.modes(session.current_mode(), session.available_modes()),
@@ -331,7 +240,7 @@ class DefectAgent:
         **kwargs: Any,
     ) -> s.LoadSessionResponse:
         session = await self._restore(session_id, cwd, mcp_servers)
-        await self._replay(session)
+        await replay(self, session)
         return s.LoadSessionResponse(
             modes=project.modes(session.current_mode(), session.available_modes()),
             config_options=project.config_options(session.config_options()),
@@ -407,10 +316,6 @@ class DefectAgent:
             self._attach(session)
         return session
 
-    async def _replay(self, session: Session) -> None:
-        for update in project.replay_updates(session.transcript(), session.tool_calls()):
-            await self.send_update(session.id, update)
-
     async def set_session_mode(
         self, session_id: str, mode_id: str, **kwargs: Any
     ) -> s.SetSessionModeResponse:
@@ -448,7 +353,8 @@ class DefectAgent:
             # Only a failed turn publishes its end: there is nothing to wait for.
             raise to_request_error(err) from None
         await pump.wait_turn_ended(ended_before + 1)
-        meta = {"usage": pump.last_usage} if pump.last_usage else None
+        usage = pump.last_usage
+        meta = {"usage": project.usage_meta(usage)} if usage is not None else None
         return s.PromptResponse(stop_reason=stop, field_meta=meta)
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
@@ -472,12 +378,7 @@ class DefectAgent:
         pump.start()
 
         async def follow() -> None:
-            commands = session.slash_commands()
-            if commands:
-                await self.send_update(session.id, project.commands_update(commands))
-            for notice in session.notices():
-                update = project.event_to_update(ev.Notice(notice, level="warning"))
-                await self.send_update(session.id, update)
+            await after_open_updates(self, session)
 
         self._after_answer.setdefault(session.id, []).append(follow)
 
@@ -569,13 +470,9 @@ async def serve(
         on_cancel_request=agent.on_cancel_request,
         on_eof=agent.cancel_turns,
     )
-    conn = AgentSideConnection(
-        agent,  # type: ignore[arg-type]
-        transport,
-        listening=False,
-        use_unstable_protocol=True,
-    )
-    _add_routes(conn, agent)
+    conn = agent_connection(agent, transport)
+    # Methods the pinned SDK does not route.
+    add_request_route(conn, "session/delete", agent.delete_session)
     guard_params(conn)
     listening = asyncio.ensure_future(conn.listen())
     stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
@@ -599,11 +496,3 @@ async def serve(
         await agent.shutdown()
         with contextlib.suppress(Exception):
             await conn.close()
-
-
-def _add_routes(conn: AgentSideConnection, agent: DefectAgent) -> None:
-    """Methods the SDK does not route (pinned SDK: `session/delete`)."""
-    router = conn._conn._handler  # the SDK's MessageRouter (pinned < 0.13, covered by tests)
-    router.add_route(  # type: ignore[attr-defined]
-        Route(method="session/delete", func=agent.delete_session, kind="request")
-    )

@@ -6,7 +6,7 @@ error (`defect_acp/server.py`), and a one-line message a person can act on.
 Invariant: this module imports nothing of defect. It sits at the bottom of the layers
 (docs/layers.md) because every layer raises these errors — the store (`StorageError`,
 `SessionNotFound`), the turn runner (`TurnError`), the runtime behind the door — while the
-door (`session.py`) re-exports them for the front end. Defining them below all of those is
+door (`session/protocol.py`) re-exports them for the front end. Defining them below all of those is
 what lets each raise them without importing a layer above it.
 """
 

@@ -181,10 +181,22 @@ class Notice:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnUsage:
+    """What a turn's model requests consumed: tokens summed over them, and how many ran."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    requests: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TurnEnded:
     turn: int
     stop_reason: TurnStopReason
-    usage: dict[str, int] = field(default_factory=dict)
+    usage: TurnUsage | None = None
+    """None when the turn has no result to count (a slash command, a cancelled turn)."""
 
 
 @dataclass(frozen=True, slots=True)

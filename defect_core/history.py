@@ -35,11 +35,13 @@ from defect_core.model import (
     JsonPart,
     Message,
     RedactedThinkingBlock,
+    ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
+    WebSearchResultBlock,
 )
 
 IMAGE_TOKEN_ESTIMATE = 2_000
@@ -147,8 +149,13 @@ def estimate_message_tokens(message: Message) -> int:
             total += (_size(block.thinking) + len(block.signature or "")) // CHARS_PER_TOKEN
         elif isinstance(block, RedactedThinkingBlock):
             total += len(block.data) // CHARS_PER_TOKEN
-        elif isinstance(block, ToolUseBlock):
+        elif isinstance(block, ToolUseBlock | ServerToolUseBlock):
             total += (len(block.name) + _size(json.dumps(block.input))) // CHARS_PER_TOKEN
+        elif isinstance(block, WebSearchResultBlock) and isinstance(block.content, tuple):
+            total += (
+                sum(_size(h.title) + len(h.url) + len(h.encrypted_content) for h in block.content)
+                // CHARS_PER_TOKEN
+            )
         elif isinstance(block, ToolResultBlock):
             total += _result_tokens(block)
         elif isinstance(block, ImageBlock):

@@ -61,6 +61,16 @@ to the provider is patched - here, at request construction.
   a user message or inside a tool result). Stored by an older defect or returned by a tool,
   such an image would otherwise fail every later request of the session.
 - Only empty or whitespace text ever disappears: what the user or the model said is kept.
+- The provider's own tool calls (its web search: `server_tool_use`, answered by a
+  `web_search_tool_result`) are answered inside the assistant message that made them, so
+  they are no part of the client's tool loop: a use is kept only with its result after it in
+  the same assistant message (after merging), a result only after its use. An interrupted
+  search (a use whose result never came) and a result without its use are dropped from the
+  copy - the API refuses both, and has no error result a client could write for it.
+- `repair_outbound(h, paused=True)` is the continuation of a turn the API paused
+  (`pause_turn`): a trailing assistant message that asked for no client tools is sent back
+  as it is, last, instead of being followed by `CONTINUE_TEXT` (its final text without
+  trailing whitespace, which the API refuses there).
 
 ## Cost
 
@@ -90,10 +100,12 @@ from defect_core.model import (
     Message,
     RedactedThinkingBlock,
     Role,
+    ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    WebSearchResultBlock,
 )
 
 __all__ = [
@@ -146,14 +158,73 @@ def drop_malformed_tool_uses(message: Message) -> Message:
     return Message.model_construct(role=message.role, content=kept)
 
 
-def repair_outbound(messages: list[Message]) -> list[Message]:
+def repair_outbound(messages: list[Message], *, paused: bool = False) -> list[Message]:
     """The wire-legal copy of `messages` (see the module docstring for the guarantees).
 
+    `paused`: the last message is an assistant turn the API paused, to be continued as is.
     Returns `messages` itself when nothing needs repair; never mutates it.
     """
+    if paused and messages and messages[-1].role == "assistant":
+        # Rare (once per pause): rebuilt, then the trailing `CONTINUE_TEXT` taken off again.
+        repaired = _rebuild(messages)
+        tail = repaired[-2] if len(repaired) > 1 else None
+        if (
+            tail is not None
+            and tail.role == "assistant"
+            and not tail.tool_uses()
+            and repaired[-1].content == (TextBlock(text=CONTINUE_TEXT),)
+        ):
+            return [*repaired[:-2], _without_trailing_space(tail)]
+        return repaired
     if _is_wire_legal(messages):
         return messages
     return _rebuild(messages)
+
+
+def _without_trailing_space(message: Message) -> Message:
+    last = message.content[-1]
+    if not isinstance(last, TextBlock) or last.text == last.text.rstrip():
+        return message
+    content = (*message.content[:-1], TextBlock(text=last.text.rstrip()))
+    return Message.model_construct(role=message.role, content=content)
+
+
+def _server_blocks_paired(blocks: Sequence[Any]) -> bool:
+    """Every server tool use answered later in `blocks`, every result after its use."""
+    open_uses: set[str] = set()
+    seen: set[str] = set()
+    for block in blocks:
+        kind = type(block)
+        if kind is ServerToolUseBlock:
+            if block.id in seen:
+                return False
+            seen.add(block.id)
+            open_uses.add(block.id)
+        elif kind is WebSearchResultBlock:
+            if block.tool_use_id not in open_uses:
+                return False
+            open_uses.discard(block.tool_use_id)
+    return not open_uses
+
+
+def _unpaired_server_blocks(blocks: Sequence[ContentBlock]) -> set[int]:
+    """The positions in `blocks` of the server tool blocks to drop: every use not answered
+    later in them, every result but the first after its use."""
+    uses: dict[str, int] = {}
+    answered: dict[str, int] = {}
+    for position, block in enumerate(blocks):
+        if isinstance(block, ServerToolUseBlock):
+            uses.setdefault(block.id, position)
+        elif isinstance(block, WebSearchResultBlock):
+            use_id = block.tool_use_id
+            if use_id in uses and use_id not in answered:
+                answered[use_id] = position
+    keep = {uses[i] for i in answered} | set(answered.values())
+    return {
+        position
+        for position, b in enumerate(blocks)
+        if isinstance(b, ServerToolUseBlock | WebSearchResultBlock) and position not in keep
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,6 +259,7 @@ def _is_wire_legal(messages: Sequence[Message]) -> bool:
     call_ids: list[str] = []  # every call id, in order
     pending: list[str] = []  # ids the previous assistant message asked for, in order
     prev_role: Role | None = None
+    server = False  # the assistant message holds server tool blocks: check their pairing
     for message in messages:
         role = message.role
         content: tuple[Any, ...] = message.content  # dispatched on exact type below
@@ -233,7 +305,13 @@ def _is_wire_legal(messages: Sequence[Message]) -> bool:
                 elif kind is thinking_t:
                     if not block.signature:
                         return False
+                elif kind in _SERVER_KINDS:
+                    server = True
                 elif kind is not redacted_t:
+                    return False
+            if server:
+                server = False
+                if not _server_blocks_paired(content):
                     return False
     return _call_ids_are_legal(call_ids)
 
@@ -270,8 +348,17 @@ def _call_ids_are_legal(call_ids: list[str]) -> bool:
 # message whose slow treatment would emit it unchanged, so the result does not depend on the
 # mode (the property tests compare it with a slow-only run).
 
+_SERVER_KINDS = frozenset({ServerToolUseBlock, WebSearchResultBlock})
 _EXACT_KINDS = frozenset(
-    {TextBlock, ImageBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock, ToolResultBlock}
+    {
+        TextBlock,
+        ImageBlock,
+        ThinkingBlock,
+        RedactedThinkingBlock,
+        ToolUseBlock,
+        ToolResultBlock,
+        *_SERVER_KINDS,
+    }
 )
 
 
@@ -329,7 +416,51 @@ def _group(role: Role, blocks: list[ContentBlock], sources: list[Message]) -> Me
 
 def _rebuild(messages: Sequence[Message], *, resync: bool = True) -> list[Message]:
     """The normal form of `messages`. `resync=False` never uses the fast mode (for tests)."""
-    return _Rebuild(messages, resync).run()
+    return _Rebuild(_pair_server_blocks(messages), resync).run()
+
+
+def _pair_server_blocks(messages: Sequence[Message]) -> Sequence[Message]:
+    """`messages` with the unpaired server tool blocks of each run of consecutive assistant
+    messages (one message once merged) dropped; the same sequence when there are none, and
+    a message changed only when it lost a block."""
+    out: list[Message] | None = None
+    index, count = 0, len(messages)
+    while index < count:
+        if messages[index].role != "assistant":
+            if out is not None:
+                out.append(messages[index])
+            index += 1
+            continue
+        end = index
+        while end < count and messages[end].role == "assistant":
+            end += 1
+        run = messages[index:end]
+        if any(type(b) in _SERVER_KINDS for m in run for b in m.content):
+            drop = _unpaired_server_blocks([b for m in run for b in m.content])
+            if drop:
+                if out is None:
+                    out = list(messages[:index])
+                position = 0
+                for message in run:
+                    first = position
+                    position += len(message.content)
+                    content = tuple(
+                        b for k, b in enumerate(message.content, first) if k not in drop
+                    )
+                    same = len(content) == len(message.content)
+                    out.append(
+                        message
+                        if same
+                        else Message.model_construct(role=message.role, content=content)
+                    )
+                index = end
+                continue
+        if out is not None:
+            out.extend(run)
+        index = end
+    if out is None:
+        return messages
+    return out
 
 
 class _Rebuild:
@@ -388,6 +519,7 @@ class _Rebuild:
         role = self.role
         calls: Sequence[str] = self.calls if role == "assistant" else ()
         took_any = False  # once true, the open group is `out[-1]`, emitted as it is
+        server = False  # the message holds server tool blocks: check their pairing
         index = start
         while index < count:
             message = messages[index]
@@ -454,9 +586,14 @@ class _Rebuild:
                         if not block.signature:
                             legal = False
                             break
+                    elif kind in _SERVER_KINDS:
+                        server = True
                     elif kind is not redacted_t:
                         legal = False
                         break
+                if legal and server:
+                    server = False
+                    legal = _server_blocks_paired(content)
                 if not legal:
                     kept.difference_update(message_calls)
                     break
@@ -503,8 +640,10 @@ class _Rebuild:
                 elif isinstance(block, ThinkingBlock):
                     if block.signature:
                         found.append(block)
-                elif isinstance(block, RedactedThinkingBlock):
+                elif isinstance(block, RedactedThinkingBlock | ServerToolUseBlock):
                     found.append(block)
+                elif isinstance(block, WebSearchResultBlock):
+                    found.append(block)  # paired with its use when the group closes
                 # Images and results cannot be in an assistant message.
             if not found:
                 return  # nothing to say: the neighbouring user messages merge

@@ -1,7 +1,8 @@
 """The message model: what a conversation is made of, independent of any wire.
 
 Owns the roles (`user`, `assistant`), the content blocks a message can carry (text, image,
-thinking, redacted thinking, tool use, tool result), their JSON form, and what a model is
+thinking, redacted thinking, tool use, tool result, and the provider-run web search's server
+tool use and its result), their JSON form, and what a model is
 told about a tool it may call (`ToolSpec`: the tools describe themselves with it, the
 providers encode it; it lives here, below both, so neither imports the other).
 
@@ -96,8 +97,50 @@ class ToolResultBlock(_Value):
     is_error: bool = False
 
 
+class ServerToolUseBlock(_Value):
+    """A tool the provider ran itself within the assistant message (its hosted web search):
+    answered by a `WebSearchResultBlock` later in that same message, never by the client."""
+
+    type: Literal["server_tool_use"] = "server_tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class WebSearchHit(_Value):
+    """One search result. `encrypted_content` is the provider's, sent back byte-exact."""
+
+    type: Literal["web_search_result"] = "web_search_result"
+    url: str
+    title: str
+    encrypted_content: str
+    page_age: str | None = None
+
+
+class WebSearchError(_Value):
+    """A search that failed on the provider's side (`error_code`, e.g. `max_uses_exceeded`)."""
+
+    type: Literal["web_search_tool_result_error"] = "web_search_tool_result_error"
+    error_code: str
+
+
+class WebSearchResultBlock(_Value):
+    """The outcome of a `ServerToolUseBlock` search: its hits, or the error."""
+
+    type: Literal["web_search_tool_result"] = "web_search_tool_result"
+    tool_use_id: str
+    content: tuple[WebSearchHit, ...] | WebSearchError = ()
+
+
 ContentBlock = Annotated[
-    TextBlock | ImageBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock | ToolResultBlock,
+    TextBlock
+    | ImageBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ServerToolUseBlock
+    | WebSearchResultBlock,
     Field(discriminator="type"),
 ]
 

@@ -2,7 +2,9 @@
 
 Owns `build_system_prompt`: a base prompt for a coding agent, an environment section
 (platform, working directory, date, whether files and commands go through the editor) and
-the project's `AGENTS.md` files from the repository root down to the working directory.
+the project's `AGENTS.md` files from the repository root down to the working directory; and
+`Frontend`, the description of the front end that section reads (defined here, below the
+session door that re-exports it, so the prompt never imports the session package above it).
 
 Invariant: the prompt is built from the session's cwd and front end only, once per session
 (and again when the session is loaded), so requests stay cache-friendly: the prefix does not
@@ -13,9 +15,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import platform
+from dataclasses import dataclass
 from pathlib import Path
-
-from defect_core.session import Frontend
 
 BASE_PROMPT = """\
 You are defect, a coding agent working inside the user's editor. You help with software
@@ -31,6 +32,17 @@ How to work:
   retry the same call: explain what you needed and continue with what you can do.
 - Be concise. Say what you did and what you found; quote file paths so the user can open them.
 """
+
+
+@dataclass(frozen=True, slots=True)
+class Frontend:
+    """How the session is reached; feeds the system prompt's environment section."""
+
+    name: str = "acp"
+    client_name: str | None = None
+    fs_delegated: bool = False
+    terminal_delegated: bool = False
+
 
 AGENTS_FILE = "AGENTS.md"
 MAX_AGENTS_CHARS = 20_000

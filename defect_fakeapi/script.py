@@ -3,7 +3,8 @@
 Owns `Reply` (one scripted answer: content blocks, stop reason, usage, and its faults — an
 HTTP error with `retry-after-ms`, `event: error` mid-stream, a cut stream, a stall, slow chunks,
 a `max_tokens` cut inside a tool input), the blocks it streams (`TextBlock`, `ThinkingBlock`,
-`RedactedThinkingBlock`, `ToolUseBlock`), `Usage`, `HttpError`, the JSON script format
+`RedactedThinkingBlock`, `ToolUseBlock`, and the hosted web search's `ServerToolUseBlock` and
+`WebSearchResultBlock`), `Usage`, `HttpError`, the JSON script format
 (`load_script`, `write_script`, with the CLI's shorthands) and `RequestRecord`.
 
 Invariant: faults are scripted per reply, never random; a reply is data, so the same script
@@ -102,7 +103,59 @@ class ToolUseBlock:
     raw_json: str | None = None
 
 
-ScriptBlock = TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock
+@dataclass(frozen=True)
+class ServerToolUseBlock:
+    """A `server_tool_use` block (the API running its web search): started with an empty
+    input, which then streams as `input_json_delta` chunks like a client tool's."""
+
+    id: str
+    input: Mapping[str, Any] = field(default_factory=dict)
+    name: str = "web_search"
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One `web_search_result`; `encrypted_content` is minted when not given."""
+
+    url: str
+    title: str
+    page_age: str | None = None
+    encrypted_content: str | None = None
+
+
+@dataclass(frozen=True)
+class WebSearchResultBlock:
+    """A `web_search_tool_result` block, sent whole in `content_block_start` (no deltas):
+    the `hits`, or with `error_code` a `web_search_tool_result_error`."""
+
+    tool_use_id: str
+    hits: tuple[SearchHit, ...] = ()
+    error_code: str | None = None
+
+    def wire_content(self) -> list[dict[str, Any]] | dict[str, Any]:
+        """The block's `content` as the API sends it."""
+        if self.error_code is not None:
+            return {"type": "web_search_tool_result_error", "error_code": self.error_code}
+        return [
+            {
+                "type": "web_search_result",
+                "url": hit.url,
+                "title": hit.title,
+                "encrypted_content": hit.encrypted_content or random_id("Eq"),
+                "page_age": hit.page_age,
+            }
+            for hit in self.hits
+        ]
+
+
+ScriptBlock = (
+    TextBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | ToolUseBlock
+    | ServerToolUseBlock
+    | WebSearchResultBlock
+)
 
 
 @dataclass(frozen=True)
@@ -129,6 +182,10 @@ class HttpError:
 
 def _tool_id() -> str:
     return random_id("toolu_01")
+
+
+def server_tool_id() -> str:
+    return random_id("srvtoolu_01")
 
 
 @dataclass(frozen=True)
@@ -200,6 +257,28 @@ class Reply:
         """A thinking block (signed by the fake unless `signature` is given), then `then`."""
         rest = then if then is not None else cls(stop_reason="end_turn")
         return dataclasses.replace(rest, blocks=(ThinkingBlock(thinking, signature), *rest.blocks))
+
+    @classmethod
+    def web_search(
+        cls,
+        query: str,
+        hits: Sequence[SearchHit] = (),
+        *,
+        id: str | None = None,
+        error_code: str | None = None,
+        text_after: str | None = None,
+        stop_reason: str = "end_turn",
+    ) -> Reply:
+        """The API's hosted search: a `server_tool_use` for `query`, its result (`hits`, or
+        the `error_code`), then `text_after`; `usage.server_tool_use` counts the search."""
+        use_id = id or server_tool_id()
+        blocks: list[ScriptBlock] = [
+            ServerToolUseBlock(use_id, {"query": query}),
+            WebSearchResultBlock(use_id, tuple(hits), error_code),
+        ]
+        if text_after:
+            blocks.append(TextBlock(text_after))
+        return cls.of(blocks, stop_reason=stop_reason)
 
     @classmethod
     def max_tokens_tool_use(
@@ -384,6 +463,8 @@ def _block_to_dict(block: ScriptBlock) -> dict[str, Any]:
         ThinkingBlock: "thinking",
         RedactedThinkingBlock: "redacted_thinking",
         ToolUseBlock: "tool_use",
+        ServerToolUseBlock: "server_tool_use",
+        WebSearchResultBlock: "web_search_tool_result",
     }
     data = {"type": kinds[type(block)], **dataclasses.asdict(block)}
     return {k: v for k, v in data.items() if v is not None}
@@ -402,6 +483,11 @@ def _block_from_dict(data: Mapping[str, Any]) -> ScriptBlock:
         if "id" not in data:
             data["id"] = _tool_id()
         return ToolUseBlock(**data)
+    if kind == "server_tool_use":
+        return ServerToolUseBlock(**data)
+    if kind == "web_search_tool_result":
+        hits = tuple(SearchHit(**hit) for hit in data.pop("hits", ()))
+        return WebSearchResultBlock(hits=hits, **data)
     raise ValueError(f"unknown block type {kind!r}")
 
 

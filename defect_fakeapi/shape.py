@@ -4,7 +4,10 @@ Owns `WireError` (the API's answer: status, `error.type`, `error.message`) and r
 `defect_fakeapi.validation`: required fields, types, unknown keys, roles, block types and
 their fields, `cache_control` shape, tool definitions, and the tool id / name patterns, each
 refused with the API's pydantic-style wording (`<path>: Field required`, `<path>: Extra
-inputs are not permitted`).
+inputs are not permitted`). The hosted web search is modelled too: its tool definition
+(`web_search_20250305`: name, `max_uses`, one domain list at most, never an empty one, the user
+location) and its assistant blocks (`server_tool_use` with a `srvtoolu_…` id,
+`web_search_tool_result` with a list of `web_search_result` blocks or an error object).
 
 Invariant: every check names the path of the offending value exactly as the client sent it
 (`messages.N.content.M...`), so an error points at the block to fix.
@@ -23,8 +26,29 @@ from typing import Any
 
 TOOL_ID_PATTERN = "^[a-zA-Z0-9_-]+$"
 TOOL_NAME_PATTERN = "^[a-zA-Z0-9_-]{1,128}$"
+SERVER_TOOL_ID_PATTERN = "^srvtoolu_[a-zA-Z0-9_]+$"
 _TOOL_ID_RE = re.compile(TOOL_ID_PATTERN)
 _TOOL_NAME_RE = re.compile(TOOL_NAME_PATTERN)
+_SERVER_TOOL_ID_RE = re.compile(SERVER_TOOL_ID_PATTERN)
+
+WEB_SEARCH_TOOL_TYPE = "web_search_20250305"
+WEB_SEARCH_ERROR_CODES = (
+    "invalid_tool_input",
+    "unavailable",
+    "max_uses_exceeded",
+    "too_many_requests",
+    "query_too_long",
+    "request_too_large",
+)
+SERVER_TOOL_NAMES = (
+    "web_search",
+    "web_fetch",
+    "code_execution",
+    "bash_code_execution",
+    "text_editor_code_execution",
+    "tool_search_tool_regex",
+    "tool_search_tool_bm25",
+)
 
 MAX_CACHE_BREAKPOINTS = 4
 MIN_THINKING_BUDGET = 1024
@@ -41,9 +65,13 @@ BLOCK_TYPES = (
     "redacted_thinking",
     "tool_use",
     "tool_result",
+    "server_tool_use",
+    "web_search_tool_result",
 )
 _TOOL_RESULT_CONTENT_TYPES = ("text", "image", "document")
-_ASSISTANT_ONLY = frozenset({"tool_use", "thinking", "redacted_thinking"})
+_ASSISTANT_ONLY = frozenset(
+    {"tool_use", "thinking", "redacted_thinking", "server_tool_use", "web_search_tool_result"}
+)
 _USER_ONLY = frozenset({"tool_result"})
 
 _MESSAGES_KEYS = frozenset(
@@ -105,7 +133,27 @@ _BLOCK_KEYS: dict[str, frozenset[str]] = {
     "tool_result": frozenset(
         {"type", "tool_use_id", "content", "is_error", "cache_control", "toolset_name"}
     ),
+    "server_tool_use": frozenset({"type", "id", "name", "input", "cache_control", "caller"}),
+    "web_search_tool_result": frozenset(
+        {"type", "tool_use_id", "content", "cache_control", "caller"}
+    ),
 }
+_WEB_SEARCH_RESULT_KEYS = frozenset({"type", "url", "title", "encrypted_content", "page_age"})
+_WEB_SEARCH_TOOL_KEYS = frozenset(
+    {
+        "type",
+        "name",
+        "max_uses",
+        "allowed_domains",
+        "blocked_domains",
+        "user_location",
+        "cache_control",
+        "allowed_callers",
+        "defer_loading",
+        "strict",
+    }
+)
+_USER_LOCATION_KEYS = frozenset({"type", "city", "region", "country", "timezone"})
 _TOOL_KEYS = frozenset(
     {
         "type",
@@ -242,6 +290,49 @@ def _check_fields(block: Mapping[str, Any], kind: str, path: str) -> None:
                 if item_kind not in _TOOL_RESULT_CONTENT_TYPES:
                     raise _tag_error(ipath, item_kind, _TOOL_RESULT_CONTENT_TYPES)
                 _check_fields(item, str(item_kind), ipath)
+    elif kind == "server_tool_use":
+        tool_id = _expect_str(_require(block, "id", tagged), f"{tagged}.id")
+        if not _SERVER_TOOL_ID_RE.match(tool_id):
+            raise _invalid(f"{tagged}.id: String should match pattern '{SERVER_TOOL_ID_PATTERN}'")
+        name = _require(block, "name", tagged)
+        if name not in SERVER_TOOL_NAMES:
+            allowed = ", ".join(f"'{n}'" for n in SERVER_TOOL_NAMES[:-1])
+            raise _invalid(f"{tagged}.name: Input should be {allowed} or '{SERVER_TOOL_NAMES[-1]}'")
+        _expect_dict(_require(block, "input", tagged), f"{tagged}.input")
+    elif kind == "web_search_tool_result":
+        tool_use_id = _expect_str(_require(block, "tool_use_id", tagged), f"{tagged}.tool_use_id")
+        if not _SERVER_TOOL_ID_RE.match(tool_use_id):
+            raise _invalid(
+                f"{tagged}.tool_use_id: String should match pattern '{SERVER_TOOL_ID_PATTERN}'"
+            )
+        _check_web_search_content(_require(block, "content", tagged), f"{tagged}.content")
+
+
+def _check_web_search_content(content: object, path: str) -> None:
+    """A `web_search_tool_result`'s content: a list of `web_search_result` blocks, or one
+    `web_search_tool_result_error` object with a known `error_code`."""
+    if isinstance(content, Mapping):
+        if content.get("type") != "web_search_tool_result_error":
+            raise _tag_error(path, content.get("type"), ("web_search_tool_result_error",))
+        tagged = f"{path}.web_search_tool_result_error"
+        _check_keys(content, frozenset({"type", "error_code"}), tagged)
+        if _require(content, "error_code", tagged) not in WEB_SEARCH_ERROR_CODES:
+            allowed = ", ".join(f"'{c}'" for c in WEB_SEARCH_ERROR_CODES[:-1])
+            raise _invalid(
+                f"{tagged}.error_code: Input should be {allowed} or '{WEB_SEARCH_ERROR_CODES[-1]}'"
+            )
+        return
+    for k, item in enumerate(_expect_list(content, path)):
+        ipath = f"{path}.{k}"
+        item = _expect_dict(item, ipath)
+        if item.get("type") != "web_search_result":
+            raise _tag_error(ipath, item.get("type"), ("web_search_result",))
+        tagged = f"{ipath}.web_search_result"
+        _check_keys(item, _WEB_SEARCH_RESULT_KEYS, tagged)
+        for key in ("url", "title", "encrypted_content"):
+            _expect_str(_require(item, key, tagged), f"{tagged}.{key}")
+        if item.get("page_age") is not None:
+            _expect_str(item["page_age"], f"{tagged}.page_age")
 
 
 _IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
@@ -307,8 +398,11 @@ def _check_tools(tools: object) -> None:
     for i, tool in enumerate(_expect_list(tools, "tools")):
         path = f"tools.{i}"
         tool = _expect_dict(tool, path)
+        if tool.get("type") == WEB_SEARCH_TOOL_TYPE:
+            _check_web_search_tool(tool, f"{path}.{WEB_SEARCH_TOOL_TYPE}")
+            continue
         if tool.get("type") not in (None, "custom"):
-            # Versioned server/client tools (bash_20250124, web_search_…) are not modelled.
+            # Other versioned server/client tools (bash_20250124, ...) are not modelled.
             _expect_str(_require(tool, "name", path), f"{path}.name")
             continue
         tagged = f"{path}.custom"
@@ -320,6 +414,44 @@ def _check_tools(tools: object) -> None:
         if schema.get("type") != "object":
             raise _invalid(f"{tagged}.input_schema.type: Input should be 'object'")
         _check_cache_control(tool, tagged)
+
+
+def _check_web_search_tool(tool: Mapping[str, Any], tagged: str) -> None:
+    """The hosted web search tool's definition: its name is `web_search`, `max_uses` a
+    positive integer, at most one of the domain lists (each non-empty strings), and an
+    `approximate` user location."""
+    _check_keys(tool, _WEB_SEARCH_TOOL_KEYS, tagged)
+    if _require(tool, "name", tagged) != "web_search":
+        raise _invalid(f"{tagged}.name: Input should be 'web_search'")
+    if tool.get("max_uses") is not None:
+        max_uses = _expect_int(tool["max_uses"], f"{tagged}.max_uses")
+        if max_uses < 1:
+            raise _invalid(f"{tagged}.max_uses: Input should be greater than 0")
+    for key in ("allowed_domains", "blocked_domains"):
+        if tool.get(key) is None:
+            continue
+        domains = _expect_list(tool[key], f"{tagged}.{key}")
+        if not domains:
+            raise _invalid(
+                f"{tagged}.{key}: Empty list of domains is ambiguous. Provide at least one "
+                "domain or null."
+            )
+        for k, domain in enumerate(domains):
+            _expect_str(domain, f"{tagged}.{key}.{k}")
+    if tool.get("allowed_domains") is not None and tool.get("blocked_domains") is not None:
+        raise _invalid(  # judged: the tool's own wording
+            f"{tagged}: Cannot specify both allowed_domains and blocked_domains in the same request"
+        )
+    location = tool.get("user_location")
+    if location is not None:
+        location = _expect_dict(location, f"{tagged}.user_location")
+        if location.get("type") != "approximate":
+            raise _tag_error(f"{tagged}.user_location", location.get("type"), ("approximate",))
+        _check_keys(location, _USER_LOCATION_KEYS, f"{tagged}.user_location.approximate")
+        for key in ("city", "region", "country", "timezone"):
+            if location.get(key) is not None:
+                _expect_str(location[key], f"{tagged}.user_location.approximate.{key}")
+    _check_cache_control(tool, tagged)
 
 
 def _check_system(system: object) -> None:

@@ -1,10 +1,11 @@
 """The SSE events of one scripted reply, in the real API's order.
 
 Owns `build_events`: `message_start`, then per block `content_block_start`, its deltas
-(text and thinking in chunks, tool input as `input_json_delta` pieces, the thinking
-signature) and `content_block_stop`, then `message_delta` (stop reason, usage) and
-`message_stop`. The HTTP handler writes them as SSE lines, or wraps each in a Bedrock
-event-stream frame (`defect_fakeapi.eventstream`).
+(text and thinking in chunks, tool input - a server tool's too - as `input_json_delta`
+pieces, the thinking signature; a `web_search_tool_result` arrives whole in its start) and
+`content_block_stop`, then `message_delta` (stop reason, usage with `server_tool_use`'s
+`web_search_requests` when the reply searched) and `message_stop`. The HTTP handler writes
+them as SSE lines, or wraps each in a Bedrock event-stream frame (`defect_fakeapi.eventstream`).
 
 Invariant: the events of a reply are the same for both wires; only the framing differs.
 
@@ -20,9 +21,11 @@ from typing import Any
 from defect_fakeapi.script import (
     RedactedThinkingBlock,
     Reply,
+    ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
+    WebSearchResultBlock,
     random_id,
 )
 
@@ -88,6 +91,14 @@ def build_events(
             start = {"type": "thinking", "thinking": "", "signature": ""}
         elif isinstance(block, RedactedThinkingBlock):
             start = {"type": "redacted_thinking", "data": block.data}
+        elif isinstance(block, ServerToolUseBlock):
+            start = {"type": "server_tool_use", "id": block.id, "name": block.name, "input": {}}
+        elif isinstance(block, WebSearchResultBlock):
+            start = {
+                "type": "web_search_tool_result",
+                "tool_use_id": block.tool_use_id,
+                "content": block.wire_content(),
+            }
         else:
             start = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
         events.append(
@@ -106,6 +117,11 @@ def build_events(
                 delta(index, {"type": "thinking_delta", "thinking": piece})
             signature = block.signature if block.signature is not None else sign(block.thinking)
             delta(index, {"type": "signature_delta", "signature": signature})
+        elif isinstance(block, ServerToolUseBlock):
+            raw = json.dumps(dict(block.input))
+            output_chars += len(raw)
+            for piece in _chunks(raw, reply.chunk_size):
+                delta(index, {"type": "input_json_delta", "partial_json": piece})
         elif isinstance(block, ToolUseBlock):
             raw = block.raw_json if block.raw_json is not None else json.dumps(dict(block.input))
             output_chars += len(raw)
@@ -117,18 +133,24 @@ def build_events(
     out_tokens = (
         usage.output_tokens if usage.output_tokens is not None else max(1, output_chars // 4)
     )
+    final_usage: dict[str, Any] = {
+        "input_tokens": in_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+        "cache_read_input_tokens": usage.cache_read_input_tokens,
+        "output_tokens": out_tokens,
+    }
+    searches = sum(
+        1 for b in reply.blocks if isinstance(b, ServerToolUseBlock) and b.name == "web_search"
+    )
+    if searches:
+        final_usage["server_tool_use"] = {"web_search_requests": searches, "web_fetch_requests": 0}
     events.append(
         (
             "message_delta",
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": reply.stop_reason, "stop_sequence": reply.stop_sequence},
-                "usage": {
-                    "input_tokens": in_tokens,
-                    "cache_creation_input_tokens": usage.cache_creation_input_tokens,
-                    "cache_read_input_tokens": usage.cache_read_input_tokens,
-                    "output_tokens": out_tokens,
-                },
+                "usage": final_usage,
             },
         )
     )

@@ -26,14 +26,17 @@ Rules, in the order they are checked:
    response objects with extra attributes is refused), roles, known block types (text, image,
    document, thinking, redacted_thinking, tool_use, tool_result), `signature` required on
    thinking blocks, `cache_control` shape (none on thinking blocks), tool names, and the id
-   pattern `^[a-zA-Z0-9_-]+$` on `tool_use.id` and `tool_result.tool_use_id`.
+   pattern `^[a-zA-Z0-9_-]+$` on `tool_use.id` and `tool_result.tool_use_id`; the web search
+   tool definition and its blocks (`server_tool_use`, `web_search_tool_result`, assistant only,
+   ids `^srvtoolu_[a-zA-Z0-9_]+$`).
 2. Parameters: `thinking.budget_tokens` >= 1024 and < `max_tokens`; `temperature` must be 1
    with thinking; forced `tool_choice` is refused with thinking; `tool_choice.name` must name
    a tool; tool names unique.
 3. Messages: first message user; non-empty content except an optional final assistant
    message; non-empty, non-whitespace text blocks (tool_result content included); prefill
-   refused unless `allow_prefill` (then: no trailing whitespace, and no thinking in it while
-   thinking is disabled).
+   refused unless `allow_prefill` or it holds a `server_tool_use` (a turn the API paused with
+   `pause_turn`, sent back as is to continue - judged); then: no trailing whitespace, and no
+   thinking in it while thinking is disabled.
 4. Tool pairing, after merging consecutive same-role messages (merging is concatenation of
    content): `tool_use` ids unique over the whole request; every `tool_use` answered by the
    leading run of `tool_result` blocks in the next message (text before a result ends the
@@ -42,6 +45,12 @@ Rules, in the order they are checked:
    merging join them (text between them still breaks the run). No `tool_result` without a
    `tool_use` in the previous message; one result per id ("each tool_use must have a single
    result. Found multiple `tool_result` blocks with id: …", the wording seen in reports).
+   Server tools are answered inside the assistant turn itself: each `web_search_tool_result`
+   needs a `server_tool_use` of its id earlier in the same (merged) assistant turn, not yet
+   answered ("unexpected `tool_use_id` found in `web_search_tool_result` blocks: …"), and
+   each `web_search` server tool use needs its result in that turn ("`web_search` tool use
+   with id `…` was found without a corresponding `web_search_tool_result` block"), both
+   worded as in public reports.
 5. At most 4 `cache_control` breakpoints (tools, system blocks, message blocks, nested
    `tool_result` content blocks, and the top-level automatic `cache_control`).
 6. Thinking. With `thinking.type == "enabled"`, the assistant message that opened the latest
@@ -66,6 +75,7 @@ from typing import Any
 from defect_fakeapi.shape import (
     _BEDROCK_EXTRA_KEYS,
     BEDROCK_ANTHROPIC_VERSIONS,
+    BLOCK_TYPES,
     MAX_CACHE_BREAKPOINTS,
     MIN_THINKING_BUDGET,
     THINKING_DOCS_URL,
@@ -228,7 +238,8 @@ def _check_message_basics(
             raise _invalid("messages: text content blocks must contain non-whitespace text")
     final = messages[last]
     if final["role"] == "assistant":
-        if not allow_prefill:
+        paused = any(b.get("type") == "server_tool_use" for b in _blocks_of(final))
+        if not allow_prefill and not paused:
             raise _invalid(
                 "This model does not support assistant message prefill. The conversation must "
                 "end with a user message."
@@ -263,6 +274,29 @@ def _leading_results(turn: _Turn, *, allow_split_results: bool) -> list[_Placed]
     return run
 
 
+def _check_server_tool_pairing(turn: _Turn) -> None:
+    """Server tools are answered inside the assistant turn that used them."""
+    pending: dict[str, _Placed] = {}
+    for placed in turn.blocks:
+        if placed.type == "server_tool_use":
+            pending[placed.block["id"]] = placed
+        elif placed.type == "web_search_tool_result":
+            tool_use_id = placed.block["tool_use_id"]
+            use = pending.pop(tool_use_id, None)
+            if use is None or use.block.get("name") != "web_search":
+                raise _invalid(
+                    f"{placed.path}: unexpected `tool_use_id` found in `web_search_tool_result` "
+                    f"blocks: {tool_use_id}. Each `web_search_tool_result` block must have a "
+                    "corresponding `server_tool_use` block before it."
+                )
+    for tool_id, use in pending.items():
+        if use.block.get("name") == "web_search":
+            raise _invalid(
+                f"messages.{use.message}: `web_search` tool use with id `{tool_id}` was found "
+                "without a corresponding `web_search_tool_result` block"
+            )
+
+
 def _check_tool_pairing(turns: Sequence[_Turn], *, allow_split_results: bool) -> None:
     seen_ids: set[str] = set()
     for turn in turns:
@@ -275,6 +309,7 @@ def _check_tool_pairing(turns: Sequence[_Turn], *, allow_split_results: bool) ->
 
     for t, turn in enumerate(turns):
         if turn.role == "assistant":
+            _check_server_tool_pairing(turn)
             uses = [p for p in turn.blocks if p.type == "tool_use"]
             if not uses:
                 continue
@@ -431,6 +466,42 @@ def _malformed(detail: str) -> WireError:
     )
 
 
+_BEDROCK_TOOL_TYPES = ("bash_20250124", "custom", "text_editor_20250124")
+_BEDROCK_BLOCK_TYPES = tuple(
+    t for t in BLOCK_TYPES if t not in ("server_tool_use", "web_search_tool_result")
+)
+
+
+def _check_bedrock_features(body: Mapping[str, Any]) -> None:
+    """What Bedrock lacks: the API's server tools (the hosted web search). Its tool and its
+    blocks are refused with the tag error Bedrock answers (the tool's wording as reported
+    for `AnthropicBedrock`; the blocks' judged alike)."""
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        for i, tool in enumerate(tools):
+            if isinstance(tool, Mapping) and tool.get("type") not in (None, *_BEDROCK_TOOL_TYPES):
+                raise WireError(
+                    400,
+                    "ValidationException",
+                    _tag_error(f"tools.{i}", tool.get("type"), _BEDROCK_TOOL_TYPES).message,
+                )
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for n, message in enumerate(messages):
+            content = message.get("content") if isinstance(message, Mapping) else None
+            if not isinstance(content, list):
+                continue
+            for m, block in enumerate(content):
+                kind = block.get("type") if isinstance(block, Mapping) else None
+                if kind in ("server_tool_use", "web_search_tool_result"):
+                    path = f"messages.{n}.content.{m}"
+                    raise WireError(
+                        400,
+                        "ValidationException",
+                        _tag_error(path, kind, _BEDROCK_BLOCK_TYPES).message,
+                    )
+
+
 def validate_bedrock_body(
     body: object,
     *,
@@ -453,6 +524,7 @@ def validate_bedrock_body(
     version = body["anthropic_version"]
     if version not in BEDROCK_ANTHROPIC_VERSIONS:  # judged
         raise _malformed(f"#/anthropic_version: {version!r} is not a supported version")
+    _check_bedrock_features(body)
     rest = {k: v for k, v in body.items() if k not in _BEDROCK_EXTRA_KEYS}
     try:
         validate_request(

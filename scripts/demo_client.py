@@ -1,9 +1,11 @@
 """`make run`: a full ACP session with defect on the offline model, shown as an editor would.
 
-Spawns `defect acp` (no API key needed), drives it through the official ACP SDK's client
-side over real stdio, and prints what an editor would show: streamed text, thoughts, tool
-calls with their status, a diff, a permission question (answered by this script), a cancel,
-and each turn's stop reason. Exits 0 when every step behaved; 1 otherwise.
+Spawns `defect acp` (no API key needed) as every client of defect's own does
+(`defect_acp.client`: its own process group, ended with it), drives it through the official
+ACP SDK's client side (`acp.connect_to_agent`) over real stdio, and prints what an editor
+would show: streamed text, thoughts, tool calls with their status, a diff, a permission
+question (answered by this script), a cancel, and each turn's stop reason. Exits 0 when
+every step behaved; 1 otherwise.
 
 Run it with `make run`, or `python scripts/demo_client.py [--workspace DIR]`.
 """
@@ -18,13 +20,18 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from acp import connect_to_agent
 from acp import schema as s
-from acp.stdio import spawn_agent_process
+from acp.client.connection import ClientSideConnection
 
-REPO = Path(__file__).resolve().parents[1]
+# A script is a client: it may import `defect_acp.client`, the package's public client API,
+# and nothing else of defect_acp (docs/layers.md).
+from defect_acp.client import agent_command, end_agent, spawn_agent, with_checkout_on_path
+
 BOLD, DIM, GREEN, RED, YELLOW, CYAN, RESET = (
     ("\033[1m", "\033[2m", "\033[32m", "\033[31m", "\033[33m", "\033[36m", "\033[0m")
     if sys.stdout.isatty()
@@ -127,6 +134,22 @@ class Editor:
         self._switch("")
 
 
+@contextlib.asynccontextmanager
+async def connected(
+    editor: Editor, workspace: Path, env: dict[str, str]
+) -> AsyncIterator[ClientSideConnection]:
+    """`defect acp` in `workspace`, spoken to as `editor`; ended (with its group) on exit."""
+    process = await spawn_agent(agent_command(), env=env, cwd=workspace)
+    assert process.stdin is not None and process.stdout is not None
+    conn = connect_to_agent(editor, process.stdin, process.stdout)  # type: ignore[arg-type]
+    try:
+        yield conn
+    finally:
+        with contextlib.suppress(Exception):
+            await conn.close()
+        await end_agent(process, graceful=True)
+
+
 def make_workspace(root: Path) -> None:
     (root / "src").mkdir(parents=True, exist_ok=True)
     (root / "README.md").write_text("# Tiny project\n\nA calculator used by the defect demo.\n")
@@ -141,7 +164,7 @@ async def run(workspace: Path, state_dir: Path) -> int:
     # The demo's sessions live beside the workspace, never in it: the listing the model
     # shows must be the project's files only.
     env.setdefault("DEFECT_STATE_DIR", str(state_dir))
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env = with_checkout_on_path(env)
     failures: list[str] = []
 
     def check(ok: bool, what: str) -> None:
@@ -149,16 +172,7 @@ async def run(workspace: Path, state_dir: Path) -> int:
             failures.append(what)
             print(f"{RED}✗ {what}{RESET}")
 
-    async with spawn_agent_process(
-        lambda _agent: editor,  # type: ignore[arg-type, return-value]
-        sys.executable,
-        "-m",
-        "defect_acp",
-        "acp",
-        env=env,
-        cwd=str(workspace),
-        transport_kwargs={"stderr": sys.stderr.fileno()},
-    ) as (conn, _process):
+    async with connected(editor, workspace, env) as conn:
         init = await conn.initialize(
             protocol_version=1,
             client_capabilities=s.ClientCapabilities(),

@@ -385,6 +385,14 @@ async def test_prompt_answer_carries_the_turns_usage_in_meta(tmp_path: Path) -> 
         )
         usage = answer["result"]["_meta"]["usage"]
         assert usage["requests"] == 1 and usage["inputTokens"] > 0
+        # The core's snake_case usage, projected onto ACP's names by the bridge, all of it.
+        assert set(usage) == {
+            "inputTokens",
+            "outputTokens",
+            "cacheReadInputTokens",
+            "cacheCreationInputTokens",
+            "requests",
+        }
         assert "usage_update" in agent.client.kinds(sid)
         agent.assert_schema_clean()
 

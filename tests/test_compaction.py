@@ -14,7 +14,6 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from defect_core.agent import DefaultAgentCore, DefaultSession
 from defect_core.compaction import (
     CLEARED_PREFIX,
     Compactor,
@@ -39,7 +38,7 @@ from defect_core.model import (
 )
 from defect_core.providers.anthropic_wire import encode_messages
 from defect_core.providers.scripted import ScriptedProvider
-from defect_core.session import Backends
+from defect_core.session import Backends, DefaultAgentCore, DefaultSession
 from defect_core.store import AsyncStore, SqliteStore
 from defect_core.summary_brief import SUMMARY_INSTRUCTIONS
 from defect_core.tools.base import Safety, ToolCallView, ToolOutput

@@ -932,7 +932,9 @@ def test_response_blocks_decode_into_an_assistant_message() -> None:
         ({"type": "tool_use", "id": "t", "name": "n", "input": [1]}, "tool_use.input"),
         ({"type": "thinking", "thinking": "x", "signature": 5}, "thinking.signature"),
         ({"type": "redacted_thinking"}, "redacted_thinking.data"),
-        ({"type": "server_tool_use", "id": "s"}, "unsupported content block type"),
+        ({"type": "server_tool_use", "id": "s"}, "server_tool_use.name: field required"),
+        ({"type": "web_search_tool_result", "tool_use_id": "s", "content": 3}, "content"),
+        ({"type": "code_execution_tool_result"}, "unsupported content block type"),
         ({"text": "no type"}, "unsupported content block type None"),
     ],
 )

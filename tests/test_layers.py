@@ -18,23 +18,34 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-PACKAGES = ("defect_core", "defect_acp", "defect_fakeapi")
+PACKAGES = ("defect_core", "defect_acp", "defect_fakeapi", "defect_transcript")
 
 LAYERS = "defect_core is layered: no import runs back up (docs/layers.md)"
+SESSION_LAYERS = "The session package is layered: core, state, its parts, protocol"
 MCP_LAYERS = "The MCP package is layered: hub, tool, connection | convert, spec"
+STORE_LAYERS = (
+    "The store package is layered: door | sqlite, migrations | rows | protocol, the values"
+)
 NO_ACP = "defect_core never imports the ACP bridge, the ACP SDK nor the fake API"
 TOOLS = "Tools never import the session, the runtime nor the turn machinery"
 PROVIDERS = "Providers never import the tools, the session, the runtime nor the turn machinery"
 FAKE_API = "The fake API judges the wire on its own: defect_fakeapi imports no defect code"
-CONFIG_LAYERS = "The configuration is layered: resolve, files | overrides, keys, settings"
+CONFIG_LAYERS = (
+    "The configuration is layered: resolve, files | overrides, capabilities, keys, settings"
+)
 PROVIDER_LAYERS = "The providers are layered: registry, each provider, the Messages wire, base"
 ANTHROPIC_LAYERS = (
     "The Anthropic provider is layered: provider, client | stream, errors | request, catalog"
 )
 TURN_LAYERS = "The turn package is layered: runner, request | calls, deps"
+TRANSCRIPT = (
+    "The transcript tool is a client: it reaches defect acp only over stdio (defect_acp.client)"
+)
 CONTRACTS = (
     LAYERS,
+    SESSION_LAYERS,
     MCP_LAYERS,
+    STORE_LAYERS,
     NO_ACP,
     TOOLS,
     PROVIDERS,
@@ -43,6 +54,7 @@ CONTRACTS = (
     PROVIDER_LAYERS,
     ANTHROPIC_LAYERS,
     TURN_LAYERS,
+    TRANSCRIPT,
 )
 
 
@@ -80,10 +92,27 @@ def test_the_repository_keeps_every_import_contract() -> None:
     [
         pytest.param(
             "defect_core/model.py",
-            "\n\ndef _upward() -> None:\n    from defect_core.agent import DefaultAgentCore\n",
+            "\n\ndef _upward() -> None:\n"
+            "    from defect_core.session.core import DefaultAgentCore\n",
             LAYERS,
-            "defect_core.model -> defect_core.agent",
+            "defect_core.model -> defect_core.session.core",
             id="lazy-import-from-the-bottom-layer-to-the-top",
+        ),
+        pytest.param(
+            "defect_core/session/protocol.py",
+            "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+            "    from defect_core.session.state import DefaultSession\n",
+            SESSION_LAYERS,
+            "defect_core.session.protocol -> defect_core.session.state",
+            id="session-door-names-its-implementation-for-type-checking",
+        ),
+        pytest.param(
+            "defect_core/session/titles.py",
+            "\n\ndef _sibling() -> None:\n"
+            "    from defect_core.session.commands import SLASH_COMMANDS\n",
+            SESSION_LAYERS,
+            "defect_core.session.titles -> defect_core.session.commands",
+            id="session-part-imports-a-sibling-lazily",
         ),
         pytest.param(
             "defect_core/mcp/spec.py",
@@ -91,6 +120,13 @@ def test_the_repository_keeps_every_import_contract() -> None:
             MCP_LAYERS,
             "defect_core.mcp.spec -> defect_core.mcp.hub",
             id="mcp-spec-imports-its-hub",
+        ),
+        pytest.param(
+            "defect_core/store/migrations.py",
+            "\n\ndef _reopen() -> None:\n    from defect_core.store.sqlite import SqliteStore\n",
+            STORE_LAYERS,
+            "defect_core.store.migrations -> defect_core.store.sqlite",
+            id="store-migrations-import-the-store-lazily",
         ),
         pytest.param(
             "defect_core/log.py",
@@ -150,6 +186,20 @@ def test_the_repository_keeps_every_import_contract() -> None:
             FAKE_API,
             "defect_fakeapi.script -> defect_core.model",
             id="fake-api-imports-the-runtime-it-judges",
+        ),
+        pytest.param(
+            "defect_transcript/steps.py",
+            "\n\ndef _inside() -> None:\n    from defect_acp.server import DefectAgent\n",
+            TRANSCRIPT,
+            "defect_transcript.steps -> defect_acp.server",
+            id="transcript-tool-imports-the-server-lazily",
+        ),
+        pytest.param(
+            "defect_acp/client.py",
+            "\nfrom acp import schema\n",
+            TRANSCRIPT,
+            "defect_acp.client -> acp",
+            id="shared-client-imports-the-acp-sdk",
         ),
     ],
 )

@@ -23,7 +23,6 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from defect_core.agent import DefaultAgentCore, DefaultSession
 from defect_core.config import Settings
 from defect_core.events import (
     AgentEvent,
@@ -44,7 +43,7 @@ from defect_core.mcp import (
     tool_name,
 )
 from defect_core.model import ImageBlock, TextBlock
-from defect_core.session import Backends
+from defect_core.session import Backends, DefaultAgentCore, DefaultSession
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 from defect_core.tools.base import Safety, ToolContext, ToolOutput
 from defect_core.tools.builtin import builtin_tools

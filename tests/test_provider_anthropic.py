@@ -23,7 +23,6 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from defect_core.agent import DefaultAgentCore, DefaultSession
 from defect_core.config import Settings
 from defect_core.events import AgentEvent, AgentTextDelta, AgentThoughtDelta, TurnEnded, TurnFailed
 from defect_core.model import (
@@ -54,7 +53,7 @@ from defect_core.providers.base import (
     ToolInputDelta,
     ToolUseStarted,
 )
-from defect_core.session import Backends, TurnError
+from defect_core.session import Backends, DefaultAgentCore, DefaultSession, TurnError
 from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolOutput
 from defect_fakeapi import (
     DEFAULT_API_KEY,

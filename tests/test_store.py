@@ -54,6 +54,7 @@ from defect_core.store import (
     AsyncStore,
     CorruptSession,
     InvalidCursor,
+    Migration,
     SessionRecord,
     SqliteStore,
     ToolCallRecord,
@@ -615,7 +616,9 @@ def test_migrations_apply_in_order_to_an_older_database_and_keep_its_data(db: Pa
         "CREATE TABLE notes (session_id TEXT, text TEXT);"
         " INSERT INTO notes SELECT id, 'n' FROM sessions"
     )
-    with SqliteStore(db, migrations=[*MIGRATIONS, v2, v3]) as newer:
+    v2_pinned = Migration(SCHEMA_VERSION + 1, "pinned sessions", v2)
+    v3_notes = Migration(SCHEMA_VERSION + 2, "notes", v3)
+    with SqliteStore(db, migrations=[*MIGRATIONS, v2_pinned, v3_notes]) as newer:
         assert newer.schema_version == SCHEMA_VERSION + 2
         assert newer.load("s1").transcript == [user("from v1")]
     raw = sqlite3.connect(db)
@@ -631,7 +634,7 @@ def test_a_failing_migration_is_rolled_back_whole(db: Path) -> None:
         v1.create(record("s1"))
     broken = "CREATE TABLE half_done (x); INSERT INTO no_such_table VALUES (1)"
     with pytest.raises(StorageError, match="no_such_table"):
-        SqliteStore(db, migrations=[*MIGRATIONS, broken])
+        SqliteStore(db, migrations=[*MIGRATIONS, Migration(SCHEMA_VERSION + 1, "broken", broken)])
     raw = sqlite3.connect(db)
     assert raw.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     assert raw.execute("SELECT name FROM sqlite_master WHERE name = 'half_done'").fetchone() is None

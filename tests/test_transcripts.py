@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from defect_acp.transcript import (
+from defect_transcript import (
     Outcome,
     RunOptions,
     TranscriptError,
@@ -65,7 +65,7 @@ def write(path: Path, *lines: str) -> Path:
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "defect_acp.transcript", *args],
+        [sys.executable, "-m", "defect_transcript", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -325,7 +325,7 @@ async def test_the_recorder_proxies_a_client_and_the_recording_replays(tmp_path:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "defect_acp.transcript",
+        "defect_transcript",
         "record",
         "--out",
         str(out),
@@ -440,7 +440,7 @@ async def test_the_recorder_can_spawn_a_scripted_client(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "defect_acp.transcript",
+            "defect_transcript",
             "record",
             "--out",
             str(out),

@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from defect_core.agent import DefaultAgentCore, DefaultSession
 from defect_core.config import Settings
 from defect_core.events import (
     AgentEvent,
@@ -19,10 +18,17 @@ from defect_core.events import (
     ToolCallStarted,
     ToolCallUpdated,
     TurnEnded,
+    TurnUsage,
 )
 from defect_core.model import TextBlock, ToolResultBlock, ToolUseBlock
 from defect_core.providers.scripted import ScriptedProvider
-from defect_core.session import Backends, TurnError, TurnInProgress
+from defect_core.session import (
+    Backends,
+    DefaultAgentCore,
+    DefaultSession,
+    TurnError,
+    TurnInProgress,
+)
 from defect_core.tools.base import Safety, ToolCallView, ToolError, ToolOutput
 from defect_core.turn import CANCELLED_RESULT_TEXT
 
@@ -303,5 +309,40 @@ async def test_turn_events_start_with_the_prompt_and_end_with_turn_ended(tmp_pat
     # Titled once the model answered (a prompt that failed first must not name the session).
     assert names.index("TitleChanged") > names.index("UserPromptCommitted")
     assert names[-1] == "TurnEnded"
-    assert isinstance(events.items[-1], TurnEnded) and events.items[-1].usage["requests"] == 2
+    last = events.items[-1]
+    assert isinstance(last, TurnEnded) and last.usage is not None and last.usage.requests == 2
     assert len(events.of(ToolCallStarted)) == 1
+
+
+async def test_turn_ended_carries_the_turns_usage_in_core_terms(tmp_path: Path) -> None:
+    """The core reports usage as a typed, snake_case `TurnUsage`, summed over the turn's
+    requests; ACP's camelCase names are the bridge's projection (`defect_acp/project.py`)."""
+    session, _ = await make(
+        tmp_path,
+        [
+            {
+                "tool_calls": [call("t")],
+                "usage": {"input_tokens": 11, "output_tokens": 5, "cache_read_input_tokens": 3},
+            },
+            {
+                "text": "done",
+                "usage": {"input_tokens": 20, "output_tokens": 7, "cache_creation_input_tokens": 4},
+            },
+        ],
+    )
+    events = Events(session)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(events.run)
+        assert await session.run_turn([TextBlock(text="go")]) == "end_turn"
+        assert await session.run_turn([TextBlock(text="/context")]) == "end_turn"
+        await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    model_turn, command_turn = events.of(TurnEnded)
+    assert model_turn.usage == TurnUsage(
+        input_tokens=31,
+        output_tokens=12,
+        cache_read_input_tokens=3,
+        cache_creation_input_tokens=4,
+        requests=2,
+    )
+    assert command_turn.usage is None  # a slash command makes no model request

@@ -8,6 +8,8 @@ One room per job, lowest first (each module's docstring states its invariants):
 - `files.py`      where the configuration files are; one TOML file read into a layer, with
                   the line of a bad key
 - `overrides.py`  the environment and the command-line flags, each read into a layer
+- `capabilities.py` the hosted-capability tables (`[capabilities.web_search]`, per provider
+                  `[<provider>.capabilities.web_search]`) and how they merge
 - `resolve.py`    the layers in order over the defaults: `load_settings`
 
 Invariants:
@@ -20,14 +22,16 @@ Invariants:
   checking, and `files.py` borrows its entry parser when a file has `[mcp]` tables.
 """
 
+from defect_core.config.capabilities import web_search_for
 from defect_core.config.files import config_paths, key_line, parse_layer, repo_root
 from defect_core.config.resolve import load_settings, settings_from_env, settings_without_files
-from defect_core.config.settings import EFFORT_LEVELS, ConfigError, Settings
+from defect_core.config.settings import EFFORT_LEVELS, ConfigError, Settings, WebSearchSettings
 
 __all__ = [
     "EFFORT_LEVELS",
     "ConfigError",
     "Settings",
+    "WebSearchSettings",
     "config_paths",
     "key_line",
     "load_settings",
@@ -35,4 +39,5 @@ __all__ = [
     "repo_root",
     "settings_from_env",
     "settings_without_files",
+    "web_search_for",
 ]

@@ -2,7 +2,8 @@
 
 Owns the file locations (`config_paths`, `repo_root`), reading one TOML file (`read_file`),
 validating its parsed tables against the key tables of `keys.py` (`parse_layer`, including
-`[models]`, `[context_windows]` and `[mcp.servers.NAME]`), and finding the line a bad key is
+`[models]`, `[context_windows]`, `[mcp.servers.NAME]` and the hosted-capability tables of
+`capabilities.py`), and finding the line a bad key is
 on (`key_line`).
 
 Invariants:
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from defect_core.config.capabilities import CAPABILITY_SCOPES, parse_capabilities
 from defect_core.config.keys import (
     MODEL_PROVIDERS,
     TABLE_KEYS,
@@ -53,7 +55,8 @@ def parse_layer(
 
     `env` resolves `${VAR}` in MCP server entries (default: `os.environ`)."""
     layer: Layer = {}
-    known_top = [*TOP_KEYS, *TABLE_KEYS, "models", "context_windows", "mcp"]
+    known_top = [*TOP_KEYS, *TABLE_KEYS, "models", "context_windows", "mcp", "capabilities"]
+    capabilities: dict[str, dict[str, Any]] = {}
     for key, value in data.items():
         if key in TOP_KEYS:
             name, check = TOP_KEYS[key]
@@ -66,6 +69,9 @@ def parse_layer(
             table = TABLE_KEYS[key]
             for sub, sub_value in value.items():
                 dotted = f"{key}.{sub}"
+                if sub == "capabilities":
+                    parse_capabilities(sub_value, source, key, capabilities)
+                    continue
                 if sub not in table:
                     raise unknown_key(source, dotted, list(table))
                 name, check = table[sub]
@@ -93,8 +99,19 @@ def parse_layer(
             }
         elif key == "mcp":
             layer["mcp_servers"] = _mcp_servers(value, source, env)
+        elif key == "capabilities":
+            parse_capabilities(value, source, "", capabilities)
+        elif key in CAPABILITY_SCOPES:  # a provider without a table of its own: `scripted`
+            if not isinstance(value, dict):
+                raise ConfigError(source, key, f"must be a table ([{key}]), got {type_name(value)}")
+            for sub, sub_value in value.items():
+                if sub != "capabilities":
+                    raise unknown_key(source, f"{key}.{sub}", ["capabilities"])
+                parse_capabilities(sub_value, source, key, capabilities)
         else:
             raise unknown_key(source, key, known_top)
+    if capabilities:
+        layer["capabilities"] = capabilities
     return layer
 
 

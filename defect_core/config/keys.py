@@ -41,6 +41,10 @@ Keys (every one optional; tables merge key by key across layers):
     [fetch]
     allow = ["127.0.0.1:8080", "intranet.example"]  # hosts fetch may reach though not public
 
+    [capabilities.web_search]         # the provider's own web search (capabilities.py)
+    mode = "delegate"                 # delegate | disabled (default); also per provider:
+    max_uses = 5                      # [anthropic.capabilities.web_search] and the like
+
     [mcp.servers.github]              # MCP servers for every session (as in .mcp.json)
     command = "github-mcp-server"     # stdio: command, args, env; http/sse: type, url, headers
     args = ["stdio"]

@@ -15,8 +15,8 @@ layer lands on the settings below it. The layers, each overriding the one before
 or the working directory when there is none.
 
 Invariants:
-- Tables merge key by key across layers (`models`, `context_windows`; MCP servers by name); a
-  later layer replaces a scalar.
+- Tables merge key by key across layers (`models`, `context_windows`, the capabilities per
+  scope; MCP servers by name); a later layer replaces a scalar.
 - `provider_origin` names the layer that chose the provider, so a missing-credentials message
   sends the user to the right place.
 - A broken file fails the sessions it applies to, never the process: the editor must still see
@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from defect_core.config.capabilities import merge_capabilities
 from defect_core.config.files import config_paths, read_file
 from defect_core.config.keys import Layer
 from defect_core.config.overrides import env_layer, flag_layer
@@ -49,6 +50,8 @@ def apply_layer(settings: Settings, layer: Layer, origin: str | None = None) -> 
     for table in ("models", "context_windows"):
         if table in changes:
             changes[table] = {**getattr(settings, table), **changes[table]}
+    if "capabilities" in changes:  # per scope, key by key
+        changes["capabilities"] = merge_capabilities(settings.capabilities, changes["capabilities"])
     if "mcp_servers" in changes:  # by name: a later layer replaces a server of the same name
         merged = {spec.name: spec for spec in settings.mcp_servers}
         merged.update(changes["mcp_servers"])

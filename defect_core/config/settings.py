@@ -20,12 +20,12 @@ Why apart from the loading: most readers need the values, not where they came fr
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from defect_core.mcp.spec import McpServerSpec
 
-__all__ = ["EFFORT_LEVELS", "ConfigError", "Settings"]
+__all__ = ["EFFORT_LEVELS", "ConfigError", "Settings", "WebSearchSettings"]
 
 EFFORT_LEVELS = ("off", "low", "medium", "high")
 
@@ -42,6 +42,19 @@ class ConfigError(ValueError):
         self.key = key
         self.problem = problem
         self.line = line
+
+
+@dataclass(frozen=True, slots=True)
+class WebSearchSettings:
+    """The hosted web search of one provider (`[capabilities.web_search]`, see
+    `defect_core/config/capabilities.py`): `delegate` offers the provider's own search to the
+    model, `disabled` does not."""
+
+    mode: str = "disabled"
+    max_uses: int = 5
+    """Searches the model may run per model request."""
+    allowed_domains: tuple[str, ...] | None = None
+    blocked_domains: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +88,9 @@ class Settings:
     """Model ids the model option offers, per provider name; a missing entry: built-ins."""
     context_windows: dict[str, int] = field(default_factory=dict)
     """Context window in tokens per model id, overriding what the provider knows."""
+    capabilities: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Hosted-capability keys per scope ("" for every provider, else a provider name); read
+    them with `config.web_search_for`."""
     mcp_servers: tuple[McpServerSpec, ...] = ()
     """MCP servers every session starts with (`[mcp.servers.NAME]`), besides `.mcp.json`'s."""
     read_timeout: float = 120.0

@@ -16,6 +16,9 @@ Invariants:
   unsigned thinking, which the API can never accept - that is a missing repair, not data.
 - Decoding is strict about what it understands and names what is wrong
   (`MessageFormatError`); it ignores fields it does not use (`citations`, `cache_control`).
+- The hosted web search's blocks (`server_tool_use`, `web_search_tool_result`) go back
+  exactly as they came: the provider pairs them inside the assistant message, and each
+  result's `encrypted_content` is the provider's own.
 """
 
 from __future__ import annotations
@@ -31,15 +34,20 @@ from defect_core.model import (
     Message,
     MessageFormatError,
     RedactedThinkingBlock,
+    ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    WebSearchError,
+    WebSearchHit,
+    WebSearchResultBlock,
 )
 
 __all__ = [
     "decode_assistant_content",
     "decode_content_block",
+    "decode_search_content",
     "encode_block",
     "encode_message",
     "encode_messages",
@@ -77,6 +85,14 @@ def encode_block(block: ContentBlock) -> WireBlock:
         return {"type": "redacted_thinking", "data": block.data}
     if isinstance(block, ImageBlock):
         return _encode_image(block)
+    if isinstance(block, ServerToolUseBlock):
+        return {"type": "server_tool_use", "id": block.id, "name": block.name, "input": block.input}
+    if isinstance(block, WebSearchResultBlock):
+        return {
+            "type": "web_search_tool_result",
+            "tool_use_id": block.tool_use_id,
+            "content": _encode_search_content(block.content),
+        }
     raise TypeError(f"not a content block: {type(block).__name__}")
 
 
@@ -86,6 +102,25 @@ def _encode_image(block: ImageBlock) -> WireBlock:
     else:
         source = {"type": "url", "url": block.url}
     return {"type": "image", "source": source}
+
+
+def _encode_search_content(
+    content: tuple[WebSearchHit, ...] | WebSearchError,
+) -> list[WireBlock] | WireBlock:
+    if isinstance(content, WebSearchError):
+        return {"type": "web_search_tool_result_error", "error_code": content.error_code}
+    hits: list[WireBlock] = []
+    for hit in content:
+        wire: WireBlock = {
+            "type": "web_search_result",
+            "url": hit.url,
+            "title": hit.title,
+            "encrypted_content": hit.encrypted_content,
+        }
+        if hit.page_age is not None:
+            wire["page_age"] = hit.page_age
+        hits.append(wire)
+    return hits
 
 
 def _encode_result(block: ToolResultBlock) -> WireBlock:
@@ -119,7 +154,8 @@ def decode_assistant_content(blocks: Iterable[Mapping[str, Any]]) -> Message:
 
 
 def decode_content_block(block: Mapping[str, Any]) -> ContentBlock:
-    """One content block of a response message: text, thinking, redacted thinking, tool use.
+    """One content block of a response message: text, thinking, redacted thinking, tool use,
+    server tool use, web search result.
 
     Raises `MessageFormatError` naming the field for anything else or anything malformed.
     """
@@ -146,7 +182,44 @@ def decode_content_block(block: Mapping[str, Any]) -> ContentBlock:
             name=_str(block, "name", "tool_use"),
             input=dict(tool_input),
         )
+    if kind == "server_tool_use":
+        tool_input = block.get("input", {})
+        if not isinstance(tool_input, Mapping):
+            raise MessageFormatError("server_tool_use.input: must be an object")
+        return ServerToolUseBlock(
+            id=_str(block, "id"), name=_str(block, "name"), input=dict(tool_input)
+        )
+    if kind == "web_search_tool_result":
+        return WebSearchResultBlock(
+            tool_use_id=_str(block, "tool_use_id"),
+            content=decode_search_content(block.get("content")),
+        )
     raise MessageFormatError(f"type: unsupported content block type {kind!r}")
+
+
+def decode_search_content(content: object) -> tuple[WebSearchHit, ...] | WebSearchError:
+    """A `web_search_tool_result`'s `content`: its hits, or the error object."""
+    if isinstance(content, Mapping):
+        code = content.get("error_code")
+        if content.get("type") != "web_search_tool_result_error" or not isinstance(code, str):
+            raise MessageFormatError("web_search_tool_result.content: not a list nor an error")
+        return WebSearchError(error_code=code)
+    if not isinstance(content, list):
+        raise MessageFormatError("web_search_tool_result.content: must be a list or an error")
+    hits: list[WebSearchHit] = []
+    for item in content:
+        if not isinstance(item, Mapping) or item.get("type") != "web_search_result":
+            raise MessageFormatError("web_search_tool_result.content: not a web_search_result")
+        page_age = item.get("page_age")
+        hits.append(
+            WebSearchHit(
+                url=_str(item, "url"),
+                title=_str(item, "title"),
+                encrypted_content=_str(item, "encrypted_content"),
+                page_age=page_age if isinstance(page_age, str) else None,
+            )
+        )
+    return tuple(hits)
 
 
 def _str(block: Mapping[str, Any], key: str, kind: str | None = None) -> str:

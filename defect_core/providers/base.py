@@ -21,7 +21,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from defect_core.model import Message, ToolSpec
+from defect_core.model import Message, ServerToolUseBlock, ToolSpec, WebSearchResultBlock
 
 StopReason = Literal[
     "end_turn",
@@ -35,6 +35,28 @@ StopReason = Literal[
 
 
 @dataclass(frozen=True, slots=True)
+class HostedWebSearch:
+    """The provider's own web search, offered to the model in a request (`delegate` mode)."""
+
+    max_uses: int = 5
+    allowed_domains: tuple[str, ...] | None = None
+    blocked_domains: tuple[str, ...] | None = None
+
+
+HOSTED_CAPABILITIES = ("web_search",)
+"""The capabilities a provider may run itself. A provider that runs some says so with a
+`hosted_capabilities` attribute (a frozenset of these names); one without it runs none."""
+
+
+def hosted_capabilities(provider: object) -> frozenset[str]:
+    """What `provider` runs itself (empty for a provider that says nothing)."""
+    found: object = getattr(provider, "hosted_capabilities", None)
+    if isinstance(found, frozenset | set | tuple):
+        return frozenset(str(name) for name in found)
+    return frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class ModelRequest:
     model: str
     system: str
@@ -43,6 +65,8 @@ class ModelRequest:
     max_tokens: int = 8192
     thinking_budget: int | None = None
     """Extended-thinking budget in tokens, or None for no thinking."""
+    web_search: HostedWebSearch | None = None
+    """The provider's web search, when the session delegates searching to it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +75,8 @@ class Usage:
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    web_search_requests: int = 0
+    """Searches the provider ran itself (billed per search)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -63,6 +89,7 @@ class Usage:
             self.output_tokens + other.output_tokens,
             self.cache_creation_input_tokens + other.cache_creation_input_tokens,
             self.cache_read_input_tokens + other.cache_read_input_tokens,
+            self.web_search_requests + other.web_search_requests,
         )
 
 
@@ -94,6 +121,22 @@ class ToolInputDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerToolStarted:
+    """The provider runs one of its own tools (its web search); `block.input` is complete.
+
+    Shown to the user as it happens; it becomes history only inside the `Completed` message."""
+
+    block: ServerToolUseBlock
+
+
+@dataclass(frozen=True, slots=True)
+class ServerToolFinished:
+    """The provider's result for a `ServerToolStarted` (it arrives whole)."""
+
+    block: WebSearchResultBlock
+
+
+@dataclass(frozen=True, slots=True)
 class Completed:
     """The whole, well-formed assistant message. Only this is ever committed to history."""
 
@@ -103,7 +146,15 @@ class Completed:
     request_id: str | None = None
 
 
-StreamChunk = TextDelta | ThinkingDelta | ToolUseStarted | ToolInputDelta | Completed
+StreamChunk = (
+    TextDelta
+    | ThinkingDelta
+    | ToolUseStarted
+    | ToolInputDelta
+    | ServerToolStarted
+    | ServerToolFinished
+    | Completed
+)
 
 
 CONTEXT_OVERFLOW = "context_overflow"

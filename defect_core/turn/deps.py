@@ -28,7 +28,7 @@ from defect_core.compaction import Compactor
 from defect_core.events import AgentEvent, PermissionRequested, TurnStopReason
 from defect_core.history import History
 from defect_core.model import Message
-from defect_core.providers.base import LlmProvider, Usage
+from defect_core.providers.base import HostedWebSearch, LlmProvider, Usage
 from defect_core.tools.base import ToolContext, ToolRegistry
 
 Publish = Callable[[AgentEvent], Awaitable[None]]
@@ -83,6 +83,8 @@ class TurnConfig:
     retries: int = 4
     retry_base_delay: float = 1.0
     retry_max_delay: float = 30.0
+    web_search: HostedWebSearch | None = None
+    """The provider's own web search, offered to the model (`delegate` mode), or None."""
 
 
 @dataclass

@@ -13,6 +13,11 @@ Invariants:
   before any output of that attempt was forwarded; the backoff sleep is cancellable.
 - A prompt the model refuses as too long is compacted and retried once; a second refusal is
   reported as it is. A compaction that fails before a request never stops the turn.
+- The provider's own tool calls (its web search) are shown as they happen, as tool calls of
+  kind `search` (`defect_core/hosted.py` words them); each one shown ends `completed` or
+  `failed`, also when the stream breaks before its result (it then never becomes history).
+- After a `pause_turn` reply the request is the history as it is (`paused=True`): the API
+  continues the paused assistant message instead of answering a new user message.
 """
 
 from __future__ import annotations
@@ -23,7 +28,15 @@ import random
 import anyio
 
 from defect_core.errors import TurnError
-from defect_core.events import AgentTextDelta, AgentThoughtDelta, TurnStopReason
+from defect_core.events import (
+    AgentTextDelta,
+    AgentThoughtDelta,
+    TextDisplay,
+    ToolCallStarted,
+    ToolCallUpdated,
+    TurnStopReason,
+)
+from defect_core.hosted import search_outcome, search_title
 from defect_core.integrity import repair_outbound
 from defect_core.log import get_logger
 from defect_core.providers.base import (
@@ -31,6 +44,8 @@ from defect_core.providers.base import (
     Completed,
     ModelRequest,
     ProviderError,
+    ServerToolFinished,
+    ServerToolStarted,
     TextDelta,
     ThinkingDelta,
     ToolInputDelta,
@@ -87,25 +102,28 @@ def context_used(deps: TurnDeps, config: TurnConfig) -> int:
 # --- the request and its reply ------------------------------------------------------------
 
 
-def build_request(deps: TurnDeps, config: TurnConfig) -> ModelRequest:
+def build_request(deps: TurnDeps, config: TurnConfig, *, paused: bool = False) -> ModelRequest:
     return ModelRequest(
         model=config.model,
         system=config.system_prompt,
-        messages=repair_outbound(deps.history.snapshot()),
+        messages=repair_outbound(deps.history.snapshot(), paused=paused),
         tools=deps.tools.specs(),
         max_tokens=config.max_tokens,
         thinking_budget=config.thinking_budget,
+        web_search=config.web_search,
     )
 
 
-async def stream_reply(deps: TurnDeps, config: TurnConfig) -> Completed:
+async def stream_reply(deps: TurnDeps, config: TurnConfig, *, paused: bool = False) -> Completed:
     """Send the request built from the history now and stream its reply to the front end;
-    the completed reply, or `TurnError` once retries (and one compaction) cannot help."""
-    request = build_request(deps, config)
+    the completed reply, or `TurnError` once retries (and one compaction) cannot help.
+    `paused`: the last reply paused (`pause_turn`); this request continues it."""
+    request = build_request(deps, config, paused=paused)
     attempt = 0
     compacted = False
     while True:
         forwarded = False
+        searching: dict[str, str] = {}  # server tool calls shown and not finished: id → title
         try:
             # aclosing: a stream left early (cancel, failure) closes its response now.
             async with contextlib.aclosing(deps.provider.stream(request)) as stream:
@@ -118,6 +136,12 @@ async def stream_reply(deps: TurnDeps, config: TurnConfig) -> Completed:
                         await deps.publish(AgentThoughtDelta(chunk.text))
                     elif isinstance(chunk, ToolUseStarted | ToolInputDelta):
                         pass  # not shown to the user: a retry after it stays invisible
+                    elif isinstance(chunk, ServerToolStarted):
+                        forwarded = True
+                        await _show_search(deps, chunk, searching)
+                    elif isinstance(chunk, ServerToolFinished):
+                        forwarded = True
+                        await _show_search_result(deps, chunk, searching)
                     elif isinstance(chunk, Completed):
                         log.debug(
                             "model_call_completed",
@@ -133,6 +157,7 @@ async def stream_reply(deps: TurnDeps, config: TurnConfig) -> Completed:
                 retryable=True,
             )
         except ProviderError as err:
+            await _abandon_searches(deps, searching)
             log.warning(
                 "model_call_failed",
                 session_id=config.session_id,
@@ -155,12 +180,55 @@ async def stream_reply(deps: TurnDeps, config: TurnConfig) -> Completed:
                 and await shrink_context_window(deps, config)
             ):
                 compacted = True  # once: a second refusal is reported as it is
-                request = build_request(deps, config)
+                request = build_request(deps, config, paused=paused)
                 continue
             data = err.to_data()
             if forwarded and err.retryable:
                 data["partialOutputShown"] = True
             raise TurnError(err.message, data, auth=err.kind == "auth_required") from err
+
+
+async def _show_search(deps: TurnDeps, chunk: ServerToolStarted, searching: dict[str, str]) -> None:
+    use = chunk.block
+    searching[use.id] = search_title(use)
+    await deps.publish(
+        ToolCallStarted(
+            tool_call_id=use.id,
+            name=use.name,
+            title=searching[use.id],
+            kind="search",
+            raw_input=use.input,
+            status="in_progress",
+        )
+    )
+
+
+async def _show_search_result(
+    deps: TurnDeps, chunk: ServerToolFinished, searching: dict[str, str]
+) -> None:
+    result = chunk.block
+    if searching.pop(result.tool_use_id, None) is None:
+        return  # a result for no search shown: the repair drops it from later requests
+    succeeded, text = search_outcome(result)
+    await deps.publish(
+        ToolCallUpdated(
+            result.tool_use_id,
+            status="completed" if succeeded else "failed",
+            content=(TextDisplay(text),),
+        )
+    )
+
+
+async def _abandon_searches(deps: TurnDeps, searching: dict[str, str]) -> None:
+    """The stream broke: every search shown and not finished ends `failed` (it never becomes
+    history, so nothing else would ever close it)."""
+    with anyio.CancelScope(shield=True):
+        for tool_call_id in list(searching):
+            _, text = search_outcome(None)
+            await deps.publish(
+                ToolCallUpdated(tool_call_id, status="failed", content=(TextDisplay(text),))
+            )
+    searching.clear()
 
 
 def stop_reason(provider_reason: str) -> TurnStopReason:

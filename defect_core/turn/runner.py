@@ -46,22 +46,24 @@ class TurnRunner:
     async def run(self, prompt: list[ContentBlock], config: TurnConfig) -> TurnResult:
         result = TurnResult(stop_reason="end_turn")
         await self._commit_prompt(prompt)
+        paused = False  # the last reply paused (`pause_turn`): the next request continues it
         while True:
             if result.requests >= config.max_turn_requests:
                 result.stop_reason = "max_turn_requests"
                 return result
             result.requests += 1
             await fit_context_window(self._deps, config)
-            completed = await stream_reply(self._deps, config)
+            completed = await stream_reply(self._deps, config, paused=paused)
             self._account(completed, result)
             calls = await self._commit_reply(_runnable(completed), config)
+            paused = completed.stop_reason == "pause_turn" and not calls
             # `_run_tools` is entered with no suspension point after `_commit_reply`, so a
             # cancel lands inside its `try`, whose `finally` commits a result for every call.
             if calls:
                 await self._run_tools(calls, config)
                 continue
-            if completed.stop_reason == "pause_turn":
-                continue
+            if paused:
+                continue  # the API paused a long server-tool turn: send it back as it is
             result.stop_reason = stop_reason(completed.stop_reason)
             return result
 

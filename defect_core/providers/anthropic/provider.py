@@ -74,6 +74,11 @@ class AnthropicProvider:
     def route(self) -> Route:
         return self._route
 
+    @property
+    def hosted_capabilities(self) -> frozenset[str]:
+        """The Anthropic API runs its web search; Bedrock has no server tools."""
+        return frozenset({"web_search"}) if self._route == "anthropic" else frozenset()
+
     def models(self) -> list[ModelInfo]:
         return models_for(self._settings, self._route)
 
@@ -141,6 +146,7 @@ class AnthropicProvider:
             cache_read_input_tokens=completed.usage.cache_read_input_tokens,
             cache_creation_input_tokens=completed.usage.cache_creation_input_tokens,
             output_tokens=completed.usage.output_tokens,
+            web_search_requests=completed.usage.web_search_requests,
             seconds=round(time.monotonic() - started, 3),
         )
         yield completed

@@ -12,12 +12,16 @@ Invariants:
   checks exactly what goes out).
 - At most 4 `cache_control` breakpoints: the last tool, the system prompt, and the last
   cacheable block of the last two user messages (never a thinking block).
+- The hosted web search (`ModelRequest.web_search`) is the last tool, after the client tools:
+  its bytes depend on the configuration only, so it never moves nor changes within a session,
+  the last-tool breakpoint sits on it, and the cached prefix (tools → system → messages)
+  stays the same request after request.
 - Thinking is sent only within the API's bounds, and never for a tool loop the API would
   refuse with it (one opened by an assistant message without a thinking block).
 
 Why apart from the stream: the body is decided before the call and tested as data. Tools the
-server runs itself (`web_search_20250305` entries) are request options and belong here, next to
-the client-side tool list they are appended to.
+server runs itself (`web_search_20250305`) are request options and belong here, next to the
+client-side tool list they are appended to.
 """
 
 from __future__ import annotations
@@ -29,13 +33,15 @@ from defect_core.log import get_logger
 from defect_core.model import Message, RedactedThinkingBlock, ThinkingBlock
 from defect_core.providers.anthropic.catalog import Route
 from defect_core.providers.anthropic_wire import encode_messages
-from defect_core.providers.base import ModelRequest
+from defect_core.providers.base import HostedWebSearch, ModelRequest
 
 __all__ = [
     "BEDROCK_ANTHROPIC_VERSION",
     "MAX_CACHE_BREAKPOINTS",
+    "WEB_SEARCH_TOOL_TYPE",
     "encode_request",
     "route_options",
+    "web_search_tool",
 ]
 
 log = get_logger("defect.provider")
@@ -46,6 +52,7 @@ MAX_CACHE_BREAKPOINTS = 4
 MESSAGE_BREAKPOINTS = 2
 MIN_THINKING_BUDGET = 1024
 EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
+WEB_SEARCH_TOOL_TYPE = "web_search_20250305"
 _CACHEABLE = frozenset({"text", "image", "document", "tool_use", "tool_result"})
 
 
@@ -58,11 +65,13 @@ def encode_request(request: ModelRequest) -> dict[str, Any]:
         "messages": encode_messages(request.messages),
     }
     breakpoints = 0
-    if request.tools:
-        tools: list[dict[str, Any]] = [
-            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-            for t in request.tools
-        ]
+    tools: list[dict[str, Any]] = [
+        {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+        for t in request.tools
+    ]
+    if request.web_search is not None:
+        tools.append(web_search_tool(request.web_search))
+    if tools:
         tools[-1]["cache_control"] = dict(EPHEMERAL)
         breakpoints += 1
         body["tools"] = tools
@@ -78,6 +87,21 @@ def encode_request(request: ModelRequest) -> dict[str, Any]:
     if budget is not None:
         body["thinking"] = {"type": "enabled", "budget_tokens": budget}
     return body
+
+
+def web_search_tool(search: HostedWebSearch) -> dict[str, Any]:
+    """The API's web search tool definition (the API refuses both domain lists at once; the
+    configuration refuses them before)."""
+    tool: dict[str, Any] = {
+        "type": WEB_SEARCH_TOOL_TYPE,
+        "name": "web_search",
+        "max_uses": search.max_uses,
+    }
+    if search.allowed_domains:
+        tool["allowed_domains"] = list(search.allowed_domains)
+    elif search.blocked_domains:
+        tool["blocked_domains"] = list(search.blocked_domains)
+    return tool
 
 
 def route_options(route: Route) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 
 Owns `StreamAssembler`, which is fed the SDK's stream events (`message_start`,
 `content_block_start/delta/stop`, `message_delta`, `message_stop`) one at a time, returns the
-chunks to forward (`TextDelta`, `ThinkingDelta`, `ToolUseStarted`, `ToolInputDelta`), and at
-the end (`finish`) builds the one `Completed` message - or refuses to.
+chunks to forward (`TextDelta`, `ThinkingDelta`, `ToolUseStarted`, `ToolInputDelta`, and for
+the API's own web search `ServerToolStarted` once its input is whole and `ServerToolFinished`
+when its result arrives), and at the end (`finish`) builds the one `Completed` message - or
+refuses to.
 
 Invariants (docs/architecture.md, Integrity: the stream-error guard):
 - `Completed` is built only for a stream that reached `message_stop` (or a final
@@ -15,9 +17,12 @@ Invariants (docs/architecture.md, Integrity: the stream-error guard):
 - A delta for a block that was never opened, or is closed, is a malformed stream, not data.
 - Pure: events in, chunks out; no SDK import (events are read by attribute), no I/O.
 
-Why a room of its own: the guard is the part most worth testing alone, and server-side blocks
-(`server_tool_use`, `web_search_tool_result`) are assembled here: today they are known by index
-and dropped (never requested); keeping them is a new kind in `_start` and `_block`.
+- Server-side blocks are kept as they came: a `server_tool_use` streams its input like a
+  client tool's (`input_json_delta`), a `web_search_tool_result` arrives whole in its
+  `content_block_start`. A server tool input that does not parse is a malformed stream.
+  Other server-side blocks (never requested) are known by index and dropped.
+
+Why a room of its own: the guard is the part most worth testing alone.
 """
 
 from __future__ import annotations
@@ -31,14 +36,19 @@ from defect_core.model import (
     ContentBlock,
     Message,
     RedactedThinkingBlock,
+    ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
+    WebSearchResultBlock,
 )
 from defect_core.providers.anthropic.errors import malformed
+from defect_core.providers.anthropic_wire import decode_search_content
 from defect_core.providers.base import (
     Completed,
     ProviderError,
+    ServerToolFinished,
+    ServerToolStarted,
     StopReason,
     StreamChunk,
     TextDelta,
@@ -49,6 +59,18 @@ from defect_core.providers.base import (
 )
 
 __all__ = ["StreamAssembler"]
+
+
+def _fields(hit: Any) -> dict[str, Any]:
+    """A search hit of the SDK's stream (an object) as the wire's mapping."""
+    return {
+        "type": getattr(hit, "type", None),
+        "url": getattr(hit, "url", None),
+        "title": getattr(hit, "title", None),
+        "encrypted_content": getattr(hit, "encrypted_content", None),
+        "page_age": getattr(hit, "page_age", None),
+    }
+
 
 log = get_logger("defect.provider")
 
@@ -77,6 +99,7 @@ class _Block:
     closed: bool = False
     parsed: dict[str, Any] | None = None
     parse_error: str | None = None
+    result: WebSearchResultBlock | None = None
 
 
 class StreamAssembler:
@@ -100,8 +123,8 @@ class StreamAssembler:
         if kind == "content_block_start":
             return self._start(event.index, event.content_block)
         if kind == "content_block_stop":
-            self._stop(event.index)
-        elif kind == "message_start":
+            return self._stop(event.index)
+        if kind == "message_start":
             self.started = True
             self.model = getattr(event.message, "model", None)
             self._record_usage(event.message.usage)
@@ -125,6 +148,9 @@ class StreamAssembler:
             value = getattr(usage, name, None)
             if isinstance(value, int):
                 self.usage[name] = value
+        searches = getattr(getattr(usage, "server_tool_use", None), "web_search_requests", None)
+        if isinstance(searches, int):
+            self.usage["web_search_requests"] = searches
 
     def _start(self, index: int, block: Any) -> list[StreamChunk]:
         kind = block.type
@@ -154,7 +180,27 @@ class StreamAssembler:
                 "tool_use", tool_id=block.id, tool_name=block.name, start_input=start_input
             )
             return [ToolUseStarted(block.id, block.name)]
-        # Server-side blocks (web search results, ...) are never requested; keep the index
+        if kind == "server_tool_use":
+            start_input = block.input if isinstance(block.input, dict) else {}
+            self.blocks[index] = _Block(
+                "server_tool_use", tool_id=block.id, tool_name=block.name, start_input=start_input
+            )
+            return []
+        if kind == "web_search_tool_result":
+            content = block.content
+            if not isinstance(content, list):
+                content = {"type": getattr(content, "type", None), "error_code": content.error_code}
+            else:
+                content = [_fields(hit) for hit in content]
+            try:
+                result = WebSearchResultBlock(
+                    tool_use_id=block.tool_use_id, content=decode_search_content(content)
+                )
+            except (ValueError, AttributeError) as exc:
+                raise malformed(f"a web search result that cannot be read: {exc}") from None
+            self.blocks[index] = _Block("web_search_tool_result", result=result)
+            return [ServerToolFinished(result)]
+        # Other server-side blocks (code execution, ...) are never requested; keep the index
         # known so its deltas are not taken for a malformed stream.
         self.blocks[index] = _Block(f"ignored:{kind}")
         return []
@@ -172,31 +218,39 @@ class StreamAssembler:
             return [ThinkingDelta(delta.thinking)]
         if kind == "input_json_delta" and delta.partial_json:
             entry.text.append(delta.partial_json)
+            if entry.kind == "server_tool_use":
+                return []  # shown whole, once its input is complete
             return [ToolInputDelta(entry.tool_id, delta.partial_json)]
         if kind == "signature_delta":
             entry.signature.append(delta.signature)
         return []
 
-    def _stop(self, index: int) -> None:
+    def _stop(self, index: int) -> list[StreamChunk]:
         entry = self.blocks.get(index)
         if entry is None:
             raise malformed(f"content block {index} stopped without a start")
         entry.closed = True
-        if entry.kind != "tool_use":
-            return
+        if entry.kind not in ("tool_use", "server_tool_use"):
+            return []
         raw = "".join(entry.text)
         if not raw.strip():
             entry.parsed = dict(entry.start_input)
-            return
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            entry.parse_error = f"{exc.msg} at character {exc.pos}"
-            return
-        if isinstance(value, dict):
-            entry.parsed = value
         else:
-            entry.parse_error = f"the input is a JSON {type(value).__name__}, not an object"
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                entry.parse_error = f"{exc.msg} at character {exc.pos}"
+                value = None
+            if isinstance(value, dict):
+                entry.parsed = value
+            elif entry.parse_error is None:
+                entry.parse_error = f"the input is a JSON {type(value).__name__}, not an object"
+        if entry.kind == "tool_use":
+            return []
+        if entry.parsed is None:
+            raise malformed(f"the provider's {entry.tool_name} input is not a JSON object")
+        use = ServerToolUseBlock(id=entry.tool_id, name=entry.tool_name, input=entry.parsed)
+        return [ServerToolStarted(use)]
 
     def finish(self, request_id: str | None) -> Completed:
         """The whole message, or `ProviderError` when the stream did not finish cleanly."""
@@ -244,6 +298,7 @@ class StreamAssembler:
             output_tokens=self.usage.get("output_tokens", 0),
             cache_creation_input_tokens=self.usage.get("cache_creation_input_tokens", 0),
             cache_read_input_tokens=self.usage.get("cache_read_input_tokens", 0),
+            web_search_requests=self.usage.get("web_search_requests", 0),
         )
         stop: StopReason = reason  # type: ignore[assignment]
         return Completed(
@@ -267,4 +322,8 @@ class StreamAssembler:
             return RedactedThinkingBlock(data=entry.data)
         if entry.kind == "tool_use":
             return ToolUseBlock(id=entry.tool_id, name=entry.tool_name, input=entry.parsed or {})
-        return None
+        if entry.kind == "server_tool_use":
+            return ServerToolUseBlock(
+                id=entry.tool_id, name=entry.tool_name, input=entry.parsed or {}
+            )
+        return entry.result

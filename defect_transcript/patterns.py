@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from defect_acp.transcript.format import ABSENT, ANY, FULL_VARIABLE, VARIABLE, is_operator
+from defect_transcript.format import ABSENT, ANY, FULL_VARIABLE, VARIABLE, is_operator
 
 SHOW_LIMIT = 700
 """Characters of a message shown in a failure report (`--verbose` shows all)."""

@@ -1,11 +1,13 @@
 """`AgentCore` and `Session`: the only door from a front end (the ACP bridge) into the runtime.
 
 Owns the two protocols and the values only the door exchanges (config options, tool-call
-snapshots, the front end's description, the backends). Three kinds of value cross the door but
-are defined lower, because lower layers produce them: the errors (`errors.py`: the store and
-the turn runner raise them), session listings (`listing.py`: the store builds them) and MCP
-server specs (`mcp/spec.py`: the configuration parses them). This module re-exports them
-(`__all__`), so a front end finds everything it needs to drive the runtime here.
+snapshots, the backends). Four kinds of value cross the door but are defined lower, because
+lower layers produce or read them: the errors (`errors.py`: the store and the turn runner
+raise them), session listings (`listing.py`: the store builds them), MCP server specs
+(`mcp/spec.py`: the configuration parses them) and the front end's description (`prompt.py`:
+the system prompt reads it). This module re-exports them (`__all__`), and the package
+(`defect_core/session/__init__.py`) re-exports this module, so a front end finds everything it
+needs to drive the runtime in `defect_core.session`.
 
 - `AgentCore` is the process-level root: it creates, loads, finds and lists sessions.
 - `Session` is one conversation: it runs turns, cancels them, streams `AgentEvent`s to any
@@ -21,8 +23,9 @@ Invariants:
   `TurnError` only when the turn could not go on (provider failure after retries, missing
   credentials). Either way the session stays usable.
 - No ACP types here (docs/architecture.md, rule 1).
-- Near the top of the layers (docs/layers.md): nothing below the runtime (`agent.py`) and the
-  prompt imports this module; the turn runner, the store and the tools stay below the door.
+- The lowest module of the session package (docs/layers.md): the default implementation
+  (`core.py`, `state.py` and their helpers) sits above it, so the door names no part of the
+  runtime behind it.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from defect_core.listing import SessionPage, SessionSummary
 from defect_core.mcp.spec import McpServerSpec
 from defect_core.model import ContentBlock, Message
 from defect_core.policy import ModeInfo
+from defect_core.prompt import Frontend
 from defect_core.tools.backends import FsBackend, ShellBackend
 
 __all__ = [
@@ -96,16 +100,6 @@ class ConfigOption:
     current: str
     choices: tuple[OptionChoice, ...]
     description: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Frontend:
-    """How the session is reached; feeds the system prompt's environment section."""
-
-    name: str = "acp"
-    client_name: str | None = None
-    fs_delegated: bool = False
-    terminal_delegated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

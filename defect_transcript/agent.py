@@ -1,15 +1,14 @@
 """The agent under test: a process in its own process group, its stdout read line by line.
 
 Owns `AgentProcess` (writes to the agent's stdin with a timeout, keeps every line the agent
-writes as an `Incoming`, ends the agent), `kill_group`, `StepFailed` (what a step raises when
-it does not hold — it lives here because the first such failure is writing to an agent that
-is gone) and what the runner and the recorder share about the wire: `LINE_LIMIT` and `id_key`.
+writes as an `Incoming`, ends the agent), `StepFailed` (what a step raises when it does not
+hold — it lives here because the first such failure is writing to an agent that is gone) and
+what the runner and the recorder share about the wire: `id_key`.
 
-Invariant: the agent and everything it starts end together. The agent is started with
-`start_new_session` and only ever ended with `killpg(SIGKILL)` on its group — never
-`proc.kill()`, which would reap it behind asyncio's child watcher and turn exit code -9 into
-255. Every line the agent writes is kept, in order, JSON or not. Only the standard library is
-imported.
+Invariant: the agent and everything it starts end together: it is started and ended by
+`defect_acp.client` (`spawn_agent`, `end_agent`: its own process group, killed as a group).
+Every line the agent writes is kept, in order, JSON or not. Only the standard library (and
+`defect_acp.client`, which imports nothing else) is imported.
 
 Why: a transcript must never outlive its run (a leaked agent, or a tool it spawned, hangs
 CI), and a failure report must be able to show exactly what the agent wrote.
@@ -20,17 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from defect_acp.transcript.patterns import Mismatch
-
-LINE_LIMIT = 64 * 1024 * 1024
-"""The longest line read from the agent (or, when recording, from the client)."""
+from defect_acp import client
+from defect_transcript.patterns import Mismatch
 
 
 @dataclass(frozen=True)
@@ -125,39 +120,23 @@ class AgentProcess:
             raise StepFailed(f"the agent did not read its stdin within {seconds:g} s") from None
 
     def close_stdin(self) -> None:
-        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
-            self.proc.stdin.close()
+        client.close_stdin(self.proc)
 
     def kill_group(self) -> None:
         """SIGKILL the agent and everything in its process group."""
         self.killed = True
-        kill_group(self.proc)
+        client.kill_group(self.proc)
 
     async def wait_exit(self, seconds: float) -> int | None:
-        try:
-            return await asyncio.wait_for(self.proc.wait(), seconds)
-        except TimeoutError:
-            return None
+        return await client.wait_exit(self.proc, seconds)
 
     async def stop(self, *, graceful: bool) -> None:
         """End the agent: close stdin and wait a little when `graceful`, then kill the group."""
-        if graceful and self.proc.returncode is None:
-            self.close_stdin()
-            await self.wait_exit(3.0)
-        self.kill_group()
-        await self.wait_exit(5.0)
+        self.killed = True
+        await client.end_agent(self.proc, graceful=graceful)
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._reader
-
-
-def kill_group(proc: asyncio.subprocess.Process) -> None:
-    """SIGKILL the process group `proc` leads (it was started with `start_new_session`).
-
-    Only `killpg`: `proc.kill()` would poll the child first, reaping it behind asyncio's child
-    watcher, which then reports exit code 255 instead of -9."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def id_key(value: Any) -> str:

@@ -1,61 +1,37 @@
-"""Playing transcripts: `run_transcript`, `run_files` and the failure report.
+"""Playing a transcript's steps against the agent: what each step kind means.
 
-Owns one play of one transcript (`_Run`: a throw-away workspace and state directory, the
-agent's environment and command, the provider fake, a method per step kind), `RunOptions`,
-`Outcome`, and the report a failed run prints: the step and its line, the problem, what was
-expected, the closest messages the agent wrote instead, and the tail of the agent's stderr.
+Owns `Play` (one play of one transcript's steps on a `Stage`: a method per step kind —
+`send`, `notify`, `send_raw`, `expect`, `expect_unordered`, `expect_text`, `expect_silence`,
+`reply`, `sleep`, `kill`, `restart`, `close_stdin`, `expect_exit`, `expect_file` — the
+cursor over the agent's messages, the variables and captures, the agent requests waiting for
+a `reply`) and what a failed wait shows (the closest messages, the unexpected one).
 
 Invariants:
-- A run never outlives its transcript: every waiting step has a timeout, and every process
-  group the run started is killed when it ends — passed, failed, timed out, crashed or
-  interrupted.
 - Expectations consume the agent's messages in the order the agent wrote them. Only what the
   step's `ignore` allows (by default `session/update` notifications) is skipped; an
   unexpected response, error or agent request fails the step at once, and is shown.
-- A transcript runs without keys: the agent gets the caller's environment minus `DEFECT_*`,
-  `ANTHROPIC_*` and `AWS_*`, plus what the header selects (the offline model, a script for
-  it, or a provider fake on 127.0.0.1).
-- Only the standard library is imported.
+- Every waiting step has a timeout (the step's, else the run's default).
+- The agent is spoken to only as raw JSON-RPC lines over its stdio (`AgentProcess`). Only the
+  standard library is imported besides.
 
-Why: CI plays these on every commit. A failure must say what was expected and what came
-instead, and a broken agent must fail the run, never hang it or leave processes behind.
+Why: the meaning of each step kind is the transcript format's contract with its writers
+(README.md, "Transcripts"); kept in one place, a step reads as what it checks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shlex
-import shutil
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 
-from defect_acp.transcript.agent import (
-    LINE_LIMIT,
-    AgentProcess,
-    Incoming,
-    MessageObserver,
-    StepFailed,
-    id_key,
-    kill_group,
-)
-from defect_acp.transcript.format import (
-    ABSENT,
-    ANY,
-    Step,
-    Transcript,
-    TranscriptError,
-    load_transcript,
-)
-from defect_acp.transcript.patterns import (
-    SHOW_LIMIT,
+from defect_transcript.agent import AgentProcess, Incoming, StepFailed, id_key
+from defect_transcript.format import ABSENT, ANY, Step
+from defect_transcript.patterns import (
     Mismatch,
     UnknownVariable,
     Variables,
@@ -63,212 +39,46 @@ from defect_acp.transcript.patterns import (
     match,
     show,
 )
-
-STDERR_TAIL_LINES = 15
-STRIPPED_ENV_PREFIXES = ("DEFECT_", "ANTHROPIC_", "AWS_")
-FAKE_PROVIDER_API_KEY = "sk-ant-api03-fake-provider-test-key"
-"""The key `defect fake-api` (`defect_fakeapi`) accepts by default."""
+from defect_transcript.stage import RunOptions, Stage
 
 
 class _Timeout(Exception):
     pass
 
 
-@dataclass
-class RunOptions:
-    timeout: float | None = None
-    """Overrides the header's default step timeout (not a step's own `timeout`)."""
-    verbose: bool = False
-    keep: bool = False
-    """Keep the temporary workspace (its path is printed)."""
-    out: TextIO | None = None
-    """Where reports go (default: stdout)."""
-    on_message: MessageObserver | None = None
+class Play:
+    """One play of one transcript's steps, on its stage."""
 
-
-@dataclass
-class Outcome:
-    path: Path
-    status: Literal["passed", "failed", "skipped"]
-    detail: str = ""
-    steps_run: int = 0
-    seconds: float = 0.0
-    agent_pids: list[int] = field(default_factory=list)
-    workspace: Path | None = None
-
-
-class _Run:
-    """One play of one transcript."""
-
-    def __init__(self, transcript: Transcript, options: RunOptions, out: TextIO) -> None:
-        self.t = transcript
+    def __init__(self, stage: Stage, options: RunOptions, out: TextIO) -> None:
+        self.stage = stage
+        self.t = stage.t
+        self.vars = stage.vars
+        self.workspace = stage.workspace
         self.options = options
         self.out = out
-        self.default_timeout = options.timeout or transcript.header.timeout
-        self.root = Path(tempfile.mkdtemp(prefix="defect-transcript-")).resolve()
-        self.workspace = self.root / "workspace"
-        self.state_dir = self.root / "state"
-        self.stderr_path = self.root / "agent-stderr.log"
-        self.vars = Variables(
-            {
-                "workspace": str(self.workspace),
-                "state_dir": str(self.state_dir),
-                "tmp": str(self.root),
-                "python": sys.executable,
-                "transcript_dir": str(transcript.path.resolve().parent),
-            }
-        )
-        self.agent: AgentProcess | None = None
-        self.generation = 0
+        self.default_timeout = stage.default_timeout
         self.cursor = 0
         self.pending: list[dict[str, Any]] = []
         self.next_id = 1
         self.sent_methods: dict[Any, str] = {}
         self.violations: list[str] = []
-        self.pids: list[int] = []
-        self.env: dict[str, str] = {}
-        self.command: list[str] = []
-        self.fake: asyncio.subprocess.Process | None = None
         self.steps_run = 0
         self.current: Step | None = None
         """The step being played (None during set-up and after the last step)."""
 
-    # --- set-up -------------------------------------------------------------------------------
-
-    async def setup(self) -> None:
-        header = self.t.header
-        self.workspace.mkdir()
-        self.state_dir.mkdir()
-        for name, content in header.files.items():
-            target = self.workspace / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(str(self.vars.substitute(content)), encoding="utf-8")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(STRIPPED_ENV_PREFIXES)}
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_repo_root()), env.get("PYTHONPATH", "")) if p
-        )
-        env["DEFECT_STATE_DIR"] = str(self.state_dir)
-        env["DEFECT_LOG_LEVEL"] = "info"
-        provider: dict[str, str | None] = {"DEFECT_PROVIDER": "scripted"}
-        if header.offline_script is not None:
-            script = self.root / "offline-script.json"
-            replies = self.vars.substitute(header.offline_script)
-            script.write_text(json.dumps(replies), encoding="utf-8")
-            provider["DEFECT_SCRIPT"] = str(script)
-        elif header.script_file is not None:
-            provider["DEFECT_SCRIPT"] = str(self._relative(header.script_file))
-        elif header.provider_fake is not None:
-            url = await self._start_fake(header.provider_fake)
-            self.vars.values["provider_url"] = url
-            provider = {
-                "DEFECT_PROVIDER": "anthropic",
-                "ANTHROPIC_BASE_URL": url,
-                "ANTHROPIC_API_KEY": FAKE_PROVIDER_API_KEY,
-            }
-            fake_env = header.provider_fake.get("env", {})
-            if not isinstance(fake_env, dict):
-                raise StepFailed('"provider_fake.env" must be an object')
-            provider.update({k: self._env_value(v) for k, v in fake_env.items()})
-        overlay = {**provider, **{k: self._env_value(v) for k, v in header.agent_env.items()}}
-        for key, value in overlay.items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = value
-        self.env = env
-        base = (
-            [str(self.vars.substitute(c)) for c in header.agent_command]
-            if header.agent_command
-            else [sys.executable, "-m", "defect_acp", "acp"]
-        )
-        self.command = base + [str(self.vars.substitute(a)) for a in header.agent_args]
+    async def start(self) -> None:
+        """Set the stage up and start the agent."""
+        await self.stage.setup()
         await self.spawn()
 
-    def _env_value(self, value: Any) -> str | None:
-        return None if value is None else str(self.vars.substitute(value))
-
-    def _relative(self, name: str) -> Path:
-        path = Path(str(self.vars.substitute(name)))
-        return path if path.is_absolute() else self.t.path.resolve().parent / path
-
-    async def _start_fake(self, spec: dict[str, Any]) -> str:
-        script_path = self.root / "provider-script.json"
-        if "script_file" in spec:
-            script_path = self._relative(str(spec["script_file"]))
-        else:
-            replies = self.vars.substitute(spec.get("script", []))
-            script_path.write_text(json.dumps(replies), encoding="utf-8")
-        self.vars.values["fake_script"] = str(script_path)
-        command = spec.get("command") or [
-            sys.executable,
-            "-m",
-            "defect_fakeapi",
-            "--port",
-            "0",
-            "--script",
-            "${fake_script}",
-        ]
-        if isinstance(command, str):
-            command = shlex.split(command)
-        argv = [str(self.vars.substitute(c)) for c in command]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_repo_root()), os.getcwd(), env.get("PYTHONPATH", "")) if p
-        )
-        with (self.root / "provider-fake-stderr.log").open("ab") as stderr:
-            self.fake = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-                env=env,
-                cwd=str(_repo_root()),
-                start_new_session=True,
-            )
-        assert self.fake.stdout is not None
-        try:
-            line = await asyncio.wait_for(self.fake.stdout.readline(), self.default_timeout)
-        except TimeoutError:
-            raise StepFailed(
-                f"the provider fake ({shlex.join(argv)}) printed no URL within "
-                f"{self.default_timeout:g} s"
-            ) from None
-        url = line.decode(errors="replace").strip()
-        if not url.startswith("http"):
-            tail = _tail(self.root / "provider-fake-stderr.log")
-            raise StepFailed(
-                f"the provider fake ({shlex.join(argv)}) printed {url!r}, not a URL\n{tail}"
-            )
-        return url
-
     async def spawn(self) -> None:
-        self.generation += 1
-        with self.stderr_path.open("ab") as stderr:
-            if self.generation > 1:
-                stderr.write(f"--- agent restarted (generation {self.generation}) ---\n".encode())
-                stderr.flush()
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    *self.command,
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=stderr,
-                    cwd=str(self.workspace),
-                    env=self.env,
-                    start_new_session=True,
-                    limit=LINE_LIMIT,
-                )
-            except OSError as exc:
-                raise StepFailed(
-                    f"cannot start the agent {shlex.join(self.command)}: {exc}"
-                ) from None
-        self.pids.append(proc.pid)
-        self.agent = AgentProcess(proc, self.generation)
-        self.agent.observer = self._observe
+        agent = await self.stage.spawn()
+        agent.observer = self._observe
         self.cursor = 0
         self.pending = []
         if self.options.verbose:
-            self._say(f"  · agent started: {shlex.join(self.command)} (pid {proc.pid})")
+            command = shlex.join(self.stage.command)
+            self._say(f"  · agent started: {command} (pid {agent.pid})")
 
     def _observe(self, message: dict[str, Any]) -> None:
         if self.options.on_message is None:
@@ -280,25 +90,6 @@ class _Run:
             self.options.on_message(message, answered)
         except Exception as exc:
             self.violations.append(f"{show(message, 300)}\n    {exc}")
-
-    async def teardown(self, *, graceful: bool) -> None:
-        if self.agent is not None:
-            await self.agent.stop(graceful=graceful)
-        if self.fake is not None:
-            kill_group(self.fake)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.fake.wait(), 5)
-
-    def kill_everything(self) -> None:
-        """SIGKILL every process group this run started (idempotent, synchronous)."""
-        if self.agent is not None:
-            self.agent.kill_group()
-        if self.fake is not None:
-            kill_group(self.fake)
-
-    def cleanup_files(self) -> None:
-        if not self.options.keep:
-            shutil.rmtree(self.root, ignore_errors=True)
 
     # --- playing --------------------------------------------------------------------------
 
@@ -326,9 +117,9 @@ class _Run:
         return float(step.options.get("timeout", self.default_timeout))
 
     def _live_agent(self) -> AgentProcess:
-        if self.agent is None:
+        if self.stage.agent is None:
             raise StepFailed("no agent is running")
-        return self.agent
+        return self.stage.agent
 
     async def _next(self, deadline: float) -> Incoming | None:
         agent = self._live_agent()
@@ -566,14 +357,15 @@ class _Run:
         await agent.wait_exit(5.0)
 
     async def _step_restart(self, step: Step) -> None:
-        if self.agent is not None:
-            await self.agent.stop(graceful=False)
+        stage = self.stage
+        if stage.agent is not None:
+            await stage.agent.stop(graceful=False)
         if "offline_script" in step.options:
-            script = self.root / f"offline-script-{self.generation + 1}.json"
+            script = stage.root / f"offline-script-{stage.generation + 1}.json"
             replies = self.vars.substitute(step.options["offline_script"])
             script.write_text(json.dumps(replies), encoding="utf-8")
-            self.env["DEFECT_SCRIPT"] = str(script)
-            self.env["DEFECT_PROVIDER"] = "scripted"
+            stage.env["DEFECT_SCRIPT"] = str(script)
+            stage.env["DEFECT_PROVIDER"] = "scripted"
         await self.spawn()
 
     async def _step_close_stdin(self, step: Step) -> None:
@@ -656,154 +448,3 @@ def _unexpected(message: dict[str, Any], ignore: str) -> str:
         "none": 'this step skips nothing ("ignore": "none")',
     }.get(ignore, "")
     return f"unexpected message: {what}; {rule}"
-
-
-def _repo_root() -> Path:
-    """The checkout this package runs from: this file is <root>/defect_acp/transcript/runner.py."""
-    return Path(__file__).resolve().parents[2]
-
-
-def _tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _missing_module(names: Iterable[str]) -> str | None:
-    import importlib.util
-
-    for name in names:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            return name
-    return None
-
-
-async def run_transcript(path: str | Path, options: RunOptions | None = None) -> Outcome:
-    """Play one transcript file against a fresh agent; report on `options.out`."""
-    options = options or RunOptions()
-    out = options.out or sys.stdout
-    path = Path(path)
-    started = time.monotonic()
-    try:
-        transcript = load_transcript(path)
-    except TranscriptError as exc:
-        out.write(f"FAIL {path}\n  malformed transcript: {exc}\n")
-        return Outcome(path, "failed", f"malformed transcript: {exc}")
-    header = transcript.header
-    if header.skip is not None:
-        out.write(f"SKIP {path}: {header.skip}\n")
-        return Outcome(path, "skipped", header.skip)
-    if missing := _missing_module(header.requires):
-        reason = f"requires the module {missing}, which is not available"
-        out.write(f"SKIP {path}: {reason}\n")
-        return Outcome(path, "skipped", reason)
-
-    run = _Run(transcript, options, out)
-    if options.verbose:
-        out.write(f"RUN  {path} (workspace {run.workspace})\n")
-    failure: str | None = None
-    try:
-        try:
-            await run.setup()
-            await run.play()
-        except StepFailed as failed:
-            failure = _report(run, failed)
-            await run.teardown(graceful=False)
-        except (Exception, asyncio.CancelledError) as exc:
-            failure = f"FAIL {path}\n  the runner crashed: {type(exc).__name__}: {exc}"
-            await run.teardown(graceful=False)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-        else:
-            await run.teardown(graceful=True)
-            try:
-                run.check_violations()
-            except StepFailed as failed:
-                failure = _report(run, failed)
-    finally:
-        run.kill_everything()  # whatever happened above (even KeyboardInterrupt)
-        run.cleanup_files()
-    seconds = time.monotonic() - started
-    outcome = Outcome(
-        path,
-        "failed" if failure else "passed",
-        failure or "",
-        run.steps_run,
-        seconds,
-        list(run.pids),
-        run.workspace,
-    )
-    if failure:
-        out.write(failure + "\n")
-        if options.keep:
-            out.write(f"  kept: {run.root}\n")
-    else:
-        out.write(f"PASS {path} ({len(transcript.steps)} steps, {seconds:.1f} s)\n")
-    out.flush()
-    return outcome
-
-
-def _report(run: _Run, failed: StepFailed) -> str:
-    step = run.current
-    if step is not None:
-        where = step.where()
-    elif run.steps_run:
-        where = "after the last step"
-    else:
-        where = "set-up (before the first step)"
-    lines = [f"FAIL {run.t.path} — {where}", f"  problem:  {failed.problem}"]
-    limit = None if run.options.verbose else SHOW_LIMIT
-    if failed.expected is not None:
-        lines.append(f"  expected: {show(failed.expected, limit)}")
-    elif step is not None and step.kind.startswith("expect"):
-        lines.append(f"  expected: {show(step.value, limit)}")
-    for n, (item, mismatch) in enumerate(failed.candidates):
-        label = "actual:  " if n == 0 else "also:    "
-        shown = show(item.message, limit) if item.message is not None else repr(item.raw)
-        lines.append(f"  {label} {shown}")
-        if mismatch is not None:
-            lines.append(f"            {mismatch}")
-    if failed.skipped:
-        lines.append(f"  messages consumed while waiting: {failed.skipped}")
-    if not failed.candidates and failed.problem.startswith("timed out"):
-        lines.append("  actual:   (no message)")
-    tail = _tail(run.stderr_path)
-    if tail:
-        lines.append(f"  agent stderr (last {STDERR_TAIL_LINES} lines):")
-        lines.extend(f"    | {line}" for line in tail.splitlines())
-    return "\n".join(lines)
-
-
-def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given; a directory stands for its `*.jsonl` files, sorted."""
-    found: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            found.extend(sorted(path.glob("*.jsonl")))
-        else:
-            found.append(path)
-    return found
-
-
-async def run_files(paths: Iterable[str | Path], options: RunOptions | None = None) -> int:
-    """Play every transcript; exit status 0 when none failed (skips are fine), else 1."""
-    options = options or RunOptions()
-    out = options.out or sys.stdout
-    files = expand_paths(paths)
-    if not files:
-        out.write("no transcripts given\n")
-        return 1
-    outcomes = [await run_transcript(path, options) for path in files]
-    counts = {s: sum(1 for o in outcomes if o.status == s) for s in ("passed", "failed", "skipped")}
-    out.write(
-        f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped\n"
-    )
-    out.flush()
-    return 1 if counts["failed"] else 0

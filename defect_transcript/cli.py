@@ -2,7 +2,7 @@
 
 Owns the arguments of `defect transcript run|record` and what each action calls: `run_files`
 or `record`. `defect transcript …` (through `defect_acp.cli`) and `python -m
-defect_acp.transcript …` (through `__main__.py`) both end in `main`.
+defect_transcript …` (through `__main__.py`) both end in `main`.
 
 Invariant: the exit status is the contract — 0 when no transcript failed (skips are fine) or
 the recording was written, 1 when a transcript failed, 2 without an action (after the help).
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from defect_acp.transcript.recorder import record
-from defect_acp.transcript.runner import RunOptions, run_files
+from defect_transcript.recorder import record
+from defect_transcript.runner import RunOptions, run_files
 
 RUN_DESCRIPTION = """\
 Play transcript files (JSON lines: client steps and expectations on the agent's messages)

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TextIO
 
-from defect_acp.transcript.agent import LINE_LIMIT, id_key, kill_group
-from defect_acp.transcript.format import (
+from defect_acp.client import LINE_LIMIT, kill_group, spawn_agent
+from defect_transcript.agent import id_key
+from defect_transcript.format import (
     ABSENT,
     ANY,
     CHUNK_KINDS,
@@ -124,14 +125,7 @@ async def record(
     passed to `out` as a transcript. Returns 0 once the transcript is written."""
     log = log or sys.stderr
     events: list[Recorded] = []
-    agent = await asyncio.create_subprocess_exec(
-        *agent_command,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=None,
-        limit=LINE_LIMIT,
-        start_new_session=True,
-    )
+    agent = await spawn_agent(agent_command)
     client: asyncio.subprocess.Process | None = None
     source: _LineSource
     sink: _LineSink

@@ -1,4 +1,11 @@
-"""Scripted JSON-RPC transcripts: play them against a fresh `defect acp`, and record them.
+"""`defect transcript`: scripted JSON-RPC sessions, played against `defect acp` or recorded.
+
+A tool beside the agent, not part of it: like an editor, it starts `defect acp` as a process
+(through `defect_acp.client`, the package's client API) and speaks JSON-RPC to it over stdio,
+as raw lines — it must be able to send what no SDK would. It imports nothing of the server,
+the runtime or the ACP SDK (an import-linter contract in pyproject.toml, docs/layers.md), so a
+transcript proves what the wire does, never what the code meant. `defect_acp.cli` only hands
+it the `transcript` subcommand.
 
 Owns the transcript feature, one job per module, each importing only those above it:
 - `format` — the transcript format (JSON lines: an optional header, then one client step or
@@ -7,14 +14,18 @@ Owns the transcript feature, one job per module, each importing only those above
 - `patterns` — `${…}` variables and what a pattern means: `Variables`, `match`, `closeness`.
 - `agent` — the agent under test, in its own process group, read line by line:
   `AgentProcess`, `StepFailed`.
-- `runner` — `run_transcript` (spawns the agent over real stdio in a throw-away workspace and
-  plays the steps in order), `run_files`, and the failure report.
+- `stage` — what one run stands on: the throw-away workspace and state directory, the
+  agent's environment and command, the provider fake, starting and ending the processes
+  (`Stage`, `RunOptions`).
+- `steps` — what each step kind means, played in order against the agent (`Play`).
+- `runner` — `run_transcript` (sets the stage, plays the steps, tears down), `run_files`,
+  and the failure report.
 - `recorder` — `record`: a proxy between a real client and the agent that writes what passed
   as a replayable transcript (`to_transcript`).
 - `cli` — the `transcript run|record` commands (`add_parser`, `main`; also `python -m
-  defect_acp.transcript`).
+  defect_transcript`).
 This package re-exports the names the rest of defect and its tests use, so
-`from defect_acp import transcript; transcript.main(...)` does not care about the split.
+`import defect_transcript; defect_transcript.main(...)` does not care about the split.
 
 Invariants:
 - A run never outlives its transcript: the agent (and a provider fake) start in their own
@@ -31,8 +42,8 @@ Invariants:
 - A transcript runs without keys: the agent gets the caller's environment minus `DEFECT_*`,
   `ANTHROPIC_*` and `AWS_*`, plus what the header selects (the offline model, a script for it,
   or a provider fake on 127.0.0.1).
-- Module level imports only the standard library, in every module here: `defect --help`
-  stays fast.
+- Module level imports only the standard library (and `defect_acp.client`, which imports
+  nothing else), in every module here: `defect --help` stays fast.
 
 Why: defect is driven by scripted JSON-RPC in CI — its own and its users'. A transcript is the
 conversation written down (what the client sends, what it expects back), readable in a diff,
@@ -54,9 +65,9 @@ The format (see README.md for the full reference):
 
 from __future__ import annotations
 
-from defect_acp.transcript.agent import AgentProcess, Incoming, StepFailed
-from defect_acp.transcript.cli import add_parser, build_parser, main
-from defect_acp.transcript.format import (
+from defect_transcript.agent import AgentProcess, Incoming, StepFailed
+from defect_transcript.cli import add_parser, build_parser, main
+from defect_transcript.format import (
     FORMAT_VERSION,
     Header,
     Step,
@@ -65,9 +76,9 @@ from defect_acp.transcript.format import (
     load_transcript,
     parse_transcript,
 )
-from defect_acp.transcript.patterns import Mismatch, Variables, closeness, match
-from defect_acp.transcript.recorder import Recorded, record, to_transcript
-from defect_acp.transcript.runner import (
+from defect_transcript.patterns import Mismatch, Variables, closeness, match
+from defect_transcript.recorder import Recorded, record, to_transcript
+from defect_transcript.runner import (
     Outcome,
     RunOptions,
     expand_paths,

@@ -1,0 +1,158 @@
+"""What the client is told about a session: live `session/update`s, permission questions, replay.
+
+Owns `SessionPump` (one per open session: forwards the session's `AgentEvent`s to the client
+in order, as `session/update` notifications, and turns each `PermissionRequested` into a
+`session/request_permission` request whose answer resolves the permission), `replay` (a
+stored session's history as the updates a client needs to show it again, for `session/load`
+and `--resume`) and `after_open_updates` (what follows the answer that opened a session: the
+slash commands and the session's notices).
+
+Invariants:
+- Updates of one session leave in the order the session published its events; the end of a
+  turn is counted (`wait_turn_ended`) only after every update before it was written, so
+  `session/prompt` is answered after the last update of its turn (`defect_acp/server.py`).
+- A permission question never hangs a turn: a client that cannot answer it counts as a
+  rejection.
+- What an event or a stored message looks like on the wire is decided in
+  `defect_acp/project.py`; this module only decides when, and to which session, it is sent.
+
+Why apart from the server: the server maps requests to the runtime; this is the other
+direction, the stream the runtime produces, with its own ordering rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any, Protocol
+
+from acp import schema as s
+
+from defect_acp import project
+from defect_core import events as ev
+from defect_core.log import get_logger
+from defect_core.session import Session
+
+if TYPE_CHECKING:
+    from acp.agent.connection import AgentSideConnection
+
+log = get_logger("defect.acp")
+
+
+class UpdateSink(Protocol):
+    """What the pump needs of the agent: a way to send updates and the client connection."""
+
+    async def send_update(self, session_id: str, update: Any) -> None: ...
+
+    @property
+    def connection(self) -> AgentSideConnection: ...
+
+
+class SessionPump:
+    """Forwards one session's events to the client, in order."""
+
+    def __init__(self, agent: UpdateSink, session: Session) -> None:
+        self._agent = agent
+        self._session = session
+        self._stream = session.subscribe()
+        self._turns_ended = 0
+        self._ended = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._questions: set[asyncio.Task[None]] = set()
+        self.last_usage: ev.TurnUsage | None = None
+        """The token usage of the last turn, for the prompt answer's `_meta`."""
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"pump-{self._session.id}")
+
+    @property
+    def turns_ended(self) -> int:
+        return self._turns_ended
+
+    async def wait_turn_ended(self, count: int) -> None:
+        """Wait until the pump has forwarded the end of turn number `count` (1-based)."""
+        async with self._ended:
+            await self._ended.wait_for(lambda: self._turns_ended >= count or self._task_done())
+
+    def _task_done(self) -> bool:
+        return self._task is not None and self._task.done()
+
+    async def _run(self) -> None:
+        try:
+            async with self._stream:
+                async for event in self._stream:
+                    await self._forward(event)
+        except Exception:
+            log.exception("pump_failed", session_id=self._session.id)
+        finally:
+            async with self._ended:
+                self._ended.notify_all()
+
+    async def _forward(self, event: ev.AgentEvent) -> None:
+        sid = self._session.id
+        if isinstance(event, ev.PermissionRequested):
+            task = asyncio.create_task(self._ask(event))
+            self._questions.add(task)
+            task.add_done_callback(self._questions.discard)
+            return
+        if isinstance(event, ev.TurnEnded | ev.TurnFailed):
+            async with self._ended:
+                self.last_usage = event.usage if isinstance(event, ev.TurnEnded) else None
+                self._turns_ended += 1
+                self._ended.notify_all()
+            return
+        if isinstance(event, ev.ConfigChanged):
+            await self._agent.send_update(
+                sid, project.config_update(self._session.config_options())
+            )
+            return
+        if isinstance(event, ev.ModeChanged):
+            await self._agent.send_update(sid, project.event_to_update(event))
+            await self._agent.send_update(
+                sid, project.config_update(self._session.config_options())
+            )
+            return
+        update = project.event_to_update(event)
+        if update is not None:
+            await self._agent.send_update(sid, update)
+
+    async def _ask(self, event: ev.PermissionRequested) -> None:
+        option: str | None
+        try:
+            response = await self._agent.connection.request_permission(
+                session_id=self._session.id,
+                tool_call=project.tool_call_for_permission(event),
+                options=project.permission_options(event),
+            )
+            outcome = response.outcome
+            option = outcome.option_id if isinstance(outcome, s.AllowedOutcome) else None
+        except Exception as exc:
+            # A client that cannot answer must not hang the turn: treat it as a rejection.
+            log.warning("permission_request_failed", error=str(exc), session_id=self._session.id)
+            option = "reject_once"
+        self._session.resolve_permission(event.tool_call_id, option)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+async def replay(sink: UpdateSink, session: Session) -> None:
+    """Send a stored session's history as updates (`session/load`, `--resume`)."""
+    for update in project.replay_updates(session.transcript(), session.tool_calls()):
+        await sink.send_update(session.id, update)
+
+
+async def after_open_updates(sink: UpdateSink, session: Session) -> None:
+    """What follows the answer that opened a session: its slash commands, its notices.
+
+    Sent only after that answer: a client ignores updates for a session it has not been told
+    about yet."""
+    commands = session.slash_commands()
+    if commands:
+        await sink.send_update(session.id, project.commands_update(commands))
+    for notice in session.notices():
+        update = project.event_to_update(ev.Notice(notice, level="warning"))
+        await sink.send_update(session.id, update)

@@ -1,0 +1,278 @@
+"""`DefaultAgentCore`: the process's sessions — create, load, find, list, close, delete.
+
+Owns the live sessions of one process, the settings each starts from, the providers they
+share, the store, and each session's MCP servers at creation and load. What a session does
+once it exists is `state.py`.
+
+Invariants:
+- A session id names one session: creating an id that is live or stored is
+  `DuplicateSessionId`, and a session is never loaded twice (concurrent loads of one id wait
+  for the first; a live session is returned as it is: one history, one event stream).
+- A session that could not be created leaves nothing behind: its MCP servers are stopped and
+  it is not registered.
+- Without a usable store, a new session is refused under `require_persistence`; otherwise it
+  opens unsaved and says so (`DefaultSession.notices`).
+- Settings are resolved per session from its working directory when a `settings_for` loader
+  is given (a project's `.defect/config.toml` applies to sessions in that project, wherever
+  the editor started the agent); otherwise every session uses `settings`. Providers are
+  shared between sessions whose settings shape them the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import anyio
+
+from defect_core.config import Settings
+from defect_core.hosted import hosted_web_search
+from defect_core.log import get_logger
+from defect_core.mcp import McpHub, load_mcp_json, merge_servers
+from defect_core.providers.base import LlmProvider
+from defect_core.providers.registry import build_provider
+from defect_core.session.persistence import server_summary
+from defect_core.session.protocol import (
+    Backends,
+    DuplicateSessionId,
+    InvalidCwd,
+    InvalidOption,
+    McpServerSpec,
+    SessionNotFound,
+    SessionPage,
+    StorageError,
+)
+from defect_core.session.state import DefaultSession
+from defect_core.session.toolset import default_tools
+from defect_core.store import AsyncStore
+from defect_core.tools.base import Tool, ToolRegistry
+
+log = get_logger("defect.agent")
+
+
+class DefaultAgentCore:
+    """The process's sessions, the settings they start from, the providers and the store.
+
+    Without a store (library use, unit tests) sessions live in memory only and cannot be
+    loaded after the process ends.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        tools: Callable[[], Iterable[Tool]] | None = None,
+        provider: LlmProvider | None = None,
+        store: AsyncStore | None = None,
+        store_problem: str | None = None,
+        settings_for: Callable[[Path], Settings] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._store_problem = store_problem
+        self._settings_for = settings_for
+        self._tools_factory = tools or default_tools
+        self._provider = provider
+        self._providers: dict[tuple[object, ...], LlmProvider] = {}
+        self._store = store
+        self._sessions: dict[str, DefaultSession] = {}
+        self._loading: dict[str, anyio.Event] = {}
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @property
+    def store(self) -> AsyncStore | None:
+        return self._store
+
+    @property
+    def storage_problem(self) -> str | None:
+        """Why sessions are not saved (None when they are)."""
+        if self._store is not None:
+            return None
+        return self._store_problem or "no session store is configured"
+
+    def provider(self, settings: Settings | None = None) -> LlmProvider:
+        """The provider for `settings` (default: the process's), built once per shape."""
+        if self._provider is not None:
+            return self._provider
+        settings = settings or self._settings
+        key = _provider_key(settings)
+        if key not in self._providers:
+            self._providers[key] = build_provider(settings.provider, settings)
+        return self._providers[key]
+
+    def _session_settings(self, cwd: Path) -> Settings:
+        if self._settings_for is None:
+            return self._settings
+        try:
+            return self._settings_for(cwd)
+        except ValueError as exc:  # ConfigError: names the file and the key
+            raise InvalidOption(str(exc)) from None
+
+    def warm(self) -> None:
+        warm = getattr(self.provider(), "warm", None)
+        if callable(warm):
+            warm()
+
+    async def create_session(
+        self,
+        session_id: str,
+        cwd: Path,
+        backends: Backends,
+        mcp_servers: tuple[McpServerSpec, ...] = (),
+    ) -> DefaultSession:
+        await _check_cwd(cwd)
+        if session_id in self._sessions or (
+            self._store is not None and await self._store.exists(session_id)
+        ):
+            raise DuplicateSessionId(f"session id already in use: {session_id}")
+        settings = self._session_settings(cwd)
+        if self._store is None and self._store_problem is not None:
+            if settings.require_persistence:
+                raise StorageError(
+                    f"sessions cannot be saved ({self._store_problem}), and the configuration "
+                    "sets require_persistence"
+                )
+            log.warning("session_not_saved", session_id=session_id, reason=self._store_problem)
+        hosted_web_search(settings, self.provider(settings))  # refused before any MCP server
+        hub = await self._connect_mcp(cwd, mcp_servers, settings)
+        try:
+            session = DefaultSession(
+                session_id=session_id,
+                cwd=cwd,
+                settings=settings,
+                provider=self.provider(settings),
+                tools=ToolRegistry([*self._tools_factory(), *hub.tools]),
+                backends=backends,
+                store=self._store,
+                mcp=hub,
+                mcp_servers=mcp_servers,
+                unsaved_reason=self._store_problem if self._store is None else None,
+            )
+            if self._store is not None:
+                await self._store.create(session.record())
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await hub.aclose()
+            raise
+        self._sessions[session_id] = session
+        return session
+
+    async def _connect_mcp(
+        self, cwd: Path, requested: tuple[McpServerSpec, ...], settings: Settings
+    ) -> McpHub:
+        """The session's MCP servers: the editor's, merged over the configured ones and the
+        repository's `.mcp.json` (the editor's win a name clash), started concurrently."""
+        configured = [*settings.mcp_servers, *load_mcp_json(cwd)]
+        return await McpHub.connect(merge_servers(requested, configured), cwd)
+
+    async def load_session(
+        self,
+        session_id: str,
+        backends: Backends,
+        mcp_servers: tuple[McpServerSpec, ...] = (),
+        cwd: Path | None = None,
+    ) -> DefaultSession:
+        """The session, restored from the store — or the live one if it is already loaded
+        (a session is never loaded twice: one history, one event stream)."""
+        while session_id in self._loading:  # a concurrent load of the same id
+            await self._loading[session_id].wait()
+        if session_id in self._sessions:
+            return self._sessions[session_id]
+        if self._store is None:
+            raise SessionNotFound(f"session not found: {session_id}")
+        self._loading[session_id] = done = anyio.Event()
+        try:
+            stored = await self._store.load(session_id)
+            where = cwd or Path(stored.record.cwd)
+            await _check_cwd(where)
+            settings = self._session_settings(where)
+            hosted_web_search(settings, self.provider(settings))
+            hub = await self._connect_mcp(where, mcp_servers, settings)
+            session = DefaultSession(
+                session_id=session_id,
+                cwd=where,
+                settings=settings,
+                provider=self.provider(settings),
+                tools=ToolRegistry([*self._tools_factory(), *hub.tools]),
+                backends=backends,
+                store=self._store,
+                stored=stored,
+                mcp=hub,
+                mcp_servers=mcp_servers,
+            )
+            self._sessions[session_id] = session
+            await self._store.update(
+                session_id, mcp_servers=[server_summary(spec) for spec in mcp_servers]
+            )
+            return session
+        finally:
+            del self._loading[session_id]
+            done.set()
+
+    def session(self, session_id: str) -> DefaultSession | None:
+        return self._sessions.get(session_id)
+
+    async def list_sessions(
+        self, cwd: Path | None = None, cursor: str | None = None
+    ) -> SessionPage:
+        if self._store is not None:
+            return await self._store.list(str(cwd) if cwd else None, cursor)
+        sessions = [s.summary() for s in self._sessions.values()]
+        if cwd is not None:
+            sessions = [s for s in sessions if s.cwd == str(cwd)]
+        sessions.sort(key=lambda s: s.updated_at, reverse=True)
+        return SessionPage(tuple(sessions))
+
+    async def latest_session(self, cwd: Path) -> str | None:
+        """The most recently updated stored session for `cwd`, if any."""
+        if self._store is None:
+            return None
+        return await self._store.latest_for_cwd(str(cwd))
+
+    async def close_session(self, session_id: str) -> None:
+        """Cancel its running work and free it; it stays stored and can be loaded again."""
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            await session.close()
+            return
+        if self._store is None or not await self._store.exists(session_id):
+            raise SessionNotFound(f"session not found: {session_id}")
+
+    async def delete_session(self, session_id: str) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            await session.close()
+        if self._store is not None:
+            await self._store.delete(session_id)
+
+    async def aclose(self) -> None:
+        for session_id in list(self._sessions):
+            await self.close_session(session_id)
+        if self._store is not None:
+            await self._store.aclose()
+
+
+def _provider_key(settings: Settings) -> tuple[object, ...]:
+    """What shapes a provider: sessions whose settings agree here share one (and its
+    connection pool, and the offline model's place in its script)."""
+    return (
+        settings.provider,
+        settings.base_url,
+        settings.api_key_env,
+        settings.bedrock_base_url,
+        settings.aws_region,
+        settings.aws_profile,
+        tuple(sorted(settings.models.items())),
+        settings.read_timeout,
+        settings.connect_timeout,
+        settings.script_path,
+    )
+
+
+async def _check_cwd(cwd: Path) -> None:
+    if not cwd.is_absolute():
+        raise InvalidCwd(f"cwd must be an absolute path, got {str(cwd)!r}")
+    if not await anyio.Path(cwd).is_dir():
+        raise InvalidCwd(f"cwd is not an existing directory: {cwd}")

@@ -1,0 +1,423 @@
+"""`DefaultSession`: one conversation's state, its turns and what the store keeps of it.
+
+Owns session state (history, transcript, event bus, tools, mode, model, reasoning effort,
+tool-call records, title, permission memory), the one-turn-at-a-time rule, cancellation, and
+the writes that make the session durable. The pieces with rules of their own live beside it:
+`options.py` (what may be chosen), `commands.py` (`/compact`, `/context`), `titles.py`
+(naming), `permissions.py` (remembered answers, open questions) and `persistence.py` (writes
+of replay state); `core.py` creates and loads sessions.
+
+Invariants:
+- A session runs at most one turn; `cancel_turn` cancels that turn's scope and is idempotent.
+- Every message goes to history through `_commit` (and to the store when there is one) before
+  the turn goes on; `TurnEnded`/`TurnFailed` is the last event of a turn, so a front end that
+  waits for it has seen every update of that turn.
+- Mode, model and effort changes apply from the next turn; a running turn keeps the
+  `TurnConfig` it started with.
+- With a store, a message is durable before the turn goes on (each `_commit` awaits its own
+  transaction); tool-call states, title, mode, options and "always" answers are written as
+  they change, so a session killed at any point loads as it was. The store keeps the truth:
+  an orphan `tool_use` is stored as-is and only the outbound copy is repaired.
+- A store that fails is never silent: a message it cannot save stops the turn with the reason
+  (the turn runner), replay state it cannot save is a warning to the user (`persistence.py`),
+  and without a usable store each new session opens with a warning saying so (`notices`) —
+  or is refused under `require_persistence` (`core.py`).
+  Every turn that started ends with `TurnEnded`/`TurnFailed`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import ObjectReceiveStream
+
+from defect_core import policy
+from defect_core.compaction import Compactor
+from defect_core.config import Settings
+from defect_core.events import (
+    AgentEvent,
+    AgentTextDelta,
+    ConfigChanged,
+    EventBus,
+    ModeChanged,
+    TitleChanged,
+    ToolCallStarted,
+    ToolCallUpdated,
+    ToolDisplay,
+    TurnEnded,
+    TurnFailed,
+    TurnStopReason,
+    TurnUsage,
+)
+from defect_core.history import VecHistory
+from defect_core.hosted import hosted_web_search
+from defect_core.log import get_logger
+from defect_core.mcp import McpHub
+from defect_core.model import ContentBlock, Message
+from defect_core.prompt import build_system_prompt
+from defect_core.providers.base import LlmProvider
+from defect_core.session import options
+from defect_core.session.commands import SLASH_COMMANDS, answer_command, slash_command
+from defect_core.session.permissions import SessionPermissions
+from defect_core.session.persistence import ReplayStateWriter, server_summary
+from defect_core.session.protocol import (
+    AgentError,
+    Backends,
+    ConfigOption,
+    InvalidOption,
+    McpServerSpec,
+    SessionSummary,
+    ToolCallSnapshot,
+    TurnError,
+    TurnInProgress,
+)
+from defect_core.session.titles import SessionTitle
+from defect_core.store import AsyncStore, SessionRecord, StoredSession, ToolCallRecord
+from defect_core.tools.base import ToolContext, ToolRegistry
+from defect_core.turn import TurnConfig, TurnDeps, TurnResult, TurnRunner
+
+log = get_logger("defect.agent")
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
+
+
+class DefaultSession:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        cwd: Path,
+        settings: Settings,
+        provider: LlmProvider,
+        tools: ToolRegistry,
+        backends: Backends,
+        store: AsyncStore | None = None,
+        stored: StoredSession | None = None,
+        mcp: McpHub | None = None,
+        mcp_servers: tuple[McpServerSpec, ...] = (),
+        unsaved_reason: str | None = None,
+    ) -> None:
+        self._id = session_id
+        self._unsaved_reason = unsaved_reason
+        """Why this session is not saved, for the user (None: saved, or a library's choice)."""
+        self._mcp = mcp
+        self._mcp_servers = mcp_servers
+        self._cwd = cwd
+        self._settings = settings
+        self._provider = provider
+        self._tools = tools
+        self._backends = backends
+        self._store = store
+        self._bus = EventBus()
+        self._writer = ReplayStateWriter(session_id, store, self._bus.publish)
+        self._history = VecHistory(stored.history if stored else None)
+        self._transcript: list[Message] = list(stored.transcript) if stored else []
+        self._tool_calls: dict[str, ToolCallRecord] = dict(stored.tool_calls) if stored else {}
+        record = stored.record if stored else None
+        self._mode: str = record.mode if record else policy.DEFAULT_MODE
+        self._model = record.model if record else settings.model or provider.default_model()
+        self._effort = (
+            record.config.get("reasoning_effort", settings.reasoning_effort)
+            if record
+            else settings.reasoning_effort
+        )
+        self._permissions = SessionPermissions(
+            session_id, record.permissions if record else None, self._bus.publish
+        )
+        self._title = SessionTitle(record.title if record else None)
+        self._updated_at = record.updated_at if record else _now()
+        self._system_prompt = build_system_prompt(cwd, backends.frontend)
+        self._web_search = hosted_web_search(settings, provider)
+        self._tool_state: dict[str, Any] = {}
+        self._running = False
+        self._turn = 0
+        self._scope: anyio.CancelScope | None = None
+        self._closed = False
+        self._context = Compactor(
+            history=self._history,
+            provider=provider,
+            publish=self._publish,
+            checkpoint=self._writer.checkpoint,
+        )
+
+    # --- identity --------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def cwd(self) -> Path:
+        return self._cwd
+
+    @property
+    def title(self) -> str | None:
+        return self._title.title
+
+    @property
+    def updated_at(self) -> str:
+        return self._updated_at
+
+    @property
+    def tools(self) -> ToolRegistry:
+        return self._tools
+
+    def subscribe(self) -> ObjectReceiveStream[AgentEvent]:
+        return self._bus.subscribe()
+
+    def history_snapshot(self) -> list[Message]:
+        return self._history.snapshot()
+
+    def transcript(self) -> list[Message]:
+        return list(self._transcript)
+
+    def tool_calls(self) -> dict[str, ToolCallSnapshot]:
+        return {
+            call_id: ToolCallSnapshot(
+                tool_call_id=call_id,
+                title=r.title,
+                kind=r.kind,
+                status=r.status,
+                content=r.displays(),
+                locations=r.location_values(),
+                raw_input=r.raw_input,
+                raw_output=r.raw_output,
+            )
+            for call_id, r in self._tool_calls.items()
+        }
+
+    def record(self) -> SessionRecord:
+        """What the store keeps of this session besides its messages."""
+        return SessionRecord(
+            id=self._id,
+            cwd=str(self._cwd),
+            provider=self._provider.name,
+            model=self._model,
+            mode=self._mode,
+            title=self._title.title,
+            config={"reasoning_effort": self._effort},
+            permissions=self._permissions.rules.to_dict(),
+            mcp_servers=[server_summary(spec) for spec in self._mcp_servers],
+        )
+
+    def summary(self) -> SessionSummary:
+        return SessionSummary(self._id, str(self._cwd), self._title.title, self._updated_at)
+
+    # --- turns ------------------------------------------------------------------------------
+
+    async def run_turn(self, prompt: list[ContentBlock]) -> TurnStopReason:
+        if self._running:
+            raise TurnInProgress(
+                "a turn is already running in this session; wait for it or cancel it first"
+            )
+        if not prompt:
+            raise InvalidOption("the prompt is empty")
+        command = slash_command(prompt)
+        self._running = True
+        self._turn += 1
+        turn = self._turn
+        try:
+            if command is not None:
+                return await self._run_command(turn, *command)
+            self._title.turn_started(prompt)
+            runner = TurnRunner(
+                TurnDeps(
+                    history=self._history,
+                    commit=self._commit,
+                    provider=self._provider,
+                    tools=self._tools,
+                    tool_context=self._tool_context,
+                    rules=self._permissions.rules,
+                    ask_permission=self._permissions.ask,
+                    rules_changed=self._rules_changed,
+                    publish=self._publish,
+                    cancel_turn=self.cancel_turn,
+                    compactor=self._context,
+                )
+            )
+            result: TurnResult | None = None
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                result = await runner.run(prompt, self._turn_config())
+            stop: TurnStopReason = "cancelled" if result is None else result.stop_reason
+            usage = None
+            if result is not None:
+                usage = TurnUsage(
+                    input_tokens=result.usage.input_tokens,
+                    output_tokens=result.usage.output_tokens,
+                    cache_read_input_tokens=result.usage.cache_read_input_tokens,
+                    cache_creation_input_tokens=result.usage.cache_creation_input_tokens,
+                    requests=result.requests,
+                )
+            with anyio.CancelScope(shield=True):
+                await self._bus.publish(TurnEnded(turn, stop, usage))
+            return stop
+        except AgentError as err:
+            # However the turn stopped, it ends with an event: a front end that waits for a
+            # turn's last update (the ACP bridge) must never wait for ever.
+            data = err.data if isinstance(err, TurnError) else {}
+            with anyio.CancelScope(shield=True):
+                await self._bus.publish(TurnFailed(turn, str(err), data))
+            raise
+        finally:
+            self._title.turn_ended()
+            self._scope = None
+            self._running = False
+            self._updated_at = _now()
+
+    def cancel_turn(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def _turn_config(self) -> TurnConfig:
+        s = self._settings
+        return TurnConfig(
+            session_id=self._id,
+            model=self._model,
+            system_prompt=self._system_prompt,
+            mode=self._mode,
+            max_tokens=s.max_tokens,
+            max_turn_requests=s.max_turn_requests,
+            thinking_budget=options.thinking_budget(self._effort, s.max_tokens),
+            context_window=options.context_window(s, self._provider, self._model),
+            retries=s.retries,
+            retry_base_delay=s.retry_base_delay,
+            retry_max_delay=s.retry_max_delay,
+            web_search=self._web_search,
+        )
+
+    async def _run_command(self, turn: int, name: str, args: str) -> TurnStopReason:
+        """A slash command: answered here, without a model call, and not put in history."""
+        with anyio.CancelScope() as scope:
+            self._scope = scope
+            text = await answer_command(
+                name,
+                args,
+                context=self._context,
+                history=self._history,
+                config=self._turn_config(),
+                tools=self._tools.specs(),
+            )
+            await self._bus.publish(AgentTextDelta(text))
+        stop: TurnStopReason = "cancelled" if scope.cancelled_caught else "end_turn"
+        with anyio.CancelScope(shield=True):
+            await self._bus.publish(TurnEnded(turn, stop))
+        return stop
+
+    def _tool_context(self, tool_call_id: str) -> ToolContext:
+        async def report(display: tuple[ToolDisplay, ...]) -> None:
+            await self._publish(ToolCallUpdated(tool_call_id, content=display))
+
+        return ToolContext(
+            session_id=self._id,
+            cwd=self._cwd,
+            fs=self._backends.fs,
+            shell=self._backends.shell,
+            tool_call_id=tool_call_id,
+            report=report,
+            allow_read_outside=self._settings.allow_read_outside,
+            settings=self._tool_state,
+            fetch_allow=self._settings.fetch_allow_hosts,
+        )
+
+    # --- what the turn hands back: messages, events, rewrites -------------------------------
+
+    async def _commit(self, message: Message) -> None:
+        self._history.append(message)
+        self._transcript.append(message)
+        if self._store is not None:
+            await self._store.append_message(self._id, message)
+        title = self._title.committed(message)
+        if title is not None:
+            await self._writer.update(title=title)
+            await self._bus.publish(TitleChanged(title))
+
+    async def _publish(self, event: AgentEvent) -> None:
+        """Keep what a replay needs (tool-call states), persist it, then fan the event out."""
+        record: ToolCallRecord | None = None
+        if isinstance(event, ToolCallStarted):
+            record = ToolCallRecord.started(self._id, event)
+        elif isinstance(event, ToolCallUpdated) and event.tool_call_id in self._tool_calls:
+            record = self._tool_calls[event.tool_call_id].updated(event)
+        if record is not None:
+            self._tool_calls[record.tool_call_id] = record
+            await self._writer.tool_call(record)
+        await self._bus.publish(event)
+
+    async def _rules_changed(self) -> None:
+        await self._writer.update(permissions=self._permissions.rules.to_dict())
+
+    # --- permissions ------------------------------------------------------------------------
+
+    def resolve_permission(self, tool_call_id: str, option_id: str | None) -> None:
+        self._permissions.resolve(tool_call_id, option_id)
+
+    @property
+    def permission_rules(self) -> policy.PermissionRules:
+        return self._permissions.rules
+
+    # --- modes and options ------------------------------------------------------------------
+
+    def current_mode(self) -> str:
+        return self._mode
+
+    def available_modes(self) -> tuple[policy.ModeInfo, ...]:
+        return policy.MODES
+
+    async def set_mode(self, mode_id: str) -> None:
+        options.check_mode(mode_id)
+        if mode_id != self._mode:
+            self._mode = mode_id
+            await self._writer.update(mode=mode_id)
+            await self._bus.publish(ModeChanged(mode_id))
+
+    def config_options(self) -> list[ConfigOption]:
+        return options.config_options(self._provider, self._mode, self._model, self._effort)
+
+    async def set_config_option(self, option_id: str, value: str) -> list[ConfigOption]:
+        option = options.checked_choice(self.config_options(), option_id, value)
+        if option_id == "mode":
+            await self.set_mode(value)
+        elif value != option.current:
+            if option_id == "model":
+                self._model = value
+                await self._writer.update(model=value)
+            else:
+                self._effort = value
+                await self._writer.update(config={"reasoning_effort": value})
+            await self._bus.publish(ConfigChanged(option_id, value))
+        return self.config_options()
+
+    def slash_commands(self) -> tuple[tuple[str, str], ...]:
+        return SLASH_COMMANDS
+
+    def notices(self) -> tuple[str, ...]:
+        """What the user should read when the session opens (no saving, failed MCP servers)."""
+        notices: list[str] = []
+        if self._unsaved_reason is not None:
+            notices.append(
+                f"This session is not being saved, so it will be lost when defect exits: "
+                f"{self._unsaved_reason}"
+            )
+        notice = self._mcp.failure_notice() if self._mcp is not None else None
+        if notice:
+            notices.append(notice)
+        return tuple(notices)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.cancel_turn()
+        await self._context.aclose()
+        if self._mcp is not None:
+            await self._mcp.aclose()
+        self._permissions.cancel_all()
+        self._bus.close()

@@ -1,0 +1,114 @@
+"""`AsyncStore`: a `SessionStore` for the event loop, every call run on one worker thread.
+
+Owns the hand-off between the asyncio loop and a synchronous store: the single worker thread
+(`defect-store`), the order of calls, and what a cancellation does to a call in flight.
+
+Invariants:
+- Writes happen in call order: each call is submitted to the one worker at the moment it is
+  awaited, before the caller first yields, so the store sees them in the order history did.
+- The disk is never touched on the loop: a slow fsync (docs/architecture.md, Storage) delays
+  the caller only.
+- A cancel never loses or half-writes a commit: each await is shielded (anyio and asyncio), so
+  a cancelled caller waits until its call is done, then sees the cancellation.
+- After `aclose` every call raises `StorageError`; `aclose` finishes every submitted call first.
+
+Why a door rather than an async store: SQLite is synchronous, and one worker thread both keeps
+writes ordered and keeps the loop free. Requires the asyncio backend (the ACP SDK's loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import concurrent.futures
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio
+
+from defect_core.errors import StorageError
+from defect_core.listing import SessionPage
+from defect_core.model import Message
+from defect_core.store.protocol import SessionStore
+from defect_core.store.records import SessionRecord, StoredSession, ToolCallRecord
+
+_T = TypeVar("_T")
+
+
+class AsyncStore:
+    """A `SessionStore` for the event loop: every call runs on one dedicated worker thread.
+
+    One thread keeps writes in the order they were awaited (the call is handed to the worker
+    before the caller first yields) and keeps the disk off the loop. Each await is shielded:
+    a cancelled caller waits until its write is done, then sees the cancellation, so a
+    submitted append always lands whole. Requires the asyncio backend (the ACP SDK's loop).
+    """
+
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="defect-store"
+        )
+        self._closed = False
+
+    async def _call(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        if self._closed:
+            raise StorageError("the session store is closed")
+        future = self._executor.submit(fn, *args, **kwargs)  # submitted now, in call order
+        with anyio.CancelScope(shield=True):
+            # asyncio.shield: even a native task.cancel() cannot cancel the job itself
+            # (wrap_future would otherwise propagate the cancel to a job still queued).
+            result = await asyncio.shield(asyncio.wrap_future(future))
+        return result
+
+    async def create(self, record: SessionRecord) -> None:
+        await self._call(self.store.create, record)
+
+    async def update(self, session_id: str, **fields: Any) -> None:
+        await self._call(self.store.update, session_id, **fields)
+
+    async def append_message(self, session_id: str, message: Message) -> int:
+        return await self._call(self.store.append_message, session_id, message)
+
+    async def upsert_tool_call(self, record: ToolCallRecord) -> None:
+        await self._call(self.store.upsert_tool_call, record)
+
+    async def checkpoint(
+        self, session_id: str, history: builtins.list[Message], covers_seq: int | None = None
+    ) -> int:
+        # A copy: the caller's list may change while the worker is still writing this one.
+        snapshot = builtins.list(history)
+        return await self._call(self.store.checkpoint, session_id, snapshot, covers_seq)
+
+    async def load(self, session_id: str) -> StoredSession:
+        return await self._call(self.store.load, session_id)
+
+    async def exists(self, session_id: str) -> bool:
+        return await self._call(self.store.exists, session_id)
+
+    async def list(
+        self, cwd: str | None = None, cursor: str | None = None, limit: int = 50
+    ) -> SessionPage:
+        return await self._call(self.store.list, cwd, cursor, limit)
+
+    async def delete(self, session_id: str) -> None:
+        await self._call(self.store.delete, session_id)
+
+    async def latest_for_cwd(self, cwd: str) -> str | None:
+        return await self._call(self.store.latest_for_cwd, cwd)
+
+    async def aclose(self) -> None:
+        """Finish every submitted call, close the store and stop the worker. Idempotent."""
+        if self._closed:
+            return
+        try:
+            await self._call(self.store.close)
+        finally:
+            self._closed = True
+            self._executor.shutdown(wait=False)
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

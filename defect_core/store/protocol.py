@@ -1,0 +1,110 @@
+"""The `SessionStore` protocol: what the runtime may ask of wherever sessions persist.
+
+Owns the contract every store keeps (`SqliteStore` is the one implementation; `AsyncStore`
+wraps any of them for the event loop) and `UNSET`, the marker of an `update` field that was
+not given.
+
+Invariants every implementation keeps:
+- The message log is append-only: `append_message` is one transaction of its own and is
+  durable when it returns; messages are numbered per session (`seq` = 1, 2, …, gap-free).
+- History vs transcript: `checkpoint` records what compaction wrote back without rewriting the
+  log, so `load` returns `history` (the last checkpoint + every message appended after it) and
+  `transcript` (the whole original log, which `session/load` replays).
+- Stored as-is, never repaired: an orphan `tool_use` is stored and loaded as an orphan; only
+  the copy sent to a provider is made wire-legal (docs/architecture.md, Integrity).
+- Faults are per call and never destroy data: errors are `StorageError`s saying what could not
+  be done and why, a failed write is rolled back whole, and an unreadable row fails the load of
+  its own session only (`CorruptSession`).
+
+Why a protocol: the runtime and the tests depend on this contract, not on SQLite; the methods
+are synchronous because the one implementation is, and `AsyncStore` moves them off the loop.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, Final, Protocol
+
+from defect_core.listing import SessionPage
+from defect_core.model import Message
+from defect_core.store.records import SessionRecord, StoredSession, ToolCallRecord
+
+
+class Unset:
+    """Marks an `update` field that was not given (`None` is a real value for `title`)."""
+
+    _instance: Unset | None = None
+
+    def __new__(cls) -> Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = Unset()
+
+
+class SessionStore(Protocol):
+    """Where sessions persist. Methods are synchronous; wrap a store in `AsyncStore` to use it
+    from the event loop."""
+
+    def create(self, record: SessionRecord) -> None:
+        """Store a new session. `DuplicateSessionId` if the id is taken."""
+        ...
+
+    def update(
+        self,
+        session_id: str,
+        *,
+        title: str | Unset | None = UNSET,
+        mode: str | Unset = UNSET,
+        model: str | Unset = UNSET,
+        provider: str | Unset = UNSET,
+        config: dict[str, str] | Unset = UNSET,
+        permissions: dict[str, Any] | Unset = UNSET,
+        mcp_servers: builtins.list[dict[str, Any]] | Unset = UNSET,
+    ) -> None:
+        """Change the given fields; always bumps `updated_at`. `SessionNotFound` if unknown."""
+        ...
+
+    def append_message(self, session_id: str, message: Message) -> int:
+        """Log one message in its own transaction; durable when this returns. Its seq."""
+        ...
+
+    def upsert_tool_call(self, record: ToolCallRecord) -> None: ...
+
+    def checkpoint(
+        self, session_id: str, history: builtins.list[Message], covers_seq: int | None = None
+    ) -> int:
+        """Compaction rewrote the live history: `history` is all of it, covering the log up to
+        `covers_seq` (default: the last logged message). Returns the seq covered.
+
+        The default is exact when the store sees writes in the order history saw them: with
+        `AsyncStore`, call `append_message` right after `History.append` and `checkpoint` right
+        after `replace`/`splice_prefix` + `snapshot`, with no `await` in between. Otherwise pass
+        the seq `append_message` returned for the last message `history` contains.
+        """
+        ...
+
+    def load(self, session_id: str) -> StoredSession:
+        """The session, or `SessionNotFound`; `CorruptSession` if a row cannot be read."""
+        ...
+
+    def exists(self, session_id: str) -> bool: ...
+
+    def list(
+        self, cwd: str | None = None, cursor: str | None = None, limit: int = 50
+    ) -> SessionPage:
+        """Newest first (by `updated_at`, then id); pass `next_cursor` back for the next page."""
+        ...
+
+    def delete(self, session_id: str) -> None:
+        """Remove the session and everything stored with it; an unknown id is not an error."""
+        ...
+
+    def latest_for_cwd(self, cwd: str) -> str | None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,236 @@
+"""The values the session store keeps and returns, and the errors only the store raises.
+
+Owns `SessionRecord` (a session's settings), `ToolCallRecord` (what a replay shows of one tool
+call), `StoredSession` (a loaded session), `InvalidCursor`, `CorruptSession`, the JSON form of
+tool displays and locations, and the store's timestamps (`now_iso`).
+
+Invariants: every value here is frozen and knows nothing of SQL, so the protocol, the SQLite
+implementation and the async door all speak the same types; display and location JSON round
+trip losslessly (`tool_display_from_json(tool_display_to_json(d)) == d`), and reading JSON of a
+kind this defect does not know raises `ValueError` naming it, never a bare `KeyError` (a newer
+defect may have written it).
+
+Why a module of their own: they are the layer every other part of the store imports
+(docs/layers.md, "Inside the store package"), and callers (the runtime, the scripts) need them
+without the database.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any, Final, get_args
+
+from defect_core.errors import AgentError, StorageError
+from defect_core.events import (
+    DiffDisplay,
+    ImageDisplay,
+    Location,
+    TerminalDisplay,
+    TextDisplay,
+    ToolCallStarted,
+    ToolCallUpdated,
+    ToolDisplay,
+    ToolKind,
+    ToolStatus,
+)
+from defect_core.log import get_logger
+from defect_core.model import Message
+
+log = get_logger("defect.store")
+
+TOOL_STATUSES: Final = frozenset(get_args(ToolStatus))
+TOOL_KINDS: Final = frozenset(get_args(ToolKind))
+
+
+def now_iso() -> str:
+    """The current time as the store writes it: ISO 8601, UTC, milliseconds (sortable)."""
+    return iso(_dt.datetime.now(_dt.UTC))
+
+
+def iso(moment: _dt.datetime) -> str:
+    """`moment` as the store writes it (see `now_iso`)."""
+    return moment.astimezone(_dt.UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRecord:
+    """A session's settings: everything but its messages and tool calls."""
+
+    id: str
+    cwd: str
+    provider: str
+    model: str
+    mode: str
+    title: str | None = None
+    created_at: str = field(default_factory=now_iso)
+    updated_at: str = field(default_factory=now_iso)
+    config: dict[str, str] = field(default_factory=dict)
+    """Config option values other than mode and model, e.g. `{"reasoning_effort": "high"}`."""
+    mcp_servers: list[dict[str, Any]] = field(default_factory=list)
+    permissions: dict[str, Any] = field(default_factory=dict)
+    """Remembered "always" answers, `PermissionRules.to_dict()`: `{"allowed": [...], ...}`."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallRecord:
+    """What a replay shows of one tool call: its last title, kind, status and content.
+
+    `content` holds display items as JSON (`tool_display_to_json`), `locations` as
+    `{"path", "line"}` dicts. Upserted as the turn progresses; the last write wins.
+    """
+
+    session_id: str
+    tool_call_id: str
+    title: str
+    kind: ToolKind
+    status: ToolStatus = "pending"
+    content: list[dict[str, Any]] = field(default_factory=list)
+    locations: list[dict[str, Any]] = field(default_factory=list)
+    raw_input: dict[str, Any] = field(default_factory=dict)
+    raw_output: Any = None
+
+    @classmethod
+    def started(cls, session_id: str, event: ToolCallStarted) -> ToolCallRecord:
+        """The record of a tool call that has just been announced."""
+        return cls(
+            session_id=session_id,
+            tool_call_id=event.tool_call_id,
+            title=event.title,
+            kind=event.kind,
+            status=event.status,
+            content=[tool_display_to_json(d) for d in event.content],
+            locations=[location_to_json(loc) for loc in event.locations],
+            raw_input=dict(event.raw_input),
+        )
+
+    def updated(self, event: ToolCallUpdated) -> ToolCallRecord:
+        """This record with the fields `event` changes (its `None` fields change nothing)."""
+        changes: dict[str, Any] = {}
+        if event.status is not None:
+            changes["status"] = event.status
+        if event.title is not None:
+            changes["title"] = event.title
+        if event.content is not None:
+            changes["content"] = [tool_display_to_json(d) for d in event.content]
+        if event.locations is not None:
+            changes["locations"] = [location_to_json(loc) for loc in event.locations]
+        if event.raw_output is not None:
+            changes["raw_output"] = event.raw_output
+        return dataclasses.replace(self, **changes)
+
+    def displays(self) -> tuple[ToolDisplay, ...]:
+        """`content` as core display values; items of a kind this defect does not know are
+        skipped (a newer defect may have written them)."""
+        out: list[ToolDisplay] = []
+        for item in self.content:
+            try:
+                out.append(tool_display_from_json(item))
+            except ValueError:
+                log.warning("tool_display_skipped", tool_call_id=self.tool_call_id, item=item)
+        return tuple(out)
+
+    def location_values(self) -> tuple[Location, ...]:
+        return tuple(location_from_json(loc) for loc in self.locations)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSession:
+    """A loaded session.
+
+    `history` is what the session resumes from (last compaction checkpoint + the messages
+    appended after it); `transcript` is the full original log, for replay. Without any
+    compaction the two are equal.
+    """
+
+    record: SessionRecord
+    history: list[Message]
+    transcript: list[Message]
+    tool_calls: dict[str, ToolCallRecord]
+    last_seq: int = 0
+    """The seq of the last logged message (0 for none)."""
+
+
+class InvalidCursor(AgentError):
+    """A `list` cursor this store did not hand out."""
+
+    code = "invalid_params"
+
+
+class CorruptSession(StorageError):
+    """A stored row of one session cannot be read. Other sessions are unaffected."""
+
+    def __init__(self, message: str, session_id: str, where: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.where = where
+
+
+# --- display and location JSON --------------------------------------------------------------
+
+
+def tool_display_to_json(display: ToolDisplay) -> dict[str, Any]:
+    if isinstance(display, TextDisplay):
+        return {"type": "text", "text": display.text}
+    if isinstance(display, DiffDisplay):
+        return {
+            "type": "diff",
+            "path": display.path,
+            "old_text": display.old_text,
+            "new_text": display.new_text,
+        }
+    if isinstance(display, TerminalDisplay):
+        data = {"type": "terminal", "terminal_id": display.terminal_id}
+        if display.output is not None:
+            data["output"] = display.output
+        return data
+    if isinstance(display, ImageDisplay):
+        return {"type": "image", "media_type": display.media_type, "data": display.data}
+    raise TypeError(f"not a tool display: {display!r}")
+
+
+def tool_display_from_json(data: dict[str, Any]) -> ToolDisplay:
+    """The inverse of `tool_display_to_json`; `ValueError` names what is wrong."""
+    try:
+        kind = data["type"]
+        if kind == "text":
+            return TextDisplay(text=_str(data["text"]))
+        if kind == "diff":
+            old = data.get("old_text")
+            return DiffDisplay(
+                path=_str(data["path"]),
+                old_text=None if old is None else _str(old),
+                new_text=_str(data["new_text"]),
+            )
+        if kind == "terminal":
+            output = data.get("output")
+            return TerminalDisplay(
+                terminal_id=_str(data["terminal_id"]),
+                output=None if output is None else _str(output),
+            )
+        if kind == "image":
+            return ImageDisplay(media_type=_str(data["media_type"]), data=_str(data["data"]))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a tool display: {data!r} ({exc!r})") from None
+    raise ValueError(f"unknown tool display type {kind!r}")
+
+
+def location_to_json(location: Location) -> dict[str, Any]:
+    return {"path": location.path, "line": location.line}
+
+
+def location_from_json(data: dict[str, Any]) -> Location:
+    try:
+        line = data.get("line")
+        if line is not None and (not isinstance(line, int) or isinstance(line, bool)):
+            raise TypeError("line must be an integer")
+        return Location(path=_str(data["path"]), line=line)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a location: {data!r} ({exc!r})") from None
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value

@@ -1,0 +1,174 @@
+"""Rows ⇄ records: what the SQLite store writes into a column, and how it reads rows back.
+
+Owns the JSON a column holds (`dumps`, `message_json`), the `list` cursor (`encode_cursor`,
+`decode_cursor`) and `session_from_rows`, which turns the rows of one session into a
+`StoredSession` (history = last checkpoint + the messages after it; transcript = the log).
+
+Invariants: nothing here touches the database, so parsing runs outside the store's lock; a
+value that cannot be written is a `StorageError` before any transaction starts; a row that
+cannot be read raises `CorruptSession` naming the session and the row (`message row seq 7`,
+`tool call row 'tc_1' (content)`) and changes nothing on disk; a tool kind this defect does not
+know loads as "other" (a newer defect may have written it).
+
+Why apart from `sqlite.py`: the SQL and the parsing change for different reasons, and the
+parsing is the slow part of a load, worth reading on its own.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from pathlib import Path
+from typing import Any
+
+from defect_core.errors import StorageError
+from defect_core.log import get_logger
+from defect_core.model import Message, MessageFormatError, message_from_json, message_to_json
+from defect_core.store.records import (
+    TOOL_KINDS,
+    TOOL_STATUSES,
+    CorruptSession,
+    InvalidCursor,
+    SessionRecord,
+    StoredSession,
+    ToolCallRecord,
+)
+
+log = get_logger("defect.store")
+
+
+def dumps(value: Any, name: str) -> str:
+    """`value` as the compact JSON a column holds; `StorageError` naming `name` if not JSON."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise StorageError(f"cannot store {name}: not JSON ({exc})") from None
+
+
+def message_json(message: Message) -> str:
+    try:
+        return message_to_json(message)
+    except Exception as exc:  # pydantic's serialisation errors have no common public base
+        raise StorageError(f"cannot store a {message.role} message: not JSON ({exc})") from None
+
+
+def encode_cursor(updated_at: str, session_id: str) -> str:
+    raw = json.dumps([updated_at, session_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[str, str]:
+    """The (updated_at, id) an `encode_cursor` cursor holds; `InvalidCursor` for any other."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        updated_at, session_id = json.loads(raw)
+        if isinstance(updated_at, str) and isinstance(session_id, str):
+            return updated_at, session_id
+    except (ValueError, TypeError, binascii.Error):
+        pass
+    raise InvalidCursor(f"invalid session list cursor {cursor!r}")
+
+
+def session_from_rows(
+    path: Path,
+    session_id: str,
+    row: tuple[Any, ...],
+    message_rows: list[tuple[int, bytes]],
+    checkpoint_rows: list[tuple[int, bytes]],
+    tool_rows: list[tuple[Any, ...]],
+) -> StoredSession:
+    """The session the rows of `SqliteStore.load` hold (`path` is named in errors)."""
+
+    def corrupt(where: str, detail: str) -> CorruptSession:
+        text = (
+            f"session {session_id!r} cannot be loaded: {where} in {path} is not "
+            f"readable ({detail}); the row was left as it is"
+        )
+        log.error("store_corrupt_row", session_id=session_id, where=where, detail=detail)
+        return CorruptSession(text, session_id, where)
+
+    def parse_json(blob: bytes | None, where: str) -> Any:
+        try:
+            return None if blob is None else json.loads(blob)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise corrupt(where, str(exc)) from None
+
+    def parse_message(blob: bytes, where: str) -> Message:
+        try:
+            return message_from_json(blob)
+        except MessageFormatError as exc:
+            raise corrupt(where, str(exc)) from None
+
+    config = parse_json(row[8], "the session row (config)")
+    mcp_servers = parse_json(row[9], "the session row (mcp_servers)")
+    permissions = parse_json(row[10], "the session row (permissions)")
+    for name, value, kind in (
+        ("config", config, dict),
+        ("mcp_servers", mcp_servers, list),
+        ("permissions", permissions, dict),
+    ):
+        if not isinstance(value, kind):
+            raise corrupt(f"the session row ({name})", f"not a JSON {kind.__name__}")
+    record = SessionRecord(
+        id=row[0],
+        cwd=row[1],
+        title=row[2],
+        created_at=row[3],
+        updated_at=row[4],
+        provider=row[5],
+        model=row[6],
+        mode=row[7],
+        config=config,
+        mcp_servers=mcp_servers,
+        permissions=permissions,
+    )
+    checkpoint_seq: int | None = row[11]
+
+    transcript: list[Message] = []
+    after_checkpoint: list[Message] = []
+    last_seq = 0
+    for seq, blob in message_rows:
+        message = parse_message(blob, f"message row seq {seq}")
+        transcript.append(message)
+        if checkpoint_seq is not None and seq > checkpoint_seq:
+            after_checkpoint.append(message)
+        last_seq = seq
+    if checkpoint_seq is None:
+        history = list(transcript)
+    else:
+        history = [
+            parse_message(blob, f"checkpoint row pos {pos}") for pos, blob in checkpoint_rows
+        ]
+        history.extend(after_checkpoint)
+
+    tool_calls: dict[str, ToolCallRecord] = {}
+    for tc_id, title, kind, status, content, locations, raw_input, raw_output in tool_rows:
+        where = f"tool call row {tc_id!r}"
+        content_v = parse_json(content, where + " (content)")
+        locations_v = parse_json(locations, where + " (locations)")
+        raw_input_v = parse_json(raw_input, where + " (raw_input)")
+        if not isinstance(content_v, list) or not isinstance(locations_v, list):
+            raise corrupt(where, "content and locations must be JSON lists")
+        if not isinstance(raw_input_v, dict):
+            raise corrupt(where, "raw_input must be a JSON object")
+        if status not in TOOL_STATUSES:
+            raise corrupt(where, f"unknown status {status!r}")
+        tool_calls[tc_id] = ToolCallRecord(
+            session_id=session_id,
+            tool_call_id=tc_id,
+            title=title,
+            kind=kind if kind in TOOL_KINDS else "other",  # a kind a newer defect knows
+            status=status,
+            content=content_v,
+            locations=locations_v,
+            raw_input=raw_input_v,
+            raw_output=parse_json(raw_output, where + " (raw_output)"),
+        )
+    return StoredSession(
+        record=record,
+        history=history,
+        transcript=transcript,
+        tool_calls=tool_calls,
+        last_seq=last_seq,
+    )

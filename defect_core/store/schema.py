@@ -1,0 +1,71 @@
+"""The SQL of the session database, frozen version by version.
+
+Owns `APPLICATION_ID` (the mark of a defect session database), the SQL each shipped migration
+runs (`V1`, …) and `SESSION_TABLES`, the tables whose rows belong to one session.
+
+Invariant: a shipped SQL text is never edited. Databases in the field were built by it, and a
+database at version n must mean the same thing whichever defect wrote it; a change of schema
+is a new text here plus a new entry in `migrations.MIGRATIONS` (how: the docstring of
+`defect_core/store/migrations.py`). `tests/test_store_migrations.py` holds a copy of every
+version's schema and fails if one drifts.
+
+Why SQL apart from the code that runs it: what the database looks like at each version can be
+read in one place, next to nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+APPLICATION_ID: Final = 0x44464354  # "DFCT": marks the file as a defect session database
+
+V1: Final = f"""
+PRAGMA application_id = {APPLICATION_ID};
+CREATE TABLE sessions (
+    id             TEXT PRIMARY KEY,
+    cwd            TEXT NOT NULL,
+    title          TEXT,
+    created_at     TEXT NOT NULL,
+    updated_at     TEXT NOT NULL,
+    provider       TEXT NOT NULL,
+    model          TEXT NOT NULL,
+    mode           TEXT NOT NULL,
+    config         TEXT NOT NULL DEFAULT '{{}}',
+    mcp_servers    TEXT NOT NULL DEFAULT '[]',
+    permissions    TEXT NOT NULL DEFAULT '{{}}',
+    checkpoint_seq INTEGER
+);
+CREATE INDEX sessions_by_updated ON sessions (updated_at DESC, id DESC);
+CREATE INDEX sessions_by_cwd ON sessions (cwd, updated_at DESC, id DESC);
+CREATE TABLE messages (
+    session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    seq        INTEGER NOT NULL,
+    created_at TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE checkpoint_messages (
+    session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    pos        INTEGER NOT NULL,
+    body       TEXT NOT NULL,
+    PRIMARY KEY (session_id, pos)
+);
+CREATE TABLE tool_calls (
+    session_id   TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    tool_call_id TEXT NOT NULL,
+    title        TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    content      TEXT NOT NULL,
+    locations    TEXT NOT NULL,
+    raw_input    TEXT NOT NULL,
+    raw_output   TEXT,
+    updated_at   TEXT NOT NULL,
+    PRIMARY KEY (session_id, tool_call_id)
+);
+"""
+"""Version 1: sessions, the message log, compaction checkpoints, tool calls for replay."""
+
+SESSION_TABLES: Final = ("messages", "checkpoint_messages", "tool_calls")
+"""Every table keyed by `session_id` (besides `sessions`): `delete` clears each one in its
+transaction, not relying on `ON DELETE CASCADE` alone. A migration adding one appends it."""

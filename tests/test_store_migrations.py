@@ -1,0 +1,422 @@
+"""Schema migrations: a database at any earlier version upgrades to the latest, rows intact.
+
+Every migration in `MIGRATIONS` has an upgrade test here, marked `@upgrades_to(n)`: it builds a
+database at version n - 1 (`database_at`: the shipped migrations up to n - 1), writes realistic
+rows into it with plain SQL, as that version's defect wrote them, opens it with the current
+`SqliteStore`, and checks that the rows survive and that what migration n adds works.
+`test_every_migration_has_an_upgrade_test` fails for a migration without one.
+
+`FROZEN` is a copy of the SQL each shipped migration ran. A shipped migration edited afterwards
+no longer builds the schema that copy builds, and `test_each_shipped_migration_still_builds_
+its_frozen_schema` fails: databases in the field were built by the original.
+
+The runner's own promises are tested for real at the end: numbering, the error naming a failed
+migration, a SIGKILL in the middle of a migration, two processes upgrading one file at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from defect_core.errors import StorageError
+from defect_core.events import Location, TextDisplay
+from defect_core.model import TextBlock, ToolResultBlock, ToolUseBlock, assistant, user
+from defect_core.store import (
+    DB_FILENAME,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Migration,
+    SessionRecord,
+    SqliteStore,
+    ToolCallRecord,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+_Test = TypeVar("_Test", bound=Callable[..., Any])
+UPGRADE_TESTS: dict[int, str] = {}
+
+
+def upgrades_to(version: int) -> Callable[[_Test], _Test]:
+    """Marks the test that upgrades a database from `version - 1` to `version`."""
+
+    def mark(test: _Test) -> _Test:
+        UPGRADE_TESTS[version] = test.__name__
+        return test
+
+    return mark
+
+
+# --- frozen copies of what each shipped migration ran ------------------------------------------
+
+FROZEN: dict[int, str] = {
+    1: """
+        PRAGMA application_id = 1145455444;
+        CREATE TABLE sessions (
+            id TEXT PRIMARY KEY, cwd TEXT NOT NULL, title TEXT, created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
+            mode TEXT NOT NULL, config TEXT NOT NULL DEFAULT '{}',
+            mcp_servers TEXT NOT NULL DEFAULT '[]', permissions TEXT NOT NULL DEFAULT '{}',
+            checkpoint_seq INTEGER
+        );
+        CREATE INDEX sessions_by_updated ON sessions (updated_at DESC, id DESC);
+        CREATE INDEX sessions_by_cwd ON sessions (cwd, updated_at DESC, id DESC);
+        CREATE TABLE messages (
+            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL, created_at TEXT NOT NULL, body TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        );
+        CREATE TABLE checkpoint_messages (
+            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            pos INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (session_id, pos)
+        );
+        CREATE TABLE tool_calls (
+            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            tool_call_id TEXT NOT NULL, title TEXT NOT NULL, kind TEXT NOT NULL,
+            status TEXT NOT NULL, content TEXT NOT NULL, locations TEXT NOT NULL,
+            raw_input TEXT NOT NULL, raw_output TEXT, updated_at TEXT NOT NULL,
+            PRIMARY KEY (session_id, tool_call_id)
+        );
+    """,
+}
+
+
+def database_at(path: Path, version: int) -> Path:
+    """A database built by the shipped migrations up to `version` (0: opened, none applied)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with SqliteStore(path, migrations=MIGRATIONS[:version]) as store:
+        assert store.schema_version == version
+    return path
+
+
+def frozen_database(path: Path, version: int) -> Path:
+    """A database built from the frozen copies, as the defect of `version` built it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path)
+    for step in range(1, version + 1):
+        conn.executescript(FROZEN[step])
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.close()
+    return path
+
+
+def schema_of(path: Path) -> dict[str, Any]:
+    """The structure of a database: its marks, and every table's columns, keys and indexes."""
+    conn = sqlite3.connect(path)
+    shape: dict[str, Any] = {
+        "application_id": conn.execute("PRAGMA application_id").fetchone()[0],
+        "user_version": conn.execute("PRAGMA user_version").fetchone()[0],
+    }
+    tables = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    ).fetchall()
+    for (table,) in tables:
+        indexes = conn.execute(f"PRAGMA index_list({table})").fetchall()
+        shape[table] = {
+            "columns": conn.execute(f"PRAGMA table_xinfo({table})").fetchall(),
+            "foreign_keys": conn.execute(f"PRAGMA foreign_key_list({table})").fetchall(),
+            "indexes": {
+                name: (unique, conn.execute(f"PRAGMA index_xinfo({name})").fetchall())
+                for _, name, unique, *_ in indexes
+            },
+        }
+    conn.close()
+    return shape
+
+
+# --- rows as defect wrote them at version 1 ------------------------------------------------------
+
+V1_MESSAGES = (
+    '{"role":"user","content":[{"type":"text","text":"add a --verbose flag to cli.py"}]}',
+    '{"role":"assistant","content":[{"type":"thinking","thinking":"read cli.py first",'
+    '"signature":"c2ln"},{"type":"text","text":"Reading cli.py."},{"type":"tool_use",'
+    '"id":"toolu_01","name":"read","input":{"path":"cli.py"}}]}',
+    '{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_01",'
+    '"content":"import argparse\\n","is_error":false}]}',
+    '{"role":"assistant","content":[{"type":"text","text":"Added the flag."}]}',
+)
+V1_SUMMARY = '{"role":"user","content":[{"type":"text","text":"Summary: cli.py was read."}]}'
+
+
+def write_v1_rows(path: Path) -> None:
+    """Two sessions: one compacted (checkpoint covers seq 2) with a tool call, one plain."""
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                *("sess_shop", "/home/ana/shop", "Add a --verbose flag"),
+                *("2025-03-01T09:00:00.000+00:00", "2025-03-01T09:05:00.000+00:00"),
+                *("anthropic", "claude-sonnet-4-5", "default"),
+                '{"reasoning_effort":"high"}',
+                '[{"name":"git","command":"uvx","args":["mcp-server-git"],"env":[]}]',
+                '{"allowed":["bash:git status"]}',
+                2,
+            ),
+        )
+        conn.execute(
+            "INSERT INTO sessions (id, cwd, title, created_at, updated_at, provider, model, mode)"
+            " VALUES ('sess_blog', '/home/ana/blog', NULL, '2025-02-01T08:00:00.000+00:00',"
+            " '2025-02-01T08:00:01.000+00:00', 'anthropic', 'claude-haiku-4-5', 'plan')"
+        )
+        conn.executemany(
+            "INSERT INTO messages VALUES (?,?,?,?)",
+            [
+                ("sess_shop", seq, f"2025-03-01T09:0{seq}:00.000+00:00", body)
+                for seq, body in enumerate(V1_MESSAGES, start=1)
+            ]
+            + [("sess_blog", 1, "2025-02-01T08:00:01.000+00:00", V1_MESSAGES[0])],
+        )
+        conn.execute("INSERT INTO checkpoint_messages VALUES ('sess_shop', 0, ?)", (V1_SUMMARY,))
+        conn.execute(
+            "INSERT INTO tool_calls VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (
+                *("sess_shop", "toolu_01", "Read cli.py", "read", "completed"),
+                '[{"type":"text","text":"import argparse\\n"}]',
+                '[{"path":"cli.py","line":1}]',
+                '{"path":"cli.py"}',
+                '"import argparse\\n"',
+                "2025-03-01T09:03:00.000+00:00",
+            ),
+        )
+    conn.close()
+
+
+def check_v1_rows(store: SqliteStore) -> None:
+    """The rows of `write_v1_rows`, read through the current store, every field intact."""
+    shop = store.load("sess_shop")
+    assert shop.record == SessionRecord(
+        id="sess_shop",
+        cwd="/home/ana/shop",
+        title="Add a --verbose flag",
+        created_at="2025-03-01T09:00:00.000+00:00",
+        updated_at="2025-03-01T09:05:00.000+00:00",
+        provider="anthropic",
+        model="claude-sonnet-4-5",
+        mode="default",
+        config={"reasoning_effort": "high"},
+        mcp_servers=[{"name": "git", "command": "uvx", "args": ["mcp-server-git"], "env": []}],
+        permissions={"allowed": ["bash:git status"]},
+    )
+    read = ToolUseBlock(id="toolu_01", name="read", input={"path": "cli.py"})
+    assert [m.role for m in shop.transcript] == ["user", "assistant", "user", "assistant"]
+    assert read in shop.transcript[1].content
+    assert shop.transcript[2] == user(
+        ToolResultBlock(tool_use_id="toolu_01", content="import argparse\n")
+    )
+    assert shop.history == [user("Summary: cli.py was read."), *shop.transcript[2:]]
+    assert shop.last_seq == 4
+    call = shop.tool_calls["toolu_01"]
+    assert (call.title, call.kind, call.status) == ("Read cli.py", "read", "completed")
+    assert call.displays() == (TextDisplay(text="import argparse\n"),)
+    assert call.location_values() == (Location(path="cli.py", line=1),)
+    assert call.raw_output == "import argparse\n"
+    blog = store.load("sess_blog")
+    assert (blog.record.mode, blog.record.title, blog.history) == ("plan", None, blog.transcript)
+    assert [s.id for s in store.list().sessions] == ["sess_shop", "sess_blog"]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "state" / DB_FILENAME
+
+
+# --- every migration has its upgrade test ------------------------------------------------------
+
+
+def test_every_migration_has_an_upgrade_test_and_a_frozen_copy() -> None:
+    versions = [m.version for m in MIGRATIONS]
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
+    assert sorted(UPGRADE_TESTS) == versions, "add an @upgrades_to(n) test for each migration"
+    assert sorted(FROZEN) == versions, "add the frozen SQL of each migration to FROZEN"
+
+
+@pytest.mark.parametrize("version", range(1, SCHEMA_VERSION + 1))
+def test_each_shipped_migration_still_builds_its_frozen_schema(
+    tmp_path: Path, version: int
+) -> None:
+    built = database_at(tmp_path / "built" / DB_FILENAME, version)
+    frozen = frozen_database(tmp_path / "frozen" / DB_FILENAME, version)
+    assert schema_of(built) == schema_of(frozen)
+
+
+@pytest.mark.parametrize("version", range(SCHEMA_VERSION))
+def test_a_database_at_any_earlier_version_upgrades_to_the_latest(
+    tmp_path: Path, db: Path, version: int
+) -> None:
+    database_at(db, version)
+    if version >= 1:
+        write_v1_rows(db)
+    with SqliteStore(db) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        if version >= 1:
+            check_v1_rows(store)
+    latest = frozen_database(tmp_path / "latest" / DB_FILENAME, SCHEMA_VERSION)
+    assert schema_of(db) == schema_of(latest)
+
+
+@upgrades_to(1)
+@pytest.mark.parametrize("start", ["an empty file", "a database at version 0"])
+def test_migration_1_makes_a_session_database_of_a_new_file(db: Path, start: str) -> None:
+    # Version 0 holds no rows: it is a file defect created and never migrated (a kill before
+    # the first commit, or an empty file someone touched).
+    if start == "an empty file":
+        db.parent.mkdir(parents=True)
+        db.touch()
+    else:
+        database_at(db, 0)
+    turn = [
+        user("add a --verbose flag to cli.py"),
+        assistant(TextBlock(text="Reading cli.py."), ToolUseBlock(id="t1", name="read", input={})),
+        user(ToolResultBlock(tool_use_id="t1", content="import argparse\n")),
+    ]
+    with SqliteStore(db) as store:
+        assert store.schema_version == 1
+        store.create(SessionRecord(id="s1", cwd="/w", provider="anthropic", model="m", mode="d"))
+        for message in turn:
+            store.append_message("s1", message)
+        store.checkpoint("s1", [user("Summary.")])
+        store.upsert_tool_call(
+            ToolCallRecord(session_id="s1", tool_call_id="t1", title="Read", kind="read")
+        )
+    with SqliteStore(db) as again:
+        loaded = again.load("s1")
+    assert loaded.transcript == turn and loaded.history == [user("Summary.")]
+    assert list(loaded.tool_calls) == ["t1"]
+    assert schema_of(db) == schema_of(frozen_database(db.parent / "frozen.sqlite3", 1))
+
+
+def test_rows_a_version_1_defect_wrote_load_with_the_current_store(db: Path) -> None:
+    write_v1_rows(frozen_database(db, 1))
+    with SqliteStore(db) as store:
+        check_v1_rows(store)
+        assert store.append_message("sess_shop", user("and a -q flag")) == 5
+        assert store.latest_for_cwd("/home/ana/shop") == "sess_shop"
+        store.delete("sess_shop")  # clears the session from every table
+    raw = sqlite3.connect(db)
+    for table in ("messages", "checkpoint_messages", "tool_calls"):
+        rows = raw.execute(f"SELECT session_id FROM {table}").fetchall()
+        assert set(rows) <= {("sess_blog",)}, table
+    raw.close()
+
+
+# --- the runner ------------------------------------------------------------------------------
+
+
+def test_migrations_must_be_numbered_1_2_3_in_order(db: Path) -> None:
+    plans = "CREATE TABLE plans (session_id TEXT)"
+    for wrong in (
+        [Migration(2, "skips one", plans)],
+        [*MIGRATIONS, Migration(SCHEMA_VERSION, "repeats one", plans)],
+        [*MIGRATIONS, Migration(SCHEMA_VERSION + 2, "leaves a gap", plans)],
+    ):
+        with pytest.raises(ValueError, match="versions run 1, 2, 3"):
+            SqliteStore(db, migrations=wrong)
+    assert not db.exists()  # refused before the file was touched
+
+
+def test_a_failing_migration_names_itself_and_leaves_the_database_as_it_was(db: Path) -> None:
+    write_v1_rows(database_at(db, SCHEMA_VERSION))
+    broken = Migration(
+        SCHEMA_VERSION + 1, "plans", "CREATE TABLE plans (x); INSERT INTO nowhere VALUES (1)"
+    )
+    with pytest.raises(StorageError) as info:
+        SqliteStore(db, migrations=[*MIGRATIONS, broken])
+    text = str(info.value)
+    assert f"cannot upgrade the session database to schema {SCHEMA_VERSION + 1} (plans)" in text
+    assert "no such table: nowhere" in text and str(db) in text
+    with SqliteStore(db) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        check_v1_rows(store)
+
+
+_MIGRATOR = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {repo!r})
+    from defect_core.store import MIGRATIONS, SCHEMA_VERSION, Migration, SqliteStore
+
+    def plans(conn):
+        conn.execute("CREATE TABLE plans (session_id TEXT NOT NULL, body TEXT NOT NULL)")
+        conn.execute("INSERT INTO plans SELECT id, 'draft' FROM sessions")
+        print("migrating", flush=True)
+        sys.stdin.readline()  # hold the migration's transaction open until told
+
+    print("opening", flush=True)
+    migrations = [*MIGRATIONS, Migration(SCHEMA_VERSION + 1, "plans", plans)]
+    SqliteStore(sys.argv[1], migrations=migrations).close()
+    """
+)
+
+
+def _spawn_migrator(db: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _MIGRATOR.format(repo=str(REPO)), str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_sigkill_in_the_middle_of_a_migration_loses_nothing(db: Path) -> None:
+    write_v1_rows(database_at(db, SCHEMA_VERSION))
+    proc = _spawn_migrator(db)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "opening\n"
+    assert proc.stdout.readline() == "migrating\n"  # the new table and its rows are written
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    with SqliteStore(db) as store:  # the previous version, whole: the migration never happened
+        assert store.schema_version == SCHEMA_VERSION
+        check_v1_rows(store)
+    raw = sqlite3.connect(db)
+    assert raw.execute("SELECT name FROM sqlite_master WHERE name = 'plans'").fetchone() is None
+    assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    raw.close()
+    again = _spawn_migrator(db)  # the next open applies it
+    _, err = again.communicate("go\n", timeout=60)
+    assert again.returncode == 0, err
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION + 1,)
+    assert sorted(raw.execute("SELECT * FROM plans").fetchall()) == [
+        ("sess_blog", "draft"),
+        ("sess_shop", "draft"),
+    ]
+    raw.close()
+
+
+def test_two_processes_opening_an_old_database_at_once_apply_each_migration_once(
+    db: Path,
+) -> None:
+    write_v1_rows(database_at(db, SCHEMA_VERSION))
+    first = _spawn_migrator(db)
+    assert first.stdout is not None and first.stdin is not None
+    assert first.stdout.readline() == "opening\n"
+    assert first.stdout.readline() == "migrating\n"  # holds the write lock
+    second = _spawn_migrator(db)
+    assert second.stdout is not None and second.stdin is not None
+    assert second.stdout.readline() == "opening\n"  # it will wait for the first, then skip
+    first.stdin.write("go\n")
+    first.stdin.flush()
+    outputs = {}
+    for name, proc in (("first", first), ("second", second)):
+        outputs[name], err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    assert outputs["second"] == ""  # it found the migration done under the lock: no "migrating"
+    raw = sqlite3.connect(db)
+    assert raw.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION + 1,)
+    assert len(raw.execute("SELECT * FROM plans").fetchall()) == 2  # inserted once, not twice
+    raw.close()
+    with SqliteStore(db, migrations=[*MIGRATIONS, Migration(SCHEMA_VERSION + 1, "plans", "")]) as s:
+        check_v1_rows(s)
