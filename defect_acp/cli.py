@@ -13,7 +13,9 @@ Invariants:
   (`defect_transcript`, a client of `defect acp` over stdio that imports nothing of the
   server); it keeps stdout for its report.
 - Nothing heavy is imported before it is needed: `--help`/`--version` import no SDK, and
-  `defect acp` imports the ACP SDK but no provider SDK (those load on the first prompt).
+  `defect acp` imports the ACP SDK; the provider's SDK starts loading in a background thread
+  as soon as the provider is known, and runs only while the event loop sleeps
+  (`defect_acp/idle_loop.py`), so it never slows `initialize` or `session/new`.
 - A person gets one line, never a traceback: a TTY on stdin is told what this command is
   for (then it serves as usual), an unusable stdin or a bad log level exits non-zero.
 - A broken configuration file never stops the process: sessions it applies to fail with
@@ -183,16 +185,28 @@ def run_acp(args: argparse.Namespace) -> int:
             return 2
     try:
         spec = provider_spec(settings, settings.provider)
-        if spec is not None:  # None: a table of the broken file, reported by every session
-            build_named(spec, settings)
+        # None: a table of the broken file, whose error every session reports.
+        provider = build_named(spec, settings) if spec is not None else None
     except (ConfigError, UnknownProvider, ValueError) as exc:
         sys.stderr.write(f"defect: {exc}\n")
         return 2
+    _preload_provider_sdk(provider)
 
     def settings_for(cwd: Path) -> Settings:
         return load_settings(cwd, cli=flags)
 
     return _serve(settings, settings_for, protocol_fd, args.resume)
+
+
+def _preload_provider_sdk(provider: object) -> None:
+    """Start loading the provider's SDK now, yielding to the editor's requests: the gate is
+    closed until the event loop first sleeps (`defect_acp/idle_loop.py`)."""
+    warm = getattr(provider, "warm", None)
+    if callable(warm):
+        from defect_core.background_import import FOREGROUND
+
+        FOREGROUND.close()
+        warm()
 
 
 def _open_store() -> tuple[AsyncStore | None, str | None]:
@@ -221,6 +235,7 @@ def _serve(
     import asyncio
     import signal
 
+    from defect_acp.idle_loop import new_event_loop
     from defect_acp.server import serve
     from defect_core.session import DefaultAgentCore
 
@@ -253,8 +268,11 @@ def _serve(
     # Everything imported so far lives as long as the process: keep it out of the cyclic
     # collector's way, so a full collection (e.g. while loading a long session) stays short.
     gc.freeze()
-    with contextlib.suppress(asyncio.CancelledError, KeyboardInterrupt):
-        asyncio.run(main_task())
+    with (
+        contextlib.suppress(asyncio.CancelledError, KeyboardInterrupt),
+        asyncio.Runner(loop_factory=new_event_loop) as runner,
+    ):
+        runner.run(main_task())
     return 0
 
 

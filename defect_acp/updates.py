@@ -169,6 +169,7 @@ async def after_open_updates(sink: UpdateSink, session: Session) -> None:
 
     Sent only after that answer: a client ignores updates for a session it has not been told
     about yet."""
+    await session.refresh_commands(announce=False)
     commands = session.slash_commands()
     if commands:
         await sink.send_update(session.id, project.commands_update(commands))

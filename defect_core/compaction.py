@@ -523,7 +523,7 @@ class Compactor:
                 await task
 
 
-_SLASH = re.compile(r"^/(?P<name>[a-z][a-z0-9_-]*)(?:\s+(?P<args>.*))?$", re.S)
+_SLASH = re.compile(r"^/(?P<name>[A-Za-z0-9][A-Za-z0-9_.:-]*)(?:\s+(?P<args>.*))?$", re.S)
 
 
 def parse_slash_command(text: str) -> tuple[str, str] | None:

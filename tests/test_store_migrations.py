@@ -88,6 +88,13 @@ FROZEN: dict[int, str] = {
             PRIMARY KEY (session_id, tool_call_id)
         );
     """,
+    2: """
+        CREATE TABLE file_checkpoints (
+            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            turn_id TEXT NOT NULL, created_at REAL NOT NULL, finished INTEGER NOT NULL,
+            body TEXT NOT NULL, PRIMARY KEY (session_id, turn_id)
+        );
+    """,
 }
 
 
@@ -280,7 +287,7 @@ def test_migration_1_makes_a_session_database_of_a_new_file(db: Path, start: str
         assistant(TextBlock(text="Reading cli.py."), ToolUseBlock(id="t1", name="read", input={})),
         user(ToolResultBlock(tool_use_id="t1", content="import argparse\n")),
     ]
-    with SqliteStore(db) as store:
+    with SqliteStore(db, migrations=MIGRATIONS[:1]) as store:
         assert store.schema_version == 1
         store.create(SessionRecord(id="s1", cwd="/w", provider="anthropic", model="m", mode="d"))
         for message in turn:
@@ -289,7 +296,7 @@ def test_migration_1_makes_a_session_database_of_a_new_file(db: Path, start: str
         store.upsert_tool_call(
             ToolCallRecord(session_id="s1", tool_call_id="t1", title="Read", kind="read")
         )
-    with SqliteStore(db) as again:
+    with SqliteStore(db, migrations=MIGRATIONS[:1]) as again:
         loaded = again.load("s1")
     assert loaded.transcript == turn and loaded.history == [user("Summary.")]
     assert list(loaded.tool_calls) == ["t1"]
@@ -420,3 +427,66 @@ def test_two_processes_opening_an_old_database_at_once_apply_each_migration_once
     raw.close()
     with SqliteStore(db, migrations=[*MIGRATIONS, Migration(SCHEMA_VERSION + 1, "plans", "")]) as s:
         check_v1_rows(s)
+
+
+def file_checkpoint(session_id: str, turn_id: str, at: float, *, finished: bool = True) -> Any:
+    from defect_core.store import FileCheckpointRecord
+
+    body = {"format": 1, "turn_id": turn_id, "root": "/w", "created_at": at, "entries": []}
+    return FileCheckpointRecord(
+        session_id=session_id, turn_id=turn_id, created_at=at, finished=finished, body=body
+    )
+
+
+@upgrades_to(2)
+def test_migration_2_adds_file_checkpoints_kept_and_deleted_with_their_session(db: Path) -> None:
+    write_v1_rows(frozen_database(db, 1))
+    with SqliteStore(db) as store:
+        assert store.schema_version == 2
+        check_v1_rows(store)
+        sid = store.list().sessions[0].id
+        store.save_file_checkpoint(file_checkpoint(sid, "t2", 20.0, finished=False))
+        store.save_file_checkpoint(file_checkpoint(sid, "t1", 10.0))
+        store.save_file_checkpoint(file_checkpoint(sid, "t2", 20.0))  # the turn finished
+        assert [(r.turn_id, r.finished) for r in store.file_checkpoints(sid)] == [
+            ("t1", True),
+            ("t2", True),
+        ]
+        assert store.delete_file_checkpoints(sid, ["t1", "unknown"]) == 1
+        assert [r.turn_id for r in store.file_checkpoints()] == ["t2"]
+        store.delete(sid)
+        assert store.file_checkpoints() == []
+    assert schema_of(db) == schema_of(frozen_database(db.parent / "frozen.sqlite3", 2))
+
+
+def test_a_sigkill_while_saving_a_file_checkpoint_leaves_the_old_or_the_new(db: Path) -> None:
+    """A process killed in the middle of saving a checkpoint row: on open, the row is the
+    one saved before, whole (the write is one transaction)."""
+    with SqliteStore(db) as store:
+        store.create(SessionRecord(id="s1", cwd="/w", provider="p", model="m", mode="d"))
+        store.save_file_checkpoint(file_checkpoint("s1", "t1", 1.0, finished=False))
+    script = f"""
+import os, signal, sqlite3
+from pathlib import Path
+from defect_core.store import FileCheckpointRecord, SqliteStore
+real_execute = sqlite3.Connection.execute
+store = SqliteStore(Path({str(db)!r}))
+conn = store._conn
+class Dying:
+    def __getattr__(self, name):
+        return getattr(conn, name)
+    def execute(self, sql, *args):
+        result = conn.execute(sql, *args)
+        if sql.startswith("INSERT INTO file_checkpoints"):
+            os.kill(os.getpid(), signal.SIGKILL)  # written, not committed
+        return result
+store._conn = Dying()
+body = {{"format": 1, "turn_id": "t1", "entries": [{{"path": "a"}}] * 1000}}
+store.save_file_checkpoint(FileCheckpointRecord(
+    session_id="s1", turn_id="t1", created_at=1.0, finished=True, body=body))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, check=False)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    with SqliteStore(db) as store:
+        (row,) = store.file_checkpoints("s1")
+    assert (row.turn_id, row.finished, row.body["entries"]) == ("t1", False, [])

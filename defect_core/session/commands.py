@@ -1,12 +1,17 @@
-"""The session's slash commands: `/compact` and `/context`, answered without the model.
+"""The session's slash commands: the built-in `/compact` and `/context`, answered without the
+model, and the user's and project's own Markdown commands, which become prompts.
 
-Owns the list offered to clients (`SLASH_COMMANDS`), the recognition of a prompt that is one
-of them (`slash_command`) and the answer to each (`answer_command`). The session (`state.py`)
-runs the answer as a turn of its own: cancellable, ended by `TurnEnded`.
+Owns the built-in list (`SLASH_COMMANDS`), the recognition of a prompt that is one of them
+(`slash_command`), the answer to each (`answer_command`), and `CommandBook`: the commands a
+session offers, built-in first, then the custom ones `defect_core/catalog/commands.py` loads
+(reloaded before each turn, so an edited file shows up without a restart). The session
+(`state.py`) runs a built-in's answer as a turn of its own: cancellable, ended by `TurnEnded`;
+a custom command's expanded text is the prompt of an ordinary turn.
 
 Invariants:
 - Only a prompt that is a single text block naming one of ours is a command; any other
   `/word` is text for the model (a client may offer commands of its own).
+- A custom command never shadows a built-in one (the catalog refuses the file and logs why).
 - A command never reaches the history: `/context` only reads it, and `/compact` rewrites it
   through the context manager exactly as an automatic compaction would (checkpointed, the
   transcript untouched).
@@ -14,8 +19,15 @@ Invariants:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from defect_core.catalog.commands import CustomCommand, expand, load_commands
 from defect_core.compaction import Compactor, context_report, parse_slash_command
 from defect_core.history import History, overhead_tokens
+from defect_core.log import get_logger
 from defect_core.model import ContentBlock, TextBlock, ToolSpec
 from defect_core.turn import TurnConfig
 
@@ -23,6 +35,58 @@ SLASH_COMMANDS: tuple[tuple[str, str], ...] = (
     ("compact", "Summarise the conversation so far to free context (optionally: what to keep)"),
     ("context", "Show how much of the context window is used, and by what"),
 )
+
+
+log = get_logger("defect.agent")
+
+
+@dataclass(frozen=True, slots=True)
+class CustomPrompt:
+    """A custom command the user typed, expanded into the prompt it stands for."""
+
+    name: str
+    text: str
+
+
+class CommandBook:
+    """The commands one session offers: the built-ins, then the custom ones of its cwd."""
+
+    def __init__(self, cwd: Path) -> None:
+        self._cwd = cwd
+        self._custom: dict[str, CustomCommand] = {}
+        self._reported: set[str] = set()
+
+    def offered(self) -> tuple[tuple[str, str], ...]:
+        custom = tuple((c.name, c.description) for c in self._custom.values())
+        return SLASH_COMMANDS + custom
+
+    async def refresh(self) -> bool:
+        """Reload the custom commands (off the event loop); True when the offer changed."""
+        reserved = {name for name, _ in SLASH_COMMANDS}
+        try:
+            commands, problems = await anyio.to_thread.run_sync(
+                lambda: load_commands(self._cwd, reserved)
+            )
+        except Exception:  # a broken directory must not cost the turn
+            log.exception("custom_commands_unreadable", cwd=str(self._cwd))
+            return False
+        for problem in problems:
+            if str(problem) not in self._reported:
+                self._reported.add(str(problem))
+                log.warning("custom_command_skipped", problem=str(problem))
+        before = self.offered()
+        self._custom = {c.name: c for c in commands}
+        return self.offered() != before
+
+    def custom_prompt(self, prompt: list[ContentBlock]) -> CustomPrompt | None:
+        """The expanded prompt when `prompt` is `/name args` for one of the custom commands."""
+        if len(prompt) != 1 or not isinstance(prompt[0], TextBlock):
+            return None
+        parsed = parse_slash_command(prompt[0].text)
+        if parsed is None or parsed[0] not in self._custom:
+            return None
+        name, args = parsed
+        return CustomPrompt(name, expand(self._custom[name], args))
 
 
 def slash_command(prompt: list[ContentBlock]) -> tuple[str, str] | None:

@@ -172,6 +172,11 @@ class Session(Protocol):
 
     def slash_commands(self) -> tuple[tuple[str, str], ...]: ...
 
+    async def refresh_commands(self, *, announce: bool = True) -> None:
+        """Reload the commands the user and the project defined (`CommandsChanged` if new and
+        `announce`)."""
+        ...
+
     def notices(self) -> tuple[str, ...]:
         """Messages for the user once the session is open (e.g. MCP servers that failed)."""
         ...

@@ -43,6 +43,7 @@ from defect_core.config import Settings, default_selection
 from defect_core.events import (
     AgentEvent,
     AgentTextDelta,
+    CommandsChanged,
     ConfigChanged,
     EventBus,
     ModeChanged,
@@ -59,14 +60,14 @@ from defect_core.history import VecHistory
 from defect_core.hosted import hosted_web_search
 from defect_core.log import get_logger
 from defect_core.mcp import McpHub
-from defect_core.model import ContentBlock, Message
-from defect_core.prompt import build_system_prompt
+from defect_core.model import ContentBlock, Message, TextBlock
+from defect_core.prompt import start_prompt_facts, system_prompt_from
 from defect_core.provenance import own_thinking_only
 from defect_core.providers.base import LlmProvider
 from defect_core.providers.live import ProviderSet
 from defect_core.selection import ModelSelection
 from defect_core.session import options
-from defect_core.session.commands import SLASH_COMMANDS, answer_command, slash_command
+from defect_core.session.commands import CommandBook, answer_command, slash_command
 from defect_core.session.permissions import SessionPermissions
 from defect_core.session.persistence import ReplayStateWriter, server_summary
 from defect_core.session.protocol import (
@@ -83,6 +84,7 @@ from defect_core.session.protocol import (
 from defect_core.session.titles import SessionTitle
 from defect_core.store import AsyncStore, SessionRecord, StoredSession, ToolCallRecord
 from defect_core.tools.base import ToolContext, ToolRegistry
+from defect_core.tools.skill import SkillTool
 from defect_core.turn import TurnConfig, TurnDeps, TurnResult, TurnRunner
 
 log = get_logger("defect.agent")
@@ -139,8 +141,14 @@ class DefaultSession:
         )
         self._title = SessionTitle(record.title if record else None)
         self._updated_at = record.updated_at if record else _now()
-        self._system_prompt = build_system_prompt(cwd, backends.frontend)
+        self._prompt_facts = start_prompt_facts(
+            cwd,
+            shell=settings.terminal_shell if backends.frontend.terminal_delegated else None,
+        )
+        self._system_prompt = ""
+        """Built once, before the first request (`_ready_prompt`); stable for the cache."""
         self._web_search = hosted_web_search(settings, self._provider)
+        self._commands = CommandBook(cwd)
         self._tool_state: dict[str, Any] = {}
         self._running = False
         self._turn = 0
@@ -240,13 +248,18 @@ class DefaultSession:
             )
         if not prompt:
             raise InvalidOption("the prompt is empty")
-        command = slash_command(prompt)
         self._running = True
         self._turn += 1
         turn = self._turn
         try:
+            await self.refresh_commands()
+            await self._ready_prompt()
+            command = slash_command(prompt)
             if command is not None:
                 return await self._run_command(turn, *command)
+            custom = self._commands.custom_prompt(prompt)
+            if custom is not None:
+                prompt = [TextBlock(text=custom.text)]
             self._title.turn_started(prompt)
             runner = TurnRunner(
                 TurnDeps(
@@ -292,6 +305,17 @@ class DefaultSession:
             self._scope = None
             self._running = False
             self._updated_at = _now()
+
+    async def _ready_prompt(self) -> None:
+        """The system prompt, built from facts gathered off the `session/new` path."""
+        if not self._system_prompt:
+            facts = await anyio.to_thread.run_sync(
+                self._prompt_facts.result, abandon_on_cancel=True
+            )
+            if facts.skills and self._tools.get("skill") is None:
+                self._tools.add(SkillTool(facts.skills))
+            names = [spec.name for spec in self._tools.specs()]
+            self._system_prompt = system_prompt_from(facts, self._backends.frontend, names)
 
     def cancel_turn(self) -> None:
         if self._scope is not None:
@@ -455,7 +479,13 @@ class DefaultSession:
             await self._bus.publish(ConfigChanged("model", self._selection.value))
 
     def slash_commands(self) -> tuple[tuple[str, str], ...]:
-        return SLASH_COMMANDS
+        return self._commands.offered()
+
+    async def refresh_commands(self, *, announce: bool = True) -> None:
+        """Reload the custom commands; a changed offer reaches the client as an update
+        (unless the caller sends the whole list itself: `announce=False`)."""
+        if await self._commands.refresh() and announce:
+            await self._publish(CommandsChanged(self._commands.offered()))
 
     def notices(self) -> tuple[str, ...]:
         """What the user should read when the session opens (no saving, failed MCP servers)."""

@@ -33,6 +33,7 @@ from defect_core.store.paths import DB_FILENAME, default_state_dir, default_stor
 from defect_core.store.protocol import UNSET, SessionStore
 from defect_core.store.records import (
     CorruptSession,
+    FileCheckpointRecord,
     InvalidCursor,
     SessionRecord,
     StoredSession,
@@ -64,6 +65,7 @@ __all__ = [
     "UNSET",
     "AsyncStore",
     "CorruptSession",
+    "FileCheckpointRecord",
     "InvalidCursor",
     "Migration",
     "MigrationStep",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import concurrent.futures
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import anyio
@@ -30,7 +30,12 @@ from defect_core.errors import StorageError
 from defect_core.listing import SessionPage
 from defect_core.model import Message
 from defect_core.store.protocol import SessionStore
-from defect_core.store.records import SessionRecord, StoredSession, ToolCallRecord
+from defect_core.store.records import (
+    FileCheckpointRecord,
+    SessionRecord,
+    StoredSession,
+    ToolCallRecord,
+)
 
 _T = TypeVar("_T")
 
@@ -79,6 +84,17 @@ class AsyncStore:
         # A copy: the caller's list may change while the worker is still writing this one.
         snapshot = builtins.list(history)
         return await self._call(self.store.checkpoint, session_id, snapshot, covers_seq)
+
+    async def save_file_checkpoint(self, record: FileCheckpointRecord) -> None:
+        await self._call(self.store.save_file_checkpoint, record)
+
+    async def file_checkpoints(
+        self, session_id: str | None = None
+    ) -> builtins.list[FileCheckpointRecord]:
+        return await self._call(self.store.file_checkpoints, session_id)
+
+    async def delete_file_checkpoints(self, session_id: str, turn_ids: Iterable[str]) -> int:
+        return await self._call(self.store.delete_file_checkpoints, session_id, list(turn_ids))
 
     async def load(self, session_id: str) -> StoredSession:
         return await self._call(self.store.load, session_id)

@@ -23,11 +23,17 @@ are synchronous because the one implementation is, and `AsyncStore` moves them o
 from __future__ import annotations
 
 import builtins
+from collections.abc import Iterable
 from typing import Any, Final, Protocol
 
 from defect_core.listing import SessionPage
 from defect_core.model import Message
-from defect_core.store.records import SessionRecord, StoredSession, ToolCallRecord
+from defect_core.store.records import (
+    FileCheckpointRecord,
+    SessionRecord,
+    StoredSession,
+    ToolCallRecord,
+)
 
 
 class Unset:
@@ -87,6 +93,20 @@ class SessionStore(Protocol):
         after `replace`/`splice_prefix` + `snapshot`, with no `await` in between. Otherwise pass
         the seq `append_message` returned for the last message `history` contains.
         """
+        ...
+
+    def save_file_checkpoint(self, record: FileCheckpointRecord) -> None:
+        """Insert or replace one turn's file checkpoint, atomically."""
+        ...
+
+    def file_checkpoints(
+        self, session_id: str | None = None
+    ) -> builtins.list[FileCheckpointRecord]:
+        """A session's file checkpoints (every session's with None), oldest first."""
+        ...
+
+    def delete_file_checkpoints(self, session_id: str, turn_ids: Iterable[str]) -> int:
+        """Remove these turns' file checkpoints; how many were removed."""
         ...
 
     def load(self, session_id: str) -> StoredSession:

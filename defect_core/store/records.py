@@ -74,6 +74,18 @@ class SessionRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FileCheckpointRecord:
+    """The file checkpoint of one prompt (turn): `body` is `Checkpoint.to_json()`, kept
+    opaque here (the store sits below the checkpoints package)."""
+
+    session_id: str
+    turn_id: str
+    created_at: float
+    finished: bool
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallRecord:
     """What a replay shows of one tool call: its last title, kind, status and content.
 

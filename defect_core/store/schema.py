@@ -66,6 +66,19 @@ CREATE TABLE tool_calls (
 """
 """Version 1: sessions, the message log, compaction checkpoints, tool calls for replay."""
 
-SESSION_TABLES: Final = ("messages", "checkpoint_messages", "tool_calls")
+V2: Final = """
+CREATE TABLE file_checkpoints (
+    session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    turn_id    TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    finished   INTEGER NOT NULL,
+    body       TEXT NOT NULL,
+    PRIMARY KEY (session_id, turn_id)
+);
+"""
+"""Version 2: the file checkpoint of each prompt (`defect_core/checkpoints/model.py`, as JSON;
+the file contents are blobs in the state directory, not in the database)."""
+
+SESSION_TABLES: Final = ("messages", "checkpoint_messages", "tool_calls", "file_checkpoints")
 """Every table keyed by `session_id` (besides `sessions`): `delete` clears each one in its
 transaction, not relying on `ON DELETE CASCADE` alone. A migration adding one appends it."""

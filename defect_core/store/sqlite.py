@@ -45,7 +45,7 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Final
@@ -61,6 +61,8 @@ from defect_core.store.paths import default_store_path
 from defect_core.store.protocol import UNSET, Unset
 from defect_core.store.records import (
     TOOL_STATUSES,
+    CorruptSession,
+    FileCheckpointRecord,
     SessionRecord,
     StoredSession,
     ToolCallRecord,
@@ -340,6 +342,61 @@ class SqliteStore:
                 "UPDATE sessions SET checkpoint_seq = ? WHERE id = ?", (covers, session_id)
             )
         return covers
+
+    def save_file_checkpoint(self, record: FileCheckpointRecord) -> None:
+        """Insert or replace one turn's file checkpoint, in one transaction: a kill leaves
+        the previous version of the row or the new one, never a half."""
+        body = json.dumps(record.body, separators=(",", ":"), sort_keys=True)
+        with self._write(f"save a file checkpoint of session {record.session_id!r}") as conn:
+            conn.execute(
+                "INSERT INTO file_checkpoints (session_id, turn_id, created_at, finished, body)"
+                " VALUES (?,?,?,?,?) ON CONFLICT (session_id, turn_id) DO UPDATE SET"
+                " created_at = excluded.created_at, finished = excluded.finished,"
+                " body = excluded.body",
+                (record.session_id, record.turn_id, record.created_at, int(record.finished), body),
+            )
+
+    def file_checkpoints(
+        self, session_id: str | None = None
+    ) -> builtins.list[FileCheckpointRecord]:
+        """A session's file checkpoints (every session's with None), oldest first.
+        `CorruptSession` names a row whose body is not JSON."""
+        query = "SELECT session_id, turn_id, created_at, finished, body FROM file_checkpoints"
+        params: tuple[str, ...] = ()
+        if session_id is not None:
+            query += " WHERE session_id = ?"
+            params = (session_id,)
+        with self._read("read file checkpoints") as conn:
+            found = conn.execute(query + " ORDER BY created_at, rowid", params).fetchall()
+        records = []
+        for sid, turn_id, created_at, finished, body in found:
+            try:
+                parsed = json.loads(body)
+            except ValueError as exc:
+                where = f"file checkpoint {turn_id!r}"
+                raise CorruptSession(
+                    f"session {sid!r}: {where} cannot be read ({exc})", sid, where
+                ) from None
+            records.append(
+                FileCheckpointRecord(
+                    session_id=sid,
+                    turn_id=turn_id,
+                    created_at=float(created_at),
+                    finished=bool(finished),
+                    body=parsed if isinstance(parsed, dict) else {},
+                )
+            )
+        return records
+
+    def delete_file_checkpoints(self, session_id: str, turn_ids: Iterable[str]) -> int:
+        """Remove these turns' file checkpoints (pruning); returns how many were removed."""
+        ids = [(session_id, t) for t in turn_ids]
+        with self._write(f"prune file checkpoints of session {session_id!r}") as conn:
+            before = conn.total_changes
+            conn.executemany(
+                "DELETE FROM file_checkpoints WHERE session_id = ? AND turn_id = ?", ids
+            )
+            return conn.total_changes - before
 
     def delete(self, session_id: str) -> None:
         with self._write(f"delete session {session_id!r}") as conn:

@@ -293,11 +293,15 @@ class LocalFsBackend:
         return await anyio.to_thread.run_sync(_read_head, path, limit, self._root)
 
     async def write_text(self, path: Path, content: str) -> None:
-        data = content.encode("utf-8")
+        await anyio.to_thread.run_sync(self.write_now, path, content.encode("utf-8"))
+
+    def write_now(self, path: Path, data: bytes) -> None:
+        """The write itself, blocking, on the calling thread: for a caller already off the
+        event loop that must do more in the same hop (a checkpoint's capture)."""
         if self._root is None:
-            await anyio.to_thread.run_sync(_replace, path, data)
+            _replace(path, data)
         else:
-            await anyio.to_thread.run_sync(replace_beneath, self._root, path, data)
+            replace_beneath(self._root, path, data)
 
     async def stat(self, path: Path) -> FileStat | None:
         return local_stat(path)

@@ -183,22 +183,23 @@ def open_beneath(root: str | Path, path: str | Path) -> int:
         os.close(dir_fd)
 
 
-def replace_beneath(root: str | Path, path: str | Path, data: bytes) -> None:
+def replace_beneath(
+    root: str | Path, path: str | Path, data: bytes, *, mode: int | None = None
+) -> None:
     """Write `data` as the new content of `path` beneath `root`, atomically.
 
     A temporary file in the same directory (opened through the same descriptor) is written,
     synced and renamed over the name: a reader or a crash sees the old file or the new one.
-    The new file keeps an existing file's mode, and is a new inode, so a hard link to the
-    old one (possibly outside the workspace) keeps the old content.
+    The new file keeps an existing file's mode (or takes `mode` when given), and is a new
+    inode, so a hard link to the old one (possibly outside the workspace) keeps the old content.
     """
     dir_fd, name = _resolve_final(os.fspath(root), os.fspath(path), create=True)
     try:
-        try:
-            mode: int | None = stat_mod.S_IMODE(
-                os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
-            )
-        except FileNotFoundError:
-            mode = None
+        if mode is None:
+            try:
+                mode = stat_mod.S_IMODE(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+            except FileNotFoundError:
+                mode = None
         tmp = f".{name}.{secrets.token_hex(4)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=dir_fd)
         try:
@@ -214,6 +215,50 @@ def replace_beneath(root: str | Path, path: str | Path, data: bytes) -> None:
         except BaseException:
             if fd >= 0:
                 os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+    finally:
+        os.close(dir_fd)
+
+
+def _resolve_name(root: str | Path, path: str | Path, *, create: bool) -> tuple[int, str]:
+    """The directory descriptor and final name of `path` itself, a link at the end NOT
+    followed: the name is what is removed or replaced (directories on the way are walked
+    as above, so the name lies beneath the root)."""
+    parts = _relative_parts(os.fspath(root), os.fspath(path))
+    fd, name, _ = _walk(os.fspath(root), parts, create=create)
+    return fd, name
+
+
+def unlink_beneath(root: str | Path, path: str | Path) -> bool:
+    """Remove the name `path` beneath `root` (a file or a link, never a directory).
+
+    False when there was nothing to remove (the name or a directory on its way is absent)."""
+    try:
+        dir_fd, name = _resolve_name(root, path, create=False)
+    except FileNotFoundError:
+        return False
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(dir_fd)
+
+
+def symlink_beneath(root: str | Path, path: str | Path, target: str) -> None:
+    """Make the name `path` beneath `root` a symbolic link to `target`, atomically (a link
+    made under a temporary name, renamed over the name). The link is only made, never
+    followed, so its target may point anywhere: following it is the reader's walk's job."""
+    dir_fd, name = _resolve_name(root, path, create=True)
+    try:
+        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        os.symlink(target, tmp, dir_fd=dir_fd)
+        try:
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)
             raise

@@ -1,14 +1,18 @@
 """The SDK and its clients: loading `anthropic` late, and building a client per route.
 
-Owns `import_sdk` (the `anthropic` SDK and its `httpx2`, as an `Sdk`), the credential look-ups
+Owns `import_sdk` (the `anthropic` SDK and its `httpx2`, as an `Sdk`), its loading ahead of
+need (`preload_sdk`, awaited by `load_sdk`), the credential look-ups
 (`api_key`; the boto3 chain inside `bedrock_client`) and the construction of the SDK client for
 each route: `AsyncAnthropic` for the Anthropic API (`anthropic_client`), `AsyncAnthropicBedrock`
 for Bedrock (`bedrock_client`), both with our timeouts and no retries.
 
 Invariants:
-- Cheap until used: importing this module loads no SDK. `import_sdk` (~1-2 s) and boto3 run on
-  the first `stream`, in a worker thread, never on the `initialize`/`session/new` path
-  (docs/architecture.md, rule 6).
+- Cheap until used: importing this module loads no SDK. The SDK loads lazily (only the client
+  and the streaming path, `lazy_sdk.py`) in a background thread that `preload_sdk` starts as
+  soon as the process knows its provider, and that runs only while the event loop sleeps
+  (`defect_core/background_import.py`): never at the expense of `initialize`/`session/new`
+  (docs/architecture.md, rule 6). The first `stream` awaits it through `load_sdk` (opening
+  the gate for good), or imports in a worker thread if nothing preloaded; boto3 loads there.
 - Credentials are looked up when a client is built (at stream time), never at construction of
   the provider: a prompt without them raises `CredentialsMissing` whose message says exactly
   what to set, and where the provider was chosen (`chosen_by`). Secrets come from the
@@ -26,11 +30,17 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import threading
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+import anyio
+
+from defect_core.background_import import FOREGROUND, BackgroundImport
 from defect_core.config import Settings
+from defect_core.log import get_logger
+from defect_core.providers.anthropic import lazy_sdk
 from defect_core.providers.base import CredentialsMissing
 
 __all__ = [
@@ -40,8 +50,34 @@ __all__ = [
     "bedrock_client",
     "chosen_by",
     "import_sdk",
+    "load_sdk",
+    "preload_sdk",
     "running_loop",
 ]
+
+log = get_logger("defect.provider")
+
+# What the first streamed call needs, in the order the preload imports it: the HTTP stack,
+# the client, the messages resource and the stream's event types.
+SDK_PATH = (
+    "httpx2",
+    "anthropic",
+    "anthropic._client",
+    "anthropic._exceptions",
+    "anthropic.resources.messages.messages",
+    "anthropic.types.raw_message_stream_event",
+)
+# Touched after SDK_PATH, so that the names the provider reads resolve in the background too.
+SDK_NAMES = (
+    "AsyncAnthropic",
+    "DefaultAsyncHttpxClient",
+    "APIStatusError",
+    "APITimeoutError",
+    "APIConnectionError",
+)
+
+_preload_lock = threading.Lock()
+_preload: BackgroundImport | None = None
 
 
 @dataclass(frozen=True)
@@ -54,7 +90,39 @@ class Sdk:
 
 def import_sdk() -> Sdk:
     """Import the SDK (slow: call it in a worker thread, or when it is already loaded)."""
+    lazy_sdk.install()
     return Sdk(importlib.import_module("anthropic"), importlib.import_module("httpx2"))
+
+
+def preload_sdk() -> None:
+    """Start loading the SDK in the background (once per process; never raises)."""
+    global _preload
+    with _preload_lock:
+        if _preload is not None:
+            return
+        lazy_sdk.install()
+        _preload = BackgroundImport(SDK_PATH, then=_touch_names, name="defect-sdk-import")
+        _preload.start()
+
+
+def _touch_names() -> None:
+    sdk = import_sdk()
+    for name in SDK_NAMES:
+        getattr(sdk.anthropic, name)
+
+
+async def load_sdk() -> Sdk:
+    """The SDK, for a call about to be made: waits for the preload (at full speed from now on)
+    or imports it in a worker thread; the event loop keeps serving meanwhile."""
+    FOREGROUND.open_for_good()
+    preload = _preload
+    if preload is not None:
+        if not preload.wait(0):
+            await anyio.to_thread.run_sync(preload.wait)
+        if preload.error is None:
+            return import_sdk()
+        log.info("sdk_preload_failed", error=repr(preload.error))  # the import below says why
+    return await anyio.to_thread.run_sync(import_sdk)
 
 
 def running_loop() -> object | None:

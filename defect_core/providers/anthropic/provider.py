@@ -11,9 +11,10 @@ Invariants:
   when there was one); the deltas before a failure were only shown (see `stream.py`).
 - No retries here: the SDK client has `max_retries=0`; the runner owns the backoff.
 - Cheap until used: building the provider, `models()` and `default_model()` load no SDK; the
-  first `stream` imports it in a worker thread (or finds it loaded by `warm`), so the event
-  loop keeps serving the editor. The client is then reused (its connection pool is most of the
-  per-request overhead saved) - but never across event loops, whose sockets it cannot share.
+  first `stream` awaits it (`client.load_sdk`: the background preload `warm` started, else a
+  worker thread), so the event loop keeps serving the editor. The client is then reused (its
+  connection pool is most of the per-request overhead saved) - but never across event loops,
+  whose sockets it cannot share.
 - The call is logged once when it starts and once when it ends (completed or failed), with
   its request id, token usage and duration; never its content.
 
@@ -24,8 +25,6 @@ after the client (encoding, the guard, error classification) is shared.
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -40,7 +39,8 @@ from defect_core.providers.anthropic.client import (
     anthropic_client,
     api_key,
     bedrock_client,
-    import_sdk,
+    load_sdk,
+    preload_sdk,
     running_loop,
 )
 from defect_core.providers.anthropic.errors import request_id_of, translate_exception
@@ -66,7 +66,6 @@ class AnthropicProvider:
         self._client: Any = None
         self._client_key: str | None = None
         self._lock: anyio.Lock | None = None
-        self._warming: threading.Thread | None = None
         self._loop: object | None = None
 
     @property
@@ -185,22 +184,12 @@ class AnthropicProvider:
     # --- the client -------------------------------------------------------------------------
 
     def warm(self) -> None:
-        """Start importing the SDK in a background thread (idempotent, never raises).
+        """Start loading the SDK in the background (idempotent, never raises).
 
-        For a front end to call once it has answered `session/new`: the first prompt then
-        finds the ~1-2 s import done instead of waiting for it.
+        For a front end to call as soon as it knows its provider: the first prompt then finds
+        the import done (or under way) instead of starting it (`client.preload_sdk`).
         """
-        if self._warming is not None or "anthropic" in sys.modules:
-            return
-
-        def load() -> None:
-            try:
-                import_sdk()
-            except Exception as exc:  # reported properly by the first stream
-                log.info("sdk_warm_failed", error=repr(exc))
-
-        self._warming = threading.Thread(target=load, name="defect-sdk-import", daemon=True)
-        self._warming.start()
+        preload_sdk()
 
     async def _ready(self) -> tuple[Any, Sdk]:
         loop = running_loop()
@@ -212,11 +201,7 @@ class AnthropicProvider:
             self._lock = anyio.Lock()
         async with self._lock:
             if self._sdk is None:
-                warming = self._warming is not None and self._warming.is_alive()
-                if not warming and "anthropic" in sys.modules and "httpx2" in sys.modules:
-                    self._sdk = import_sdk()
-                else:
-                    self._sdk = await anyio.to_thread.run_sync(import_sdk)
+                self._sdk = await load_sdk()
             if self._route == "anthropic":
                 key = api_key(self._settings)
                 if self._client is None or key != self._client_key:

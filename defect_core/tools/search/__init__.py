@@ -4,12 +4,14 @@ One module per job:
 
 - `ignore`: which files a search considers (the tree walk, `.gitignore` rules, glob syntax);
 - `matching`: which of them match, and which lines (globs, the RE2 scan, the caps);
+- `rg_engine`: ripgrep, when installed, as a prefilter of the files the scan reads;
 - `tool`: the tool the model calls (arguments, run, report).
 
 The invariants each keeps are in its docstring: ignored files and symbolic links are never
 searched; binary, non-UTF-8 and over-large files are skipped and counted; matching is linear
 in the file's size whatever the pattern (RE2); results are capped with a marker saying so.
-The search must work without `rg` or `git` on the PATH, so it uses neither.
+The search works without `rg` or `git`; with `rg` it reads only the files rg lists, and its
+results are the same (tests/test_search_engines.py).
 
 This module only re-exports, so `from defect_core.tools.search import ...` names every
 public piece wherever it lives.

@@ -186,12 +186,19 @@ def _repo_root(start: str) -> str | None:
         d = parent
 
 
-def _inherited_rules(root: str, workspace: str) -> tuple[IgnoreRules, str]:
-    """Rules from the ignore files above `root` (up to the repository or workspace top),
-    and `root`'s own path relative to that top, with a trailing `/` (or `""`)."""
+def ignore_top(root: str, workspace: str) -> str:
+    """The directory whose ignore files are the first `walk_files(root, ...)` reads: the
+    repository's root, else the workspace (when `root` is inside it), else `root`."""
     top = _repo_root(root)
     if top is None:
         top = workspace if root == workspace or root.startswith(workspace + os.sep) else root
+    return top
+
+
+def _inherited_rules(root: str, workspace: str) -> tuple[IgnoreRules, str]:
+    """Rules from the ignore files above `root` (up to the repository or workspace top),
+    and `root`'s own path relative to that top, with a trailing `/` (or `""`)."""
+    top = ignore_top(root, workspace)
     rules = IgnoreRules().extended("", _read_ignore(os.path.join(top, ".git", "info", "exclude")))
     if root == top:
         return rules, ""

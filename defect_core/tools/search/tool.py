@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,8 @@ from defect_core.tools.base import (
     ToolOutput,
     input_schema,
 )
-from defect_core.tools.search.ignore import walk_files
+from defect_core.tools.search import rg_engine
+from defect_core.tools.search.ignore import ignore_top, walk_files
 from defect_core.tools.search.matching import (
     MAX_FILE_BYTES,
     GlobFilter,
@@ -123,6 +125,13 @@ class SearchTool:
         if not a.pattern and not a.glob:
             raise ToolError("invalid arguments for search: give a `pattern`, a `glob`, or both")
         regex = compile_pattern(a.pattern, a.case_insensitive) if a.pattern else None
+        prefilter = (
+            _Prefilter(rg, translated, a.case_insensitive)
+            if a.pattern
+            and (rg := rg_engine.ripgrep_binary()) is not None
+            and (translated := rg_engine.translate_pattern(a.pattern)) is not None
+            else None
+        )
         glob = GlobFilter.parse(a.glob) if a.glob else None
         root = resolve_path(
             a.path or ".", ctx.cwd, write=False, allow_read_outside=ctx.allow_read_outside
@@ -132,7 +141,7 @@ class SearchTool:
         stop = threading.Event()
         try:
             result = await anyio.to_thread.run_sync(
-                self._search, root, ctx.cwd, rel_root, regex, glob, a.max_results, stop,
+                self._search, root, ctx.cwd, rel_root, regex, glob, a.max_results, stop, prefilter,
                 abandon_on_cancel=True,
             )  # fmt: skip
         finally:
@@ -148,6 +157,7 @@ class SearchTool:
         glob: GlobFilter | None,
         max_results: int,
         stop: threading.Event,
+        prefilter: _Prefilter | None = None,
     ) -> ScanResult:
         deadline = time.monotonic() + SEARCH_DEADLINE
         if not root.exists():
@@ -156,10 +166,45 @@ class SearchTool:
             # An explicit file is searched even when ignored; the glob still filters it.
             files: Iterator[tuple[str, str]] = iter([(str(root), root.name)])
             prefix = rel_root[: -len(root.name)] if rel_root.endswith(root.name) else ""
-        else:
+            return scan(files, prefix, regex, glob, max_results, stop, deadline)
+        prefix = "" if rel_root == "." else rel_root.rstrip("/") + "/"
+        found = _candidates(str(root), os.path.abspath(cwd), stop, deadline, regex, prefilter)
+        if found is None:
             files = walk_files(str(root), os.path.abspath(cwd), stop)
-            prefix = "" if rel_root == "." else rel_root.rstrip("/") + "/"
-        return scan(files, prefix, regex, glob, max_results, stop, deadline)
+            return scan(files, prefix, regex, glob, max_results, stop, deadline)
+        result = scan(iter(found.files), prefix, regex, glob, max_results, stop, deadline)
+        result.large += found.large
+        return result
+
+
+@dataclass(frozen=True)
+class _Prefilter:
+    """ripgrep, to list the files the scan must read (`rg_engine`), with the pattern in its
+    syntax."""
+
+    rg: str
+    pattern: str
+    case_insensitive: bool
+
+
+def _candidates(
+    root: str,
+    workspace: str,
+    stop: threading.Event,
+    deadline: float,
+    regex: Regex | None,
+    prefilter: _Prefilter | None,
+) -> rg_engine.Candidates | None:
+    """rg's candidates where they give the walk's results (see `rg_engine`): its scope is
+    the walk's, and the pattern cannot match an empty file (every file would be one)."""
+    if prefilter is None or regex is None or regex.search(b"") is not None:
+        return None
+    if ignore_top(root, workspace) != root:
+        return None
+    return rg_engine.candidates(
+        prefilter.rg, root, prefilter.pattern, prefilter.case_insensitive, MAX_FILE_BYTES,
+        stop, deadline,
+    )  # fmt: skip
 
 
 def _count(n: int, noun: str) -> str:

@@ -1,0 +1,181 @@
+"""Putting the workspace back as it was before a prompt, without overwriting a user's work.
+
+Owns `plan_restore` (which state each path returns to, and what defect left in it), `inspect`
+(the preview: conflicts, files that cannot be restored, what is not covered) and `restore`.
+
+Rewinding to before prompt N applies the checkpoints from the newest back to N: a path's
+target is its `before` in the OLDEST of them that touched it (its state before prompt N's
+range began), and the state it must still be in is the `after` of the NEWEST that touched it
+(what defect left). A path whose present content differs from that is a conflict: someone
+changed it since defect did.
+
+Invariants:
+- With a conflict, or a file that cannot be restored (its blob pruned or damaged), nothing is
+  written unless `force=True`; `force` restores what can be and still reports the rest.
+- Every file is restored atomically (a temporary in the same directory renamed over it, or
+  an unlink for "absent"), reached through `tools.beneath` from the workspace root, so a
+  restore never writes outside the workspace, whatever links the tree holds now.
+- Blobs are read (and their hashes checked) before the first write.
+- With a `recorder` (a `Checkpointer`), each path's present state is captured before it is
+  overwritten, so the rewind itself can be undone.
+"""
+
+from __future__ import annotations
+
+import os
+import stat as stat_mod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from defect_core.checkpoints.blobs import BlobError, BlobStore, digest_of
+from defect_core.checkpoints.capture import Checkpointer
+from defect_core.checkpoints.model import Checkpoint, FileState
+from defect_core.tools.beneath import replace_beneath, symlink_beneath, unlink_beneath
+
+
+@dataclass(frozen=True, slots=True)
+class PathNote:
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedFile:
+    path: str
+    target: FileState
+    expected: FileState | None
+    """What defect left (None: the turn did not finish, so it is unknown)."""
+
+
+@dataclass
+class RestorePlan:
+    files: dict[str, PlannedFile] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RestoreReport:
+    applied: bool = False
+    restored: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    conflicts: list[PathNote] = field(default_factory=list)
+    failed: list[PathNote] = field(default_factory=list)
+    uncovered: list[PathNote] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def blocked(self) -> bool:
+        """Something stops a restore without `force`."""
+        return bool(self.conflicts or self.failed)
+
+
+def plan_restore(checkpoints: Sequence[Checkpoint]) -> RestorePlan:
+    """`checkpoints` newest first: the ones to undo, from the newest back to the target."""
+    plan = RestorePlan()
+    for checkpoint in checkpoints:  # newest first: the first seen is the expected state
+        for note in checkpoint.notes:
+            if note not in plan.notes:
+                plan.notes.append(note)
+        for entry in checkpoint.entries:
+            seen = plan.files.get(entry.path)
+            expected = seen.expected if seen is not None else entry.after
+            plan.files[entry.path] = PlannedFile(entry.path, entry.before, expected)
+    plan.files = dict(sorted(plan.files.items()))
+    return plan
+
+
+def current_state(root: Path, rel: str) -> FileState:
+    """The present state of `rel` (its content hashed), as the checkpoints record states."""
+    full = root / rel
+    try:
+        st = os.lstat(full)
+    except (FileNotFoundError, NotADirectoryError):
+        return FileState.absent()
+    if stat_mod.S_ISLNK(st.st_mode):
+        return FileState("symlink", target=os.readlink(full))
+    if not stat_mod.S_ISREG(st.st_mode):
+        return FileState.uncovered("not a regular file now")
+    with open(full, "rb") as f:
+        digest = digest_of(f.read())
+    return FileState("file", digest=digest, size=st.st_size, mode=stat_mod.S_IMODE(st.st_mode))
+
+
+def _describe_change(expected: FileState, now: FileState) -> str:
+    if now.kind == "absent":
+        return "deleted since defect changed it"
+    if expected.kind == "absent":
+        return "created since defect removed it"
+    return "changed since defect changed it"
+
+
+def inspect(
+    root: Path, plan: RestorePlan, blobs: BlobStore
+) -> tuple[RestoreReport, dict[str, bytes]]:
+    """The preview of a restore (nothing written) and the blob contents it would write."""
+    report = RestoreReport(notes=list(plan.notes))
+    contents: dict[str, bytes] = {}
+    for rel, planned in plan.files.items():
+        try:
+            now = current_state(root, rel)
+        except OSError as exc:
+            report.failed.append(PathNote(rel, f"cannot be read now ({exc.strerror or exc})"))
+            continue
+        if planned.target.kind == "uncovered":
+            report.uncovered.append(PathNote(rel, planned.target.reason or "not captured"))
+            continue
+        if now.same_content(planned.target) and (
+            planned.target.kind != "file" or now.mode == planned.target.mode
+        ):
+            report.unchanged.append(rel)
+            continue
+        expected = planned.expected
+        if expected is None:
+            report.conflicts.append(PathNote(rel, "the turn did not finish: its result is unknown"))
+        elif expected.kind == "uncovered" or not now.same_content(expected):
+            report.conflicts.append(PathNote(rel, _describe_change(expected, now)))
+        if planned.target.kind == "file" and planned.target.digest:
+            try:
+                contents[planned.target.digest] = blobs.get(planned.target.digest)
+            except BlobError as exc:
+                report.failed.append(PathNote(rel, str(exc)))
+    return report, contents
+
+
+def restore(
+    root: Path,
+    checkpoints: Sequence[Checkpoint],
+    blobs: BlobStore,
+    *,
+    force: bool = False,
+    recorder: Checkpointer | None = None,
+) -> RestoreReport:
+    """Restore every path the checkpoints (newest first) touched to its state before the
+    oldest of them. Without `force`, a conflict or an unrestorable file stops it whole."""
+    root = Path(os.path.realpath(root))
+    plan = plan_restore(checkpoints)
+    report, contents = inspect(root, plan, blobs)
+    if report.blocked and not force:
+        return report
+    skip = {n.path for n in (*report.failed, *report.uncovered)} | set(report.unchanged)
+    for rel, planned in plan.files.items():
+        if rel in skip:
+            continue
+        target = planned.target
+        try:
+            if recorder is not None:
+                recorder.before_write(rel)
+            if target.kind == "absent":
+                unlink_beneath(root, root / rel)
+            elif target.kind == "symlink" and target.target is not None:
+                symlink_beneath(root, root / rel, target.target)
+            elif target.kind == "file" and target.digest is not None:
+                if os.path.islink(root / rel):
+                    unlink_beneath(root, root / rel)  # replace the link itself, not what it names
+                replace_beneath(root, root / rel, contents[target.digest], mode=target.mode)
+        except OSError as exc:
+            report.failed.append(PathNote(rel, f"not restored: {exc.strerror or exc}"))
+            continue
+        report.restored.append(rel)
+    report.applied = True
+    return report

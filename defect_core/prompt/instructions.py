@@ -1,0 +1,100 @@
+"""What the user and the project tell the agent: instruction files, nearest first, bounded.
+
+Owns `project_instructions` (the `AGENTS.md` / `CLAUDE.md` files from the working directory up
+to the repository root) and `user_instructions` (the user's own file,
+`$XDG_CONFIG_HOME/defect/AGENTS.md`, default `~/.config/defect/AGENTS.md`).
+
+Invariants:
+- Nearest first: a file in the working directory speaks before one at the repository root,
+  and when the budget (`MAX_INSTRUCTION_CHARS` in all) runs out it is the farthest files that
+  are cut, with a line saying so, never silently.
+- The same file is included once, even when `CLAUDE.md` is a link to `AGENTS.md`.
+- Reading never fails the session: an unreadable file is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")
+MAX_INSTRUCTION_CHARS = 20_000
+MAX_FILE_BYTES = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class InstructionFile:
+    label: str
+    """How the prompt names the file: relative to the repository root, or absolute."""
+    text: str
+    truncated: bool = False
+
+
+def project_instructions(
+    cwd: Path, root: Path | None, budget: int = MAX_INSTRUCTION_CHARS
+) -> list[InstructionFile]:
+    """The instruction files from `cwd` up to `root` (the repository root), nearest first."""
+    chain = [cwd, *cwd.parents]
+    if root is not None and root in chain:
+        chain = chain[: chain.index(root) + 1]
+    else:
+        chain = [cwd]
+        root = None
+    seen: set[Path] = set()
+    found: list[InstructionFile] = []
+    for directory in chain:
+        for name in INSTRUCTION_FILES:
+            path = directory / name
+            text = _read(path, seen)
+            if text is None:
+                continue
+            label = str(path.relative_to(root)) if root is not None else str(path)
+            found.append(InstructionFile(label, text))
+    return _within(found, budget)
+
+
+def user_instructions(env: Mapping[str, str] | None = None) -> InstructionFile | None:
+    """The user's global instruction file, when there is one."""
+    env = os.environ if env is None else env
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        base = Path(xdg)
+    else:
+        home = env.get("HOME")
+        base = (Path(home) if home else Path.home()) / ".config"
+    path = base / "defect" / "AGENTS.md"
+    text = _read(path, set())
+    if text is None:
+        return None
+    [bounded] = _within([InstructionFile(str(path), text)], MAX_INSTRUCTION_CHARS // 2)
+    return bounded
+
+
+def _read(path: Path, seen: set[Path]) -> str | None:
+    try:
+        real = path.resolve()
+        if real in seen or not real.is_file():
+            return None
+        with real.open("rb") as handle:
+            data = handle.read(MAX_FILE_BYTES)
+    except OSError:
+        return None
+    seen.add(real)
+    text = data.decode("utf-8", errors="replace").strip()
+    return text or None
+
+
+def _within(files: list[InstructionFile], budget: int) -> list[InstructionFile]:
+    kept: list[InstructionFile] = []
+    for file in files:
+        if budget <= 0:
+            kept.append(InstructionFile(file.label, "", truncated=True))
+            continue
+        if len(file.text) > budget:
+            kept.append(InstructionFile(file.label, file.text[:budget], truncated=True))
+        else:
+            kept.append(file)
+        budget -= len(file.text)
+    return kept

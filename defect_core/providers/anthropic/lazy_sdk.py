@@ -1,0 +1,218 @@
+"""Importing only the part of the `anthropic` SDK a streamed Messages call uses.
+
+Owns `install()`, which puts `LazyPackageFinder` on `sys.meta_path` (once per process).
+
+Why: `import anthropic` runs the package's `__init__`, which imports every type of every API
+the SDK covers (3,400 modules, most of them pydantic models: ~1-2 s, the whole wait of the
+first prompt), while a Messages stream needs the client, the messages resource and the
+event types (about a third of that). Most of the SDK's package `__init__` files only
+re-export names (`from .message import Message as Message`); this finder loads such a
+package without running its `__init__` and gives the module a `__getattr__` that imports the
+one submodule a name comes from, the first time someone asks for it.
+
+Invariants:
+- Same objects, same behaviour: a name resolves to the very object the eager `__init__`
+  would have bound (it imports the same submodule), and a name the map does not know (or any
+  `from anthropic import *`) runs the real `__init__` in the module, once, under a lock -
+  the eager import, just later. The package's `__module__` renaming of its exports (only
+  cosmetic: it changes `repr`s) is the one thing the lazy path skips.
+- Only packages whose `__init__` is nothing but relative `from . import` statements,
+  `__all__` and a docstring are loaded lazily - except the top package `anthropic`, whose
+  few other statements are known: star imports (resolved through each source's `__all__`),
+  `import typing`, a `TYPE_CHECKING` block, the logging set-up (`_setup_logging()`, run here
+  when the lazy package is created, so `ANTHROPIC_LOG` still works) and the renaming loop.
+  Any other statement, or an `__init__` that does not parse, loads the package the usual way.
+- A test (tests/test_lazy_sdk.py) pins that the SDK this project installs is still loaded
+  lazily, and that a streamed call through it matches the eager import.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import sys
+import threading
+from collections.abc import Collection, Sequence
+from importlib.abc import Loader, MetaPathFinder
+from importlib.machinery import ModuleSpec, PathFinder
+from types import ModuleType
+from typing import Any, NamedTuple
+
+__all__ = ["LazyPackageFinder", "install", "lazily_loaded"]
+
+ROOT = "anthropic"
+# Statements of the top package's __init__ the lazy path may skip (see the docstring).
+_TOP_LEVEL_SKIPPABLE = (ast.Import, ast.If, ast.For, ast.Assign, ast.Expr)
+
+_installed = threading.Lock()
+_finder: LazyPackageFinder | None = None
+
+
+def install() -> None:
+    """Load the SDK's packages lazily from now on (idempotent; a no-op once it is imported)."""
+    global _finder
+    with _installed:
+        if _finder is None and ROOT not in sys.modules:
+            _finder = LazyPackageFinder()
+            sys.meta_path.insert(0, _finder)
+
+
+def lazily_loaded(module: ModuleType) -> bool:
+    """Whether `module` was loaded by this finder (and its `__init__` has not run since)."""
+    return isinstance(getattr(module, "__loader__", None), _LazyInit) and (
+        "__getattr__" in module.__dict__
+    )
+
+
+class LazyPackageFinder(MetaPathFinder):
+    """Finds the SDK's re-export packages and loads them without running their `__init__`."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname != ROOT and not fullname.startswith(ROOT + "."):
+            return None
+        spec = PathFinder.find_spec(fullname, path)
+        if spec is None or spec.submodule_search_locations is None or not spec.origin:
+            return None  # a plain module, or not found: the usual finders handle it
+        try:
+            with open(spec.origin, encoding="utf-8") as file:
+                source = file.read()
+            exports = _exports(fullname, ast.parse(source, spec.origin))
+        except (OSError, SyntaxError, ValueError):
+            return None
+        if exports is None:
+            return None
+        spec.loader = _LazyInit(spec, source, exports)
+        return spec
+
+
+class _Exports(NamedTuple):
+    names: dict[str, tuple[str, str | None]]  # name → (relative module, attribute | None)
+    stars: list[str]  # relative modules star-imported (the top package only)
+    all: list[str] | None  # the literal `__all__`, if any
+
+
+def _exports(package: str, tree: ast.Module) -> _Exports | None:
+    """What the `__init__` binds, or None when it does more than re-export. An attribute of
+    None means the name is a submodule (`from . import types`)."""
+    names: dict[str, tuple[str, str | None]] = {}
+    stars: list[str] = []
+    public: list[str] | None = None
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level >= 1:
+            source = "." * node.level + (node.module or "")
+            for alias in node.names:
+                if alias.name == "*":
+                    if package != ROOT:
+                        return None
+                    stars.append(source)
+                elif node.module is None:
+                    names[alias.asname or alias.name] = (source + alias.name, None)
+                else:
+                    names[alias.asname or alias.name] = (source, alias.name)
+            continue
+        if _is_all(node):
+            value = getattr(node, "value", None)
+            try:
+                listed = ast.literal_eval(value) if value is not None else None
+            except ValueError:
+                listed = None
+            public = list(listed) if isinstance(node, ast.Assign) and listed else None
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        if package == ROOT and isinstance(node, _TOP_LEVEL_SKIPPABLE):
+            continue
+        return None
+    return _Exports(names, stars, public)
+
+
+def _is_all(node: ast.stmt) -> bool:
+    targets = (
+        node.targets
+        if isinstance(node, ast.Assign)
+        else [node.target]
+        if isinstance(node, ast.AugAssign)
+        else []
+    )
+    return any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
+
+
+def _star_names(module: ModuleType) -> Collection[str]:
+    """The names `from module import *` binds."""
+    listed = module.__dict__.get("__all__")
+    if listed is not None:
+        return set(listed)
+    loader = module.__dict__.get("__loader__")
+    if isinstance(loader, _LazyInit) and "__getattr__" in module.__dict__:
+        return {n for n in loader._names if not n.startswith("_")}
+    return {n for n in module.__dict__ if not n.startswith("_")}
+
+
+class _LazyInit(Loader):
+    """Creates the package module with a `__getattr__` instead of running its `__init__`."""
+
+    def __init__(self, spec: ModuleSpec, source: str, exports: _Exports) -> None:
+        self._origin = spec.origin or ""
+        self._source = source
+        self._names = exports.names
+        self._stars = exports.stars
+        self._all = exports.all
+        self._eager = threading.RLock()
+        self._loader = spec.loader  # the file loader, for resource readers and the like
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        package = module.__name__
+
+        def __getattr__(name: str) -> Any:
+            return self._resolve(module, package, name)
+
+        module.__getattr__ = __getattr__  # type: ignore[method-assign]
+        if self._all is not None:
+            module.__dict__["__all__"] = self._all
+        if package == ROOT:
+            _setup_logging = importlib.import_module(f"{ROOT}._utils._logs").setup_logging
+            _setup_logging()
+
+    def _resolve(self, module: ModuleType, package: str, name: str) -> Any:
+        target = self._names.get(name)
+        if target is not None:
+            source, attribute = target
+            found = importlib.import_module(source, package)
+            value = found if attribute is None else getattr(found, attribute)
+            setattr(module, name, value)
+            return value
+        if name.startswith("__"):  # __path__, __file__, __wrapped__...: not an export
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        if importlib.util.find_spec(f"{package}.{name}") is not None:
+            # `from . import submodule` asks the package first: a plain submodule import.
+            return importlib.import_module(f"{package}.{name}")
+        for source in self._stars:
+            star = importlib.import_module(source, package)
+            if name in _star_names(star):
+                value = getattr(star, name)
+                setattr(module, name, value)
+                return value
+        return self._run_init(module, package, name)
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...
+        return getattr(self._loader, name)
+
+    def _run_init(self, module: ModuleType, package: str, name: str) -> Any:
+        """A name nobody mapped: run the real `__init__` in the module (the eager import)."""
+        with self._eager:
+            namespace = module.__dict__
+            if "__getattr__" in namespace:
+                del namespace["__getattr__"]
+                exec(compile(self._source, self._origin, "exec"), namespace)
+        try:
+            return namespace[name]
+        except KeyError:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None

@@ -1,0 +1,237 @@
+"""First answer: from spawning `defect acp` to the first streamed token of the first prompt.
+
+Spawns the real agent with the Anthropic provider (the real SDK over HTTP) pointed at the
+strict fake API on 127.0.0.1 (`python -m defect_fakeapi`, its own process), and plays what
+an editor does at once: `initialize`, `session/new`, then a prompt, each sent as soon as the
+previous answer is read. The client side is raw JSON lines over pipes. Reported (median of
+--runs spawns, interleaved with the floors so that all see the same machine load):
+
+- spawn → first `agent_message_chunk` of the first prompt. Target ≤ 1200 ms.
+- spawn → `initialize` and → `session/new` answered with this provider (the SDK loads in
+  the background meanwhile), and session/new ÷ the `import acp` floor: the preload must not
+  delay the editor's wait. Target ≤ 1.3×.
+- the floors, measured in the same run: `python -c "import anthropic"` and
+  `python -c "import acp"` (spawn → exit), and the cumulative `import anthropic` time that
+  `python -X importtime` reports (the import alone, without interpreter start-up), with the
+  ratio first-token ÷ import-anthropic floor.
+
+Usage: python scripts/bench_first_token.py [--runs N | --quick] [--json PATH]
+Exits 0 whatever the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_KEY = "sk-ant-api03-fake-provider-test-key"  # defect_fakeapi.server.DEFAULT_API_KEY
+TARGET_FIRST_TOKEN = 1.2
+TARGET_RATIO = 1.3
+
+
+def _env(url: str | None, state: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEFECT_", "ANTHROPIC_"))}
+    env["PYTHONPATH"] = str(REPO)
+    env["DEFECT_STATE_DIR"] = state
+    env["DEFECT_LOG_LEVEL"] = "warning"
+    if url is not None:
+        env["DEFECT_PROVIDER"] = "anthropic"
+        env["ANTHROPIC_BASE_URL"] = url
+        env["ANTHROPIC_API_KEY"] = FAKE_KEY
+    return env
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj) + "\n").encode()
+
+
+def _read_until(proc: subprocess.Popen[bytes], done: Any) -> dict[str, Any]:
+    assert proc.stdout is not None
+    while True:
+        raw = proc.stdout.readline()
+        if not raw:
+            raise RuntimeError("the agent closed stdout before answering")
+        message = json.loads(raw)
+        if done(message):
+            return dict(message)
+
+
+def _answer_to(request_id: int) -> Any:
+    return lambda m: m.get("id") == request_id and "method" not in m
+
+
+def _first_chunk(m: dict[str, Any]) -> bool:
+    if m.get("id") == 3 and "method" not in m:
+        raise RuntimeError(f"the prompt ended before any text: {m}")
+    update = m.get("params", {}).get("update", {}) if m.get("method") == "session/update" else {}
+    return bool(update.get("sessionUpdate") == "agent_message_chunk")
+
+
+def agent_run(url: str, workspace: str, state: str) -> dict[str, float]:
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "defect_acp", "acp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=_env(url, state),
+        cwd=workspace,
+    )
+    assert proc.stdin is not None
+
+    def send(obj: dict[str, Any]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(_line({"jsonrpc": "2.0", **obj}))
+        proc.stdin.flush()
+
+    try:
+        send({"id": 1, "method": "initialize", "params": {"protocolVersion": 1}})
+        _read_until(proc, _answer_to(1))
+        t_init = time.perf_counter() - start
+        send({"id": 2, "method": "session/new", "params": {"cwd": workspace, "mcpServers": []}})
+        session = _read_until(proc, _answer_to(2))["result"]["sessionId"]
+        t_new = time.perf_counter() - start
+        prompt = [{"type": "text", "text": "hello"}]
+        send(
+            {
+                "id": 3,
+                "method": "session/prompt",
+                "params": {"sessionId": session, "prompt": prompt},
+            }
+        )
+        _read_until(proc, _first_chunk)
+        t_first = time.perf_counter() - start
+        answer = _read_until(proc, _answer_to(3))
+        assert answer.get("result", {}).get("stopReason") == "end_turn", answer
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return {"init": t_init, "new": t_new, "first": t_first}
+
+
+def spawn_floor(code: str, state: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], env=_env(None, state), check=True)
+    return time.perf_counter() - start
+
+
+def importtime_floor(state: str) -> float:
+    """Seconds `python -X importtime` charges to `import anthropic` (cumulative)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import anthropic"],
+        env=_env(None, state),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    for line in done.stderr.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[2].strip() == "anthropic":
+            return int(parts[1]) / 1e6
+    raise RuntimeError("python -X importtime reported no `anthropic` line")
+
+
+def start_fake(state: str) -> tuple[subprocess.Popen[str], str]:
+    fake = subprocess.Popen(
+        [sys.executable, "-m", "defect_fakeapi", "--default-text", "Hello! How can I help?"],
+        stdout=subprocess.PIPE,
+        env=_env(None, state),
+        text=True,
+    )
+    assert fake.stdout is not None
+    url = fake.stdout.readline().strip()
+    if not url.startswith("http://127.0.0.1"):
+        fake.kill()
+        raise RuntimeError(f"the fake API did not start: {url!r}")
+    return fake, url
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--quick", action="store_true", help="3 runs")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    runs = 3 if args.quick else args.runs
+
+    agent: list[dict[str, float]] = []
+    floor_sdk: list[float] = []
+    floor_acp: list[float] = []
+    floor_importtime: list[float] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="defect-bench-") as workspace,
+        tempfile.TemporaryDirectory(prefix="defect-bench-state-") as state,
+    ):
+        fake, url = start_fake(state)
+        try:
+            agent_run(url, workspace, state)  # warm the page cache once; not counted
+            spawn_floor("import anthropic", state)
+            for _ in range(runs):  # interleaved: every figure sees the same machine load
+                floor_sdk.append(spawn_floor("import anthropic", state))
+                floor_acp.append(spawn_floor("import acp", state))
+                floor_importtime.append(importtime_floor(state))
+                agent.append(agent_run(url, workspace, state))
+        finally:
+            fake.terminate()
+            fake.wait(timeout=10)
+
+    def med(key: str) -> float:
+        return statistics.median(r[key] for r in agent)
+
+    first, new = med("first"), med("new")
+    acp_floor, sdk_floor = statistics.median(floor_acp), statistics.median(floor_sdk)
+    import_floor = statistics.median(floor_importtime)
+    figures = [
+        _figure(
+            "spawn → first streamed token",
+            first * 1000,
+            "ms",
+            "≤ 1200 ms",
+            first <= TARGET_FIRST_TOKEN,
+        ),
+        _figure("floor: python -c 'import anthropic'", sdk_floor * 1000, "ms", "reference"),
+        _figure("floor: -X importtime anthropic (cum.)", import_floor * 1000, "ms", "reference"),
+        _figure("first token ÷ import-anthropic floor", first / sdk_floor, "×", "reference"),
+        _figure("spawn → initialize (anthropic)", med("init") * 1000, "ms", "—"),
+        _figure("spawn → session/new (anthropic)", new * 1000, "ms", "—"),
+        _figure("floor: python -c 'import acp'", acp_floor * 1000, "ms", "reference"),
+        _figure(
+            "session/new ÷ import-acp floor",
+            new / acp_floor,
+            "×",
+            "≤ 1.3×",
+            new / acp_floor <= TARGET_RATIO,
+        ),
+    ]
+    figures[0]["floor"] = round(sdk_floor * 1000, 1)  # the figure and what it compares with
+    figures[5]["floor"] = round(acp_floor * 1000, 1)
+    print(f"first answer over HTTP (fake API), median of {runs} runs")
+    for f in figures:
+        status = "" if f["ok"] is None else ("OK" if f["ok"] else "MISS")
+        print(f"  {f['name']:<40} {f['value']:>9} {f['unit']:<3} {f['target']:<10} {status}")
+    if args.json:
+        args.json.write_text(json.dumps({"figures": figures}, indent=2))
+    return 0
+
+
+def _figure(
+    name: str, value: float, unit: str, target: str, ok: bool | None = None
+) -> dict[str, Any]:
+    digits = 2 if unit == "×" else 1
+    return {"name": name, "value": round(value, digits), "unit": unit, "target": target, "ok": ok}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

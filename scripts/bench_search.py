@@ -1,0 +1,218 @@
+"""Big repositories: the `search` tool on a 200k-file tree, side by side with ripgrep itself.
+
+Generates a tree (nested packages of ~1.5 KB source files, a `.gitignore` and an ignored
+`node_modules`, hidden directories, binaries, files that are not UTF-8, a few files over the
+tool's 2 MB limit), then times, alternately so that the machine's load hits both alike:
+
+- the tool (`SearchTool.run`, its real code path) for a literal and for a regex, and `rg`
+  (the ripgrep wheel's binary) on the same tree with the same scope (`--hidden
+  --no-require-git --max-filesize 2M`, line numbers): the ratio tool ÷ rg, target ≤ 1.5×;
+- the time until the first results are visible (the first progress report the tool sends,
+  or its answer if it sends none), target ≤ 200 ms;
+- the peak RSS of the process running the searches, and of one reading a 200 MB file with
+  `read_file` (a window at its end): target ≤ 200 MB each.
+
+Each measurement runs in a child process (so its peak RSS is its own), after one warm-up run
+(the page cache warm, as for a project being worked on); figures are medians. Without `rg`
+(the `ripgrep` dev extra not installed) the comparison is skipped with a note.
+It reports and never asserts (exit status 0).
+
+Usage: python scripts/bench_search.py [--files N | --quick] [--runs N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RATIO_TARGET = 1.5
+FIRST_TARGET_MS = 200.0
+RSS_TARGET_MB = 200.0
+BIG_READ_BYTES = 200 * 1024 * 1024
+WORDS = ("alpha", "beta", "gamma", "delta", "return", "value", "self", "import", "result", "item")
+CASES = (  # name, pattern (the tool's RE2 and rg's Rust syntax agree on these)
+    ("literal", "handler_77"),
+    ("regex", r"def handler_\d*777\("),
+)
+
+
+def build_tree(root: Path, files: int) -> None:
+    rng = random.Random(11)
+    (root / ".gitignore").write_text("node_modules/\n*.log\n/build/\n")
+    per_dir = 40
+    body = [
+        "\n".join(
+            f"    {rng.choice(WORDS)} = {rng.choice(WORDS)}_{k} + {rng.randint(0, 9999)}"
+            for k in range(30)
+        )
+        for _ in range(64)
+    ]
+    for i in range(files):
+        d = root / f"pkg{i // 8000}" / f"mod{(i // 400) % 20}" / f"sub{(i // per_dir) % 10}"
+        if i % per_dir == 0:
+            d.mkdir(parents=True, exist_ok=True)
+        kind = i % 200
+        if kind == 1:  # binary
+            (d / f"blob{i}.bin").write_bytes(b"\x89PNG\r\n\x00\x00" + os.urandom(1500))
+        elif kind == 2:  # not UTF-8
+            (d / f"latin{i}.txt").write_bytes("café handler_77 ".encode("latin-1") * 40)
+        elif kind == 3:  # UTF-8, not ASCII
+            (d / f"notes{i}.md").write_text(f"# Résumé — {i}\nhandler_{i} naïve\n" * 20)
+        else:
+            (d / f"file{i}.py").write_text(
+                f"def handler_{i}(x):\n{body[i % 64]}\n    return x\n# {rng.choice(WORDS)}\n"
+            )
+    hidden = root / ".config" / "tool"
+    hidden.mkdir(parents=True)
+    (hidden / "settings.py").write_text("def handler_77(x):\n    return x\n")
+    ignored = root / "node_modules" / "lib"
+    ignored.mkdir(parents=True)
+    for j in range(max(files // 20, 10)):
+        (ignored / f"dep{j}.js").write_text(f"function handler_{j}() {{ return {j}; }}\n" * 20)
+    (root / "build").mkdir()
+    (root / "build" / "out.py").write_text("def handler_77(x): pass\n")
+    line = "".join(f"value_{k} = handler_{k} + 1\n" for k in range(100))
+    for k in range(3):  # over the tool's 2 MB limit
+        (root / f"pkg0/large{k}.py").write_text(line * (1_300 + k))
+
+
+CHILD = r"""
+import json, sys, time, anyio
+from pathlib import Path
+from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
+from defect_core.tools.base import ToolContext
+from defect_core.tools.files import ReadFileTool
+from defect_core.tools.search import SearchTool
+
+def vmhwm():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+async def main(root, job, arg):
+    first = []
+    async def report(display):
+        if not first:
+            first.append(time.perf_counter())
+    ctx = ToolContext("bench", Path(root), LocalFsBackend(), LocalShellBackend(), report=report)
+    tool = ReadFileTool() if job == "read" else SearchTool()
+    if job == "read":
+        args = {"path": arg, "offset": 999_000, "limit": 200}
+    else:
+        args = {"pattern": arg, "max_results": 2000}
+    start = time.perf_counter()
+    out = await tool.run(args, ctx)
+    end = time.perf_counter()
+    shown = (first[0] if first else end) - start
+    print(json.dumps({"seconds": end - start, "first": shown, "rss": vmhwm(),
+                      "head": out.content.splitlines()[0] if out.content else ""}))
+
+anyio.run(main, *sys.argv[1:4])
+"""
+
+
+def run_tool(root: Path, job: str, arg: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(root), job, arg],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+def run_rg(rg: str, root: Path, pattern: str) -> float:
+    command = [rg, "--no-config", "--hidden", "--no-require-git", "--max-filesize", "2M"]
+    start = time.perf_counter()
+    subprocess.run([*command, "-n", "-e", pattern, "."], cwd=root, capture_output=True)
+    return time.perf_counter() - start
+
+
+def find_rg() -> str | None:
+    beside = Path(sys.executable).with_name("rg")
+    return str(beside) if beside.exists() else shutil.which("rg")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="20,000 files")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    files = 20_000 if args.quick else args.files
+    rg = find_rg()
+    figures: list[dict[str, Any]] = []
+
+    def figure(
+        name: str, value: float, unit: str, target: str, ok: bool | None, **more: Any
+    ) -> None:
+        figures.append({"name": name, "value": round(value, 2 if unit == "×" else 1),
+                        "unit": unit, "target": target, "ok": ok, **more})  # fmt: skip
+
+    with tempfile.TemporaryDirectory(prefix="defect-bench-search-") as tmp:
+        root = Path(tmp) / "tree"
+        root.mkdir()
+        started = time.perf_counter()
+        build_tree(root, files)
+        print(f"tree of {files:,} files built in {time.perf_counter() - started:.1f} s")
+        peak_rss = 0.0
+        for name, pattern in CASES:
+            tool_s: list[float] = []
+            first_s: list[float] = []
+            rg_s: list[float] = []
+            for n in range(args.runs + 1):
+                result = run_tool(root, "search", pattern)
+                seconds = run_rg(rg, root, pattern) if rg else float("nan")
+                peak_rss = max(peak_rss, result["rss"])
+                if n:  # the first run warms the page cache
+                    tool_s.append(result["seconds"])
+                    first_s.append(result["first"])
+                    rg_s.append(seconds)
+            tool, first = statistics.median(tool_s), statistics.median(first_s)
+            print(f"  {name}: {result['head']}")
+            figure(f"search {name}, {files // 1000}k files", tool * 1000, "ms", "—", None)
+            if rg:
+                floor = statistics.median(rg_s)
+                figure(f"search {name} ÷ rg", tool / floor, "×", "≤ 1.5×",
+                       tool / floor <= RATIO_TARGET, floor=round(floor * 1000, 1))  # fmt: skip
+            figure(f"search {name}: first results", first * 1000, "ms", "≤ 200 ms",
+                   first * 1000 <= FIRST_TARGET_MS)  # fmt: skip
+        figure("search peak RSS", peak_rss, "MB", "≤ 200 MB", peak_rss <= RSS_TARGET_MB)
+        shutil.rmtree(root)
+        big = Path(tmp) / "big.txt"
+        with big.open("w") as out:
+            row = "".join(f"line {k:07d} {' '.join(WORDS)}\n" for k in range(1000))
+            while out.tell() < BIG_READ_BYTES:
+                out.write(row)
+        read = run_tool(Path(tmp), "read", str(big))
+        figure("read_file of a 200 MB file: peak RSS", read["rss"], "MB", "≤ 200 MB",
+               read["rss"] <= RSS_TARGET_MB)  # fmt: skip
+    if not rg:
+        print("note: no `rg` (install the dev extras: ripgrep) — the comparison was skipped")
+    print(f"search on a {files:,}-file tree, median of {args.runs} runs")
+    for f in figures:
+        status = "" if f["ok"] is None else ("OK" if f["ok"] else "MISS")
+        floor = f" (rg {f['floor']} ms)" if "floor" in f else ""
+        print(f"  {f['name']:<40} {f['value']:>9} {f['unit']:<3} {f['target']:<10} {status}{floor}")
+    if args.json:
+        args.json.write_text(json.dumps({"figures": figures}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

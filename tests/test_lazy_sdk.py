@@ -1,0 +1,103 @@
+"""The SDK's packages load lazily and give the very objects the eager import binds.
+
+`defect_core/providers/anthropic/lazy_sdk.py` loads `anthropic` (and its re-export packages)
+without running their `__init__`; a name resolves on first use. Each check runs in a fresh
+interpreter (the test process may already hold the SDK, imported eagerly), against the SDK
+this project installs, so an SDK release that breaks the assumptions fails here first.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+
+def _run(code: str) -> Any:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_installed_sdk_loads_lazily_and_only_in_part() -> None:
+    result = _run(
+        """
+        import json, sys
+        from defect_core.providers.anthropic import client, lazy_sdk
+        sdk = client.import_sdk()
+        for name in client.SDK_NAMES:
+            getattr(sdk.anthropic, name)
+        import anthropic.resources.messages.messages, anthropic.types.raw_message_stream_event
+        lazy = [lazy_sdk.lazily_loaded(sys.modules[m]) for m in ("anthropic", "anthropic.types")]
+        count = sum(1 for m in sys.modules if m == "anthropic" or m.startswith("anthropic."))
+        print(json.dumps({"lazy": lazy, "count": count}))
+        """
+    )
+    eager = _run(
+        """
+        import json, sys, anthropic
+        print(json.dumps(sum(1 for m in sys.modules if m.startswith("anthropic"))))
+        """
+    )
+    assert result["lazy"] == [True, True]
+    assert result["count"] < eager / 2, (result, eager)
+
+
+def test_every_name_resolves_to_what_the_eager_init_binds() -> None:
+    # Resolve every public name lazily, then run the real __init__ (what a name nobody
+    # mapped does) and compare: the same object each time, in the top package and in types.
+    result = _run(
+        """
+        import json, sys
+        from defect_core.providers.anthropic import lazy_sdk
+        lazy_sdk.install()
+        import anthropic, anthropic.types
+        differ, count = [], 0
+        stars = {anthropic: ["AsyncAnthropicBedrock", "AsyncMessageStream"], anthropic.types: []}
+        for module, star_names in stars.items():
+            names = list(module.__loader__._names) + star_names
+            values = {n: getattr(module, n) for n in names}
+            try:
+                getattr(module, "no_such_name_anywhere")
+            except AttributeError:
+                pass
+            assert not lazy_sdk.lazily_loaded(module)  # the real __init__ ran
+            for name, value in values.items():
+                count += 1
+                if module.__dict__[name] is not value:
+                    differ.append(f"{module.__name__}.{name}")
+        print(json.dumps({"differ": differ, "count": count}))
+        """
+    )
+    assert result["differ"] == []
+    assert result["count"] > 500
+
+
+def test_from_imports_of_submodules_and_star_exports_work() -> None:
+    result = _run(
+        """
+        import json
+        from defect_core.providers.anthropic import lazy_sdk
+        lazy_sdk.install()
+        from anthropic import _exceptions, AsyncAnthropicBedrock, types
+        from anthropic.types import Message, RawMessageStreamEvent
+        print(json.dumps([
+            _exceptions.__name__, AsyncAnthropicBedrock.__name__, types.__name__,
+            Message.__module__, lazy_sdk.lazily_loaded(types),
+        ]))
+        """
+    )
+    assert result == [
+        "anthropic._exceptions",
+        "AsyncAnthropicBedrock",
+        "anthropic.types",
+        "anthropic.types.message",
+        True,
+    ]
