@@ -51,7 +51,8 @@ if str(REPO) not in sys.path:
 from acp import schema as s  # noqa: E402
 from acp.connection import StreamDirection, StreamEvent  # noqa: E402
 
-from tests.support import fake_provider as fp  # noqa: E402
+import defect_fakeapi as fp  # noqa: E402
+from defect_fakeapi.http import ApiHandler  # noqa: E402
 from tests.support.acp_harness import agent_env, spawn_defect  # noqa: E402
 
 MARK = re.compile(r"<d(\d{6})>")
@@ -95,10 +96,10 @@ class TimedFake(fp.FakeProvider):
         self.timings = timings
 
     def _new_record(
-        self, method: str, path: str, headers: dict[str, str], raw: bytes
+        self, method: str, path: str, headers: dict[str, str], raw: bytes, **kwargs: Any
     ) -> fp.RequestRecord:
         started = time.perf_counter()
-        record = super()._new_record(method, path, headers, raw)
+        record = super()._new_record(method, path, headers, raw, **kwargs)
         with self.timings.lock:
             self.timings.request_started[record.index] = started
         return record
@@ -111,15 +112,15 @@ class TimedFake(fp.FakeProvider):
 
 def instrument_handler(timings: Timings) -> None:
     """Stamp every text delta as it leaves the fake, and answer without Nagle delays."""
-    handler = fp._Handler
+    handler = ApiHandler
     original_setup = handler.setup
     original_write = handler._write_chunk
 
-    def setup(self: fp._Handler) -> None:
+    def setup(self: ApiHandler) -> None:
         original_setup(self)
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def write_chunk(self: fp._Handler, data: bytes) -> None:
+    def write_chunk(self: ApiHandler, data: bytes) -> None:
         original_write(self, data)
         if b"text_delta" in data:
             now = time.perf_counter()
