@@ -27,6 +27,7 @@ from defect_core.integrity import (
     violations,
 )
 from defect_core.integrity.rules import rules_markdown
+from defect_core.integrity.validate import scan
 from defect_core.model import (
     ContentBlock,
     ImageBlock,
@@ -139,19 +140,34 @@ def test_violations_name_each_broken_message_and_the_end() -> None:
     assert violations([]) == [Violation(RULES[0], None)]
 
 
-def test_a_malformed_id_found_in_bulk_cuts_the_clean_stretch_where_it_stands() -> None:
-    # The clean check matches call ids in bulk at the end of a walk; the bad one, deep in a
-    # long clean history, is reported at its own message and the repair drops only that call.
+def _long_round_history(rounds: int = 30) -> list[Message]:
     history = [u("start")]
-    for n in range(30):
+    for n in range(rounds):
         history += [a(call(f"t{n}")), u(result(f"t{n}"))]
-    history[21] = a("checking", call("t10\n"))
-    history[22] = u(result("t10\n"), "done")
-    found = violations(history)
-    assert [(v.rule.name, v.message) for v in found] == [("tool-call-well-formed", 21)]
+    return history
+
+
+@pytest.mark.parametrize(
+    ("bad_call", "rule_name"),
+    [(call("t10\n"), "tool-call-well-formed"), (call("t3"), "tool-call-id-unique")],
+)
+def test_a_bad_call_id_found_in_bulk_cuts_the_clean_walk_where_it_stands(
+    bad_call: ToolUseBlock, rule_name: str
+) -> None:
+    # The clean check matches call ids in bulk when its walk ends; the bad one, deep in a long
+    # clean history, stops the walk at its own message, and the repair drops only that call.
+    history = _long_round_history()
+    history[21] = a("checking", bad_call)
+    history[22] = u(result(bad_call.id), "done")
+    stretch = scan(history, 0, None, (), set(), bulk_ids=True)
+    assert (stretch.stop, stretch.rule and stretch.rule.name) == (21, rule_name)
+    assert (stretch.role, list(stretch.calls)) == ("user", [])
+    assert not is_wire_legal(history)
+    assert [(v.rule.name, v.message) for v in violations(history)] == [(rule_name, 21)]
     out = repair_outbound(history)
     assert sum(isinstance(b, ToolUseBlock) for m in out for b in m.content) == 29
-    assert out[:21] == history[:21] and out[-20:] == history[-20:]
+    assert out[:21] == history[:21]
+    assert out[-20:] == history[-20:]
     assert_wire_legal(out)
 
 

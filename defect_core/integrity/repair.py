@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from defect_core.integrity.rules import (
     BLOCK_FITS_ROLE,
@@ -44,7 +44,7 @@ from defect_core.integrity.rules import (
     is_well_formed_tool_use,
     result_content_rule,
 )
-from defect_core.integrity.validate import IdChecks, is_wire_legal, scan
+from defect_core.integrity.validate import is_wire_legal, scan
 from defect_core.media import image_block_problem
 from defect_core.model import (
     ContentBlock,
@@ -154,8 +154,7 @@ def _group(role: Role, blocks: list[ContentBlock], sources: list[Message]) -> Me
     return Message.model_construct(role=role, content=content)
 
 
-@dataclass
-class _AnsweredGroup:
+class _AnsweredGroup(NamedTuple):
     """A user group that opens with answers: laid out last, once every answer is known."""
 
     position: int  # where it stands in the output
@@ -185,9 +184,6 @@ class _Rebuild:
         # results are dropped with it, and never answer the kept call.
         self.superseded: set[str] = set()
         self.answers: dict[str, ToolResultBlock] = {}  # per kept call id, its first result
-        # How the fast mode checks call ids (`validate.IdChecks`): uniqueness against `kept` as
-        # it goes, the pattern in bulk until a stretch is cut at a malformed id.
-        self.ids = IdChecks(unique_each=True, pattern_each=False)
         # The open group. For an assistant group `calls` are its kept calls; for a user group,
         # the calls whose answers it must open with (filled in at the end).
         self.role: Role | None = None
@@ -222,9 +218,8 @@ class _Rebuild:
             return start
         role = self.role
         calls = self.calls if role == "assistant" else ()
-        stretch = scan(messages, start, role, calls, self.kept, self.superseded, self.ids)
-        if stretch.rule is TOOL_CALL_WELL_FORMED:
-            self.ids = IdChecks(unique_each=True, pattern_each=True)
+        # Call ids one by one (`kept` must grow): a stretch here is often short anyway.
+        stretch = scan(messages, start, role, calls, self.kept, self.superseded)
         stop = stretch.stop
         if stop == start:
             return start

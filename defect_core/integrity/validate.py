@@ -52,9 +52,6 @@ from defect_core.model import (
 )
 
 __all__ = [
-    "BULK",
-    "ONE_BY_ONE",
-    "IdChecks",
     "Stretch",
     "Violation",
     "answers_rule",
@@ -93,25 +90,6 @@ class Stretch(NamedTuple):
 _NO_IDS: frozenset[str] = frozenset()
 
 
-class IdChecks(NamedTuple):
-    """How `scan` checks call ids: one by one as it meets them, or in bulk when it stops.
-
-    Bulk is several times cheaper (what the clean check of every request uses), but a walk
-    whose bulk check fails is cut before the first message holding a bad id, and the messages
-    after it were walked for nothing; a caller that walks on after a cut checks ids one by one
-    from then on, which keeps any history linear however many of its calls are bad.
-    """
-
-    unique_each: bool
-    """Each id is looked up in (and added to) `kept` as it comes (`TOOL_CALL_ID_UNIQUE`)."""
-    pattern_each: bool
-    """Each id is matched against the API's pattern as it comes (`TOOL_CALL_WELL_FORMED`)."""
-
-
-BULK = IdChecks(unique_each=False, pattern_each=False)
-ONE_BY_ONE = IdChecks(unique_each=True, pattern_each=True)
-
-
 def scan(
     messages: Sequence[Message],
     start: int,
@@ -119,22 +97,28 @@ def scan(
     calls: Sequence[str],
     kept: set[str],
     superseded: Set[str] = _NO_IDS,
-    ids: IdChecks = BULK,
+    *,
+    bulk_ids: bool = False,
 ) -> Stretch:
     """Walk `messages` from `start` while they are in normal form.
 
     `role` and `calls` are the role of the message before `start` (`None` at the beginning) and
-    the calls it asked for; `kept` holds the ids of the calls taken before `start`, and gains
-    those of every assistant message taken when `ids.unique_each` (in bulk it is only read).
+    the calls it asked for; `kept` holds the ids of the calls taken before `start`.
     `superseded` (the rebuild's) holds kept calls that a later message used again: answers
-    that follow belong to that duplicate, not to the kept call.
-    Whether the last message is a user message is the caller's question.
+    that follow belong to that duplicate, not to the kept call. Whether the last message is a
+    user message is the caller's question.
+
+    Call ids are checked one by one as they come (each is looked up in `kept`, matched against
+    the API's pattern and added to `kept`), or with `bulk_ids` all at once when the walk ends:
+    several times cheaper, which is what the clean check of every request uses. A bulk check
+    that fails cuts the stretch before its first message holding a bad call, so the messages
+    after it were walked for nothing; in bulk `kept` is only read, and a caller that walks on
+    checks one by one, which keeps any history linear however many of its calls are bad.
     """
     # Hot path (every request). A block of any type other than the exact block types (a
     # subclass) stops the walk: the repair normalises it.
     text_t, image_t, result_t = TextBlock, ImageBlock, ToolResultBlock
     use_t, thinking_t, redacted_t = ToolUseBlock, ThinkingBlock, RedactedThinkingBlock
-    unique_each, pattern_each = ids
     count = len(messages)
     role_before = role
     taken_ids: list[str] = []  # the ids of the calls taken, for the bulk checks at the end
@@ -208,10 +192,10 @@ def scan(
                         break
                 elif kind is use_t:
                     use_id = block.id
-                    if not block.name or (pattern_each and not is_well_formed_tool_use(block)):
+                    if not block.name or not (bulk_ids or is_well_formed_tool_use(block)):
                         rule = TOOL_CALL_WELL_FORMED
                         break
-                    if unique_each:
+                    if not bulk_ids:
                         if use_id in kept:
                             rule = TOOL_CALL_ID_UNIQUE
                             break
@@ -225,7 +209,7 @@ def scan(
                     rule = BLOCK_FITS_ROLE
                     break
             if rule is not None:
-                if unique_each:
+                if not bulk_ids:
                     kept.difference_update(message_calls)
                 break
             taken_ids.extend(message_calls)
@@ -233,13 +217,14 @@ def scan(
         role = message_role
     else:
         index = count
-    if taken_ids and not (unique_each and pattern_each):
-        ids_ok = pattern_each or ids_match_pattern(taken_ids)
-        if ids_ok and not unique_each:
-            distinct = set(taken_ids)
-            ids_ok = len(distinct) == len(taken_ids) and kept.isdisjoint(distinct)
-        if not ids_ok:
-            return _cut_at_bad_call(messages, start, index, kept, ids, role_before, calls)
+    if bulk_ids and taken_ids:
+        distinct = set(taken_ids)
+        if (
+            len(distinct) != len(taken_ids)
+            or not kept.isdisjoint(distinct)
+            or not ids_match_pattern(taken_ids)
+        ):
+            return _cut_at_bad_call(messages, start, index, kept, role_before, calls)
     return Stretch(index, rule, role, pending)
 
 
@@ -265,25 +250,18 @@ def _cut_at_bad_call(
     messages: Sequence[Message],
     start: int,
     stop: int,
-    kept: set[str],
-    ids: IdChecks,
+    kept: Set[str],
     role: Role | None,
     calls: Sequence[str],
 ) -> Stretch:
     """The stretch `start:stop` whose bulk id check failed, cut before its first message
     holding a malformed call or a call whose id was used before (rare, so located here one id
-    at a time). With `ids.unique_each`, the calls of the messages from the cut on are taken
-    back out of `kept`; otherwise `kept` was only read, and is left as it is."""
-    if ids.unique_each:  # `kept` holds the calls of the whole stretch: take them back
-        for message in messages[start:stop]:
-            kept.difference_update(_call_ids(message))
+    at a time)."""
     seen: set[str] = set()  # the calls of the stretch before the message at hand
     for index in range(start, stop):
         message = messages[index]
         rule = _bad_call_rule(message, kept, seen)
         if rule is not None:
-            if ids.unique_each:
-                kept |= seen
             if index == start:
                 return Stretch(index, rule, role, calls)
             before = messages[index - 1]
@@ -316,7 +294,7 @@ def is_wire_legal(messages: Sequence[Message]) -> bool:
     """True when `messages` breaks no rule: the repair would send it as it is."""
     if not messages or messages[-1].role != "user":
         return False
-    stretch = scan(messages, 0, None, (), set())
+    stretch = scan(messages, 0, None, (), set(), bulk_ids=True)
     return stretch.rule is None and stretch.role == "user"
 
 
@@ -336,9 +314,8 @@ def violations(messages: Sequence[Message]) -> list[Violation]:
     calls: Sequence[str] = ()
     index = 0
     while True:
-        # One by one: the walk goes on after a break, so no bulk check may cut it (and `kept`
-        # must know every call taken).
-        stretch = scan(messages, index, role, calls, kept, ids=ONE_BY_ONE)
+        # Ids one by one: the walk goes on after a break, so `kept` must know every call taken.
+        stretch = scan(messages, index, role, calls, kept)
         role, calls = stretch.role, stretch.calls
         if stretch.rule is None:
             break
