@@ -269,6 +269,11 @@ async def test_cancel_storm_leaves_every_tool_call_final_once_and_history_wire_l
             await agent.initialize()
             for sid in sessions:
                 await agent.conn.resume_session(cwd=str(work), session_id=sid, mcp_servers=[])
+                # The session resumes on the model it was stormed with (the offline one): the
+                # next request goes to the strict fake once the picker moves it there.
+                await agent.conn.set_config_option(
+                    config_id="model", session_id=sid, value="anthropic/claude-sonnet-5-5"
+                )
                 response = await asyncio.wait_for(agent.prompt(sid, "still there?"), TIMEOUT)
                 assert response.stop_reason == "end_turn", seed
             agent.assert_schema_clean()
