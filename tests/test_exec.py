@@ -9,6 +9,7 @@ and the session is saved where an editor's would be.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -183,3 +184,27 @@ def test_exec_runs_from_a_repository_checkout() -> None:
         check=True,
     ).stdout
     assert "--goal" in help_text and "130 cancelled" in help_text
+
+
+def test_sigint_cancels_the_turn_and_exits_130(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "counting " * 200, "chunk_delay_ms": 50}]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "defect_acp", "exec", "Count slowly"],
+        cwd=work,
+        env=agent_env(DEFECT_SCRIPT=str(script), DEFECT_STATE_DIR=str(tmp_path / "state")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.read(9) == "counting "  # the turn is streaming
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert rest.count("counting") < 199, "the stream stopped when cancelled"
