@@ -13,7 +13,7 @@ heavy: the ACP bridge calls them on the `session/prompt` path.
 Why: an image the API refuses is stored with the conversation and sent again with every
 later request, so one bad image answers every prompt of the session with the same 400 - a dead
 session. The bridge refuses such an image when it arrives (`defect_acp/params.py`), and
-`repair_outbound` (`defect_core/integrity.py`) replaces one already stored - by an older
+`repair_outbound` (`defect_core/integrity/`) replaces one already stored - by an older
 defect, or from a tool result - with a text placeholder on the copy it sends.
 
 The limits are the API's: PNG, JPEG, GIF or WebP; at most 5 MB, which the API measures on the

@@ -25,11 +25,11 @@ from defect_core.integrity import (
     IMAGE_REMOVED_TEXT,
     INTERRUPTED_RESULT_TEXT,
     OPENING_TEXT,
-    _rebuild,
     drop_malformed_tool_uses,
     is_well_formed_tool_use,
     repair_outbound,
 )
+from defect_core.integrity.repair import _rebuild
 from defect_core.model import (
     ContentBlock,
     ImageBlock,

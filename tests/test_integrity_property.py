@@ -34,7 +34,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from defect_core.integrity import IMAGE_REMOVED_TEXT, _rebuild, repair_outbound
+from defect_core.integrity import (
+    IMAGE_REMOVED_TEXT,
+    is_wire_legal,
+    repair,
+    repair_outbound,
+    violations,
+)
+from defect_core.integrity.repair import _rebuild
 from defect_core.media import image_block_problem
 from defect_core.model import (
     ContentBlock,
@@ -384,6 +391,14 @@ def test_repair_makes_any_damaged_history_wire_legal(
 
     # (e) the normal form.
     assert_normal_form(out)
+    # The validator and the repair draw on one table of rules: the output breaks none, and the
+    # input breaks one exactly when the repair had something to fix (which fix a message
+    # breaking several rules needs is the repair's choice, so the rules need not be the same).
+    assert violations(out) == []
+    found = violations(history)
+    assert is_wire_legal(history) == (not found)
+    fixes = repair(history).fixes
+    assert bool(fixes) == (out is not history) == bool(found), (found, fixes, damages)
     sent = {id(b) for m in out for b in m.content if isinstance(b, ThinkingBlock)}
     for m in history:
         if m.role == "assistant":

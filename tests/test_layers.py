@@ -43,6 +43,10 @@ TURN_LAYERS = "The turn package is layered: runner, request | calls, deps"
 TRANSCRIPT = (
     "The transcript tool is a client: it reaches defect acp only over stdio (defect_acp.client)"
 )
+CHECKPOINT_LAYERS = (
+    "The checkpoints package is layered: restore | fs, capture, gitsnap | blobs | budget, model"
+)
+INTEGRITY_LAYERS = "The outbound repair is layered: repair, validate, rules"
 CONTRACTS = (
     LAYERS,
     SESSION_LAYERS,
@@ -57,6 +61,8 @@ CONTRACTS = (
     ANTHROPIC_LAYERS,
     TURN_LAYERS,
     TRANSCRIPT,
+    CHECKPOINT_LAYERS,
+    INTEGRITY_LAYERS,
 )
 
 

@@ -14,7 +14,8 @@ Why: one unpaired search block makes the API refuse every later request of the s
 
 from __future__ import annotations
 
-from defect_core.integrity import CONTINUE_TEXT, _rebuild, repair_outbound
+from defect_core.integrity import CONTINUE_TEXT, repair_outbound
+from defect_core.integrity.repair import _rebuild
 from defect_core.model import (
     Message,
     ServerToolUseBlock,

@@ -14,10 +14,11 @@ Invariants:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from defect_core.config import config_paths
 
 INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")
 MAX_INSTRUCTION_CHARS = 20_000
@@ -57,14 +58,7 @@ def project_instructions(
 
 def user_instructions(env: Mapping[str, str] | None = None) -> InstructionFile | None:
     """The user's global instruction file, when there is one."""
-    env = os.environ if env is None else env
-    xdg = env.get("XDG_CONFIG_HOME", "")
-    if xdg and Path(xdg).is_absolute():
-        base = Path(xdg)
-    else:
-        home = env.get("HOME")
-        base = (Path(home) if home else Path.home()) / ".config"
-    path = base / "defect" / "AGENTS.md"
+    path = config_paths(None, env)[0].parent / "AGENTS.md"  # beside the user's config.toml
     text = _read(path, set())
     if text is None:
         return None

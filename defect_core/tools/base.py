@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from defect_core.events import Location, ToolDisplay, ToolKind
 from defect_core.model import ResultPart, ToolSpec
@@ -237,3 +237,33 @@ def _ordered(node: dict[str, Any]) -> dict[str, Any]:
     known = [k for k in _KEY_ORDER if k in node]
     rest = sorted(k for k in node if k not in _KEY_ORDER)
     return {k: node[k] for k in (*known, *rest)}
+
+
+class ModelTool:
+    """What the built-in tools share: arguments validated by a pydantic model (`args_model`)
+    whose derived schema is the one the model sees, no preview, and "always" remembered per
+    tool. A tool gives `name`, `description`, `safety`, `kind`, `describe` and `run`, and
+    overrides `preview` / `permission_key` when it has something better to say."""
+
+    args_model: ClassVar[type[BaseModel]]
+    """What `run` validates its arguments with; the input schema is derived from it."""
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return input_schema(self.args_model)
+
+    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[ToolDisplay, ...]:
+        return ()
+
+    def permission_key(self, args: dict[str, Any]) -> str:
+        return self.name
+
+
+def clip_title(text: str, limit: int = 200) -> str:
+    """A tool call's title, one line of at most `limit` characters."""
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"

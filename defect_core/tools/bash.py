@@ -42,12 +42,13 @@ from pydantic import Field
 from defect_core.events import TerminalDisplay, TextDisplay, ToolDisplay, ToolKind
 from defect_core.tools.backends import ShellExit, ShellOutput, truncation_marker
 from defect_core.tools.base import (
+    ModelTool,
     Safety,
     ToolCallView,
     ToolContext,
     ToolError,
     ToolOutput,
-    input_schema,
+    clip_title,
 )
 from defect_core.tools.workspace import ToolArgs, display_path, parse_args, resolve_path
 
@@ -78,11 +79,10 @@ class BashArgs(ToolArgs):
     )
 
 
-class BashTool:
+class BashTool(ModelTool):
     """Runs a command through `ctx.shell` (a local process group or the editor's terminal)."""
 
     args_model = BashArgs
-    """What `run` validates its arguments with; the input schema is derived from it."""
 
     @property
     def name(self) -> str:
@@ -100,10 +100,6 @@ class BashTool:
         )
 
     @property
-    def input_schema(self) -> dict[str, Any]:
-        return input_schema(self.args_model)
-
-    @property
     def safety(self) -> Safety:
         return Safety.MUTATING
 
@@ -115,16 +111,11 @@ class BashTool:
         command = args.get("command") if isinstance(args, dict) else None
         if not isinstance(command, str) or not command.strip():
             return ToolCallView(title="Run command", kind=self.kind)
-        title = command.strip()
-        if len(title) > 200:
-            title = title[:199] + "…"
+        title = clip_title(command)
         workdir = args.get("workdir")
         if isinstance(workdir, str) and workdir and display_path(workdir, ctx.cwd) != ".":
             title += f" (in {display_path(workdir, ctx.cwd)})"
         return ToolCallView(title=title, kind=self.kind)
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[ToolDisplay, ...]:
-        return ()
 
     def permission_key(self, args: dict[str, Any]) -> str:
         command = args.get("command") if isinstance(args, dict) else None

@@ -35,15 +35,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 from pydantic import Field
 
-from defect_core.events import TextDisplay, ToolDisplay, ToolKind
+from defect_core.events import TextDisplay, ToolKind
 from defect_core.tools import webtext
 from defect_core.tools.base import (
+    ModelTool,
     Safety,
     ToolCallView,
     ToolContext,
     ToolError,
     ToolOutput,
-    input_schema,
+    clip_title,
 )
 from defect_core.tools.netguard import NetGuard, Resolver, system_resolve
 from defect_core.tools.workspace import ToolArgs, parse_args
@@ -104,11 +105,10 @@ class Page:
     redirects: tuple[str, ...]
 
 
-class FetchTool:
+class FetchTool(ModelTool):
     """GETs a URL through `NetGuard` (see the module docstring)."""
 
     args_model = FetchArgs
-    """What `run` validates its arguments with; the input schema is derived from it."""
 
     def __init__(
         self, resolve: Resolver = system_resolve, verify: ssl.SSLContext | None = None
@@ -132,10 +132,6 @@ class FetchTool:
         )
 
     @property
-    def input_schema(self) -> dict[str, Any]:
-        return input_schema(self.args_model)
-
-    @property
     def safety(self) -> Safety:
         return Safety.MUTATING
 
@@ -147,13 +143,8 @@ class FetchTool:
         url = args.get("url") if isinstance(args, dict) else None
         if not isinstance(url, str) or not url.strip():
             return ToolCallView(title="Fetch a URL", kind=self.kind)
-        title = url.strip()
-        if len(title) > 200:
-            title = title[:199] + "…"
+        title = clip_title(url)
         return ToolCallView(title=f"Fetch {title}", kind=self.kind)
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[ToolDisplay, ...]:
-        return ()
 
     def permission_key(self, args: dict[str, Any]) -> str:
         url = args.get("url") if isinstance(args, dict) else None

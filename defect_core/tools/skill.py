@@ -13,14 +13,14 @@ from typing import Any
 from pydantic import Field
 
 from defect_core.catalog.skills import Skill, SkillFileError, read_skill_file
-from defect_core.events import ToolDisplay, ToolKind
+from defect_core.events import ToolKind
 from defect_core.tools.base import (
+    ModelTool,
     Safety,
     ToolCallView,
     ToolContext,
     ToolError,
     ToolOutput,
-    input_schema,
 )
 from defect_core.tools.workspace import ToolArgs, parse_args
 
@@ -33,9 +33,8 @@ class SkillArgs(ToolArgs):
     )
 
 
-class SkillTool:
+class SkillTool(ModelTool):
     args_model = SkillArgs
-    """What `run` validates its arguments with; the input schema is derived from it."""
 
     def __init__(self, skills: Sequence[Skill]) -> None:
         self._skills = {skill.name: skill for skill in skills}
@@ -52,10 +51,6 @@ class SkillTool:
         )
 
     @property
-    def input_schema(self) -> dict[str, Any]:
-        return input_schema(self.args_model)
-
-    @property
     def safety(self) -> Safety:
         return Safety.READ_ONLY
 
@@ -70,12 +65,6 @@ class SkillTool:
         if isinstance(file, str) and file:
             title += f": {file}"
         return ToolCallView(title=title, kind="read")
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[ToolDisplay, ...]:
-        return ()
-
-    def permission_key(self, args: dict[str, Any]) -> str:
-        return self.name
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         import anyio

@@ -25,8 +25,8 @@ from typing import Any
 
 from defect_core.events import Location, ToolKind
 from defect_core.tools.backends import FileStat, FsBackend
-from defect_core.tools.base import Safety, ToolContext, ToolError, input_schema
-from defect_core.tools.workspace import ToolArgs, display_path
+from defect_core.tools.base import ModelTool, Safety, ToolContext, ToolError
+from defect_core.tools.workspace import display_path
 
 MAX_LINE_CHARS = 2000
 """Longer lines are cut (minified code, data) so one line cannot fill the context."""
@@ -120,13 +120,11 @@ def call_target(args: dict[str, Any], ctx: ToolContext) -> tuple[str, tuple[Loca
     return display_path(raw, ctx.cwd), (Location(absolute),)
 
 
-class FileTool:
+class FileTool(ModelTool):
     """What the three file tools share: identity and the permission key (the tool name)."""
 
     _name: str
     _description: str
-    args_model: type[ToolArgs]
-    """What `run` validates its arguments with; the input schema is derived from it."""
     _safety: Safety
     _kind: ToolKind
 
@@ -139,16 +137,9 @@ class FileTool:
         return self._description
 
     @property
-    def input_schema(self) -> dict[str, Any]:
-        return input_schema(self.args_model)
-
-    @property
     def safety(self) -> Safety:
         return self._safety
 
     @property
     def kind(self) -> ToolKind:
         return self._kind
-
-    def permission_key(self, args: dict[str, Any]) -> str:
-        return self._name

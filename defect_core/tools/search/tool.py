@@ -27,14 +27,14 @@ import anyio
 import anyio.to_thread
 from pydantic import Field
 
-from defect_core.events import ToolDisplay, ToolKind
+from defect_core.events import ToolKind
 from defect_core.tools.base import (
+    ModelTool,
     Safety,
     ToolCallView,
     ToolContext,
     ToolError,
     ToolOutput,
-    input_schema,
 )
 from defect_core.tools.search import rg_engine
 from defect_core.tools.search.ignore import ignore_top, walk_files
@@ -64,9 +64,8 @@ class SearchArgs(ToolArgs):
     max_results: int = Field(default=DEFAULT_MAX_RESULTS, ge=1, le=MAX_RESULTS)
 
 
-class SearchTool:
+class SearchTool(ModelTool):
     args_model = SearchArgs
-    """What `run` validates its arguments with; the input schema is derived from it."""
 
     @property
     def name(self) -> str:
@@ -85,10 +84,6 @@ class SearchTool:
             "skipped. At most "
             f"`max_results` (default {DEFAULT_MAX_RESULTS}) lines are returned."
         )
-
-    @property
-    def input_schema(self) -> dict[str, Any]:
-        return input_schema(self.args_model)
 
     @property
     def safety(self) -> Safety:
@@ -113,12 +108,6 @@ class SearchTool:
         else:
             title = "Search"
         return ToolCallView(title=title, kind=self.kind)
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[ToolDisplay, ...]:
-        return ()
-
-    def permission_key(self, args: dict[str, Any]) -> str:
-        return self.name
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         a = parse_args(self.args_model, args, self.name)

@@ -1,0 +1,199 @@
+"""The table of rules (`defect_core/integrity/rules.py`): each rule is detected and fixed.
+
+For every rule of `RULES` a minimal history breaks exactly that rule: the validator reports it
+under that rule's name (and nothing else), the repair records that rule among its fixes, and
+the repaired copy breaks no rule and passes the strict wire validator of the fake API
+(`defect_fakeapi/validation.py`). The cases are keyed by rule name, so a rule added to the
+table without a case here fails. The docs list exactly the rules of the table
+(`scripts/integrity_rules_doc.py` writes them).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from defect_core.integrity import (
+    RULES,
+    Rule,
+    Violation,
+    is_wire_legal,
+    repair,
+    repair_outbound,
+    violations,
+)
+from defect_core.integrity.rules import rules_markdown
+from defect_core.integrity.validate import scan
+from defect_core.model import (
+    ContentBlock,
+    ImageBlock,
+    Message,
+    ServerToolUseBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from defect_core.providers.anthropic_wire import encode_messages
+from defect_fakeapi import validate_request
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = (REPO / "docs" / "architecture.md", REPO / "docs" / "provider-wire.md")
+
+
+def u(*blocks: ContentBlock | str) -> Message:
+    return Message(role="user", content=tuple(_block(b) for b in blocks))
+
+
+def a(*blocks: ContentBlock | str) -> Message:
+    return Message(role="assistant", content=tuple(_block(b) for b in blocks))
+
+
+def _block(block: ContentBlock | str) -> ContentBlock:
+    return TextBlock(text=block) if isinstance(block, str) else block
+
+
+def call(call_id: str, name: str = "read_file") -> ToolUseBlock:
+    return ToolUseBlock(id=call_id, name=name, input={"path": "x.py"})
+
+
+def result(call_id: str, text: str = "ok") -> ToolResultBlock:
+    return ToolResultBlock(tool_use_id=call_id, content=text)
+
+
+SIGNED = ThinkingBlock(thinking="let me see", signature="sig-1")
+
+CASES: dict[str, list[Message]] = {
+    "first-message-from-user": [a("hello"), u("hi")],
+    "last-message-from-user": [u("hi"), a("hello")],
+    "roles-alternate": [u("hi"), u("are you there?")],
+    "message-not-empty": [u("hi"), a(), u("anyone?")],
+    "text-not-blank": [u("hi"), a("hello", " \n"), u("thanks")],
+    "block-fits-role": [u("hi", SIGNED)],
+    "tool-call-well-formed": [u("read it"), a(call("bad id")), u(result("bad id"))],
+    "tool-call-id-unique": [
+        u("read it"),
+        a(call("t1")),
+        u(result("t1")),
+        a("again", call("t1")),
+        u(result("t1", "second")),
+    ],
+    "tool-call-answered": [u("read it"), a(call("t1")), u("never mind")],
+    "result-answers-a-call": [u(result("ghost"), "hi")],
+    "thinking-signed": [u("hi"), a(ThinkingBlock(thinking="hmm"), "hello"), u("thanks")],
+    "image-accepted": [u("look", ImageBlock(media_type="image/png", data="!!not base64"))],
+    "server-tool-paired": [
+        u("search it"),
+        a("Searching.", ServerToolUseBlock(id="srvtoolu_01", name="web_search", input={})),
+        u("go on"),
+    ],
+}
+"""Per rule name, a minimal history that breaks that rule and no other."""
+
+
+def test_every_rule_has_a_case_and_every_case_a_rule() -> None:
+    assert set(CASES) == {rule.name for rule in RULES}
+    assert len({rule.name for rule in RULES}) == len(RULES)
+
+
+def assert_wire_legal(messages: list[Message]) -> None:
+    validate_request({"model": "m", "max_tokens": 1024, "messages": encode_messages(messages)})
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.name)
+def test_each_rule_is_detected_by_name_and_fixed(rule: Rule) -> None:
+    history = CASES[rule.name]  # a rule without a case fails here
+
+    assert [v.rule.name for v in violations(history)] == [rule.name]
+    assert not is_wire_legal(history)
+
+    repaired = repair(history)
+    assert rule in repaired.fixes, repaired.fixes
+    assert violations(repaired.messages) == []
+    assert repaired.messages == repair_outbound(history)
+    assert repair_outbound(repaired.messages) is repaired.messages
+    assert_wire_legal(repaired.messages)
+
+
+def test_a_clean_history_breaks_no_rule_and_needs_no_fix() -> None:
+    history = [u("read it"), a(SIGNED, call("t1"), call("t2")), u(result("t1"), result("t2"))]
+    assert violations(history) == []
+    assert is_wire_legal(history)
+    assert repair(history).messages is history
+    assert repair(history).fixes == ()
+
+
+def test_violations_name_each_broken_message_and_the_end() -> None:
+    history = [
+        a("hello"),  # 0: opens with the assistant
+        u("hi"),
+        a(call("t1"), call("t1")),  # 2: one id twice
+        u(result("t1"), "  "),  # 3: t1 answered once, then blank text
+        a("ok", call("t2")),  # 4: ends with a call nobody answers
+    ]
+    assert violations(history) == [
+        Violation(RULES[0], 0),
+        Violation(next(r for r in RULES if r.name == "tool-call-id-unique"), 2),
+        Violation(next(r for r in RULES if r.name == "text-not-blank"), 3),
+        Violation(next(r for r in RULES if r.name == "tool-call-answered"), 4),
+        Violation(next(r for r in RULES if r.name == "last-message-from-user"), 4),
+    ]
+    assert [str(rule) for rule in repair(history).fixes].count("tool-call-id-unique") == 1
+    assert violations([]) == [Violation(RULES[0], None)]
+
+
+def _long_round_history(rounds: int = 30) -> list[Message]:
+    history = [u("start")]
+    for n in range(rounds):
+        history += [a(call(f"t{n}")), u(result(f"t{n}"))]
+    return history
+
+
+@pytest.mark.parametrize(
+    ("bad_call", "rule_name"),
+    [(call("t10\n"), "tool-call-well-formed"), (call("t3"), "tool-call-id-unique")],
+)
+def test_a_bad_call_id_found_in_bulk_cuts_the_clean_walk_where_it_stands(
+    bad_call: ToolUseBlock, rule_name: str
+) -> None:
+    # The clean check matches call ids in bulk when its walk ends; the bad one, deep in a long
+    # clean history, stops the walk at its own message, and the repair drops only that call.
+    history = _long_round_history()
+    history[21] = a("checking", bad_call)
+    history[22] = u(result(bad_call.id), "done")
+    stretch = scan(history, 0, None, (), set(), bulk_ids=True)
+    assert (stretch.stop, stretch.rule and stretch.rule.name) == (21, rule_name)
+    assert (stretch.role, list(stretch.calls)) == ("user", [])
+    assert not is_wire_legal(history)
+    assert [(v.rule.name, v.message) for v in violations(history)] == [(rule_name, 21)]
+    out = repair_outbound(history)
+    assert sum(isinstance(b, ToolUseBlock) for m in out for b in m.content) == 29
+    assert out[:21] == history[:21]
+    assert out[-20:] == history[-20:]
+    assert_wire_legal(out)
+
+
+def _listed_names(text: str) -> list[str]:
+    start = text.index("<!-- integrity-rules:begin -->")
+    end = text.index("<!-- integrity-rules:end -->")
+    return re.findall(r"^(?:\| |- )`([a-z-]+)`", text[start:end], flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda path: path.name)
+def test_the_docs_list_exactly_the_rules_of_the_table(doc: Path) -> None:
+    assert _listed_names(doc.read_text(encoding="utf-8")) == [rule.name for rule in RULES]
+
+
+def test_the_docs_sections_are_written_from_the_table() -> None:
+    check = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "integrity_rules_doc.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert rules_markdown().count("\n") == len(RULES) + 2
