@@ -9,6 +9,8 @@ Invariants:
   JSON-RPC stream. Only `defect_acp.transport` writes to the protocol descriptor.
 - `defect fake-api` serves the strict fake Anthropic/Bedrock API (`defect_fakeapi`), for
   `provider_fake` transcripts and offline runs; it is imported only for that command.
+- `defect exec [--goal G] [--mode M] [--output text|json|stream-json] "prompt"` runs one turn
+  (or a goal) without an editor (`defect_acp/headless.py`: its output and exit codes).
 - `defect transcript run|record` plays or records scripted JSON-RPC sessions
   (`defect_transcript`, a client of `defect acp` over stdio that imports nothing of the
   server); it keeps stdout for its report.
@@ -99,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=HELP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_exec_parser(sub)
     transcript.add_parser(sub)
     # Listed for --help only: main() hands `fake-api ...` to defect_fakeapi's own parser.
     sub.add_parser(
@@ -131,11 +134,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "acp":
         return run_acp(args)
+    if args.command == "exec":
+        return run_exec(args)
     if args.command == "transcript":
         # Not through _claim_stdout(): the results (and the recorder's proxy) use stdout.
         return transcript.main(args)
     parser.print_help()
     return 0
+
+
+def _add_exec_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = sub.add_parser(
+        "exec",
+        help="run one prompt (or a goal) here without an editor: for CI and scripts",
+        description="Run one turn (or a goal) in the current directory; the answer goes to "
+        "stdout, tool activity to stderr. Exit status: 0 end_turn, 1 failed, 2 usage or "
+        "configuration, 3 max_turn_requests (a goal out of rounds), 4 max_tokens, 5 refusal, "
+        "130 cancelled.",
+    )
+    run.add_argument("prompt", nargs="?", default="", help="the prompt (with --goal: optional)")
+    run.add_argument("--goal", metavar="OBJECTIVE", help="work on your own until goal_done")
+    run.add_argument(
+        "--mode",
+        choices=("ask", "accept-edits", "read-only", "yolo"),
+        help="permission mode (default: ask; what it would ask about is denied)",
+    )
+    run.add_argument("--output", choices=("text", "json", "stream-json"), default="text")
+    run.add_argument("--provider", help="model provider")
+    run.add_argument("--model", help="model id for the provider")
+    run.add_argument("--log-level", type=_log_level, help=", ".join(LOG_LEVELS))
+
+
+def run_exec(args: argparse.Namespace) -> int:
+    if not args.prompt.strip() and not (args.goal or "").strip():
+        sys.stderr.write("defect exec: give a prompt, or --goal OBJECTIVE\n")
+        return 2
+    from defect_acp.headless import ExecRequest, claim_stdout
+    from defect_acp.headless import run_exec as run
+    from defect_core import log
+
+    log.configure(level=args.log_level)
+    out = claim_stdout()
+    store, problem = _open_store()
+    request = ExecRequest(
+        prompt=args.prompt,
+        goal=args.goal.strip() if args.goal else None,
+        mode=args.mode,
+        output=args.output,
+        flags={"provider": args.provider, "model": args.model},
+    )
+    return run(request, out, store, problem)
 
 
 def run_acp(args: argparse.Namespace) -> int:

@@ -307,6 +307,10 @@ def context_report(messages: list[Message], used: int, window: int, overhead: in
 
 Publish = Callable[[AgentEvent], Awaitable[None]]
 Checkpoint = Callable[[list[Message]], Awaitable[None]]
+BeforeCompact = Callable[[str, str], Awaitable[str]]
+"""Told the kind and the reason of a summary about to be made; what to focus on besides."""
+AfterCompact = Callable[[CompactionReport], Awaitable[None]]
+"""Told of a summary that was made."""
 
 
 class Compactor:
@@ -320,7 +324,13 @@ class Compactor:
         publish: Publish,
         checkpoint: Checkpoint,
         thresholds: Thresholds | None = None,
+        before_compact: BeforeCompact | None = None,
+        after_compact: AfterCompact | None = None,
     ) -> None:
+        self._before_compact = before_compact
+        self._after_compact = after_compact
+        """The session's hooks around a summary (`defect_core/hooks/`); failures never reach
+        here (the engine skips a failing hook)."""
         self._history = history
         self._provider = provider
         self._outbound: Callable[[list[Message]], list[Message]] | None = None
@@ -497,6 +507,9 @@ class Compactor:
             log.info("compaction_skipped", kind=kind, reason="nothing to summarise")
             return None
         prefix = snapshot[:boundary]
+        if self._before_compact is not None:
+            extra = await self._before_compact(kind, focus)
+            focus = "\n".join(f for f in (focus, extra) if f)
         if self._outbound is not None:
             prefix = self._outbound(prefix)
         request = summary_request(
@@ -513,7 +526,10 @@ class Compactor:
         self._calibrated = False
         await self._checkpoint(self._history.snapshot())
         log.info("compaction_done", kind=kind, messages=dropped, tokens_before=before)
-        return CompactionReport(kind, before, 0, dropped)
+        report = CompactionReport(kind, before, 0, dropped)
+        if self._after_compact is not None:
+            await self._after_compact(report)
+        return report
 
     async def aclose(self) -> None:
         task = self._background

@@ -12,6 +12,8 @@ One room per job, lowest first (each module's docstring states its invariants):
 - `overrides.py`  the environment and the command-line flags, each read into a layer
 - `capabilities.py` the hosted-capability tables (`[capabilities.web_search]`, per provider
                   `[<provider>.capabilities.web_search]`) and how they merge
+- `hooks.py`      the `[hooks]` table and `trusted_projects`: which hooks a layer adds, and
+                  which may run (a project's own only when the user's file trusts it)
 - `resolve.py`    the layers in order over the defaults: `load_settings`
 
 Invariants:

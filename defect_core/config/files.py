@@ -3,14 +3,16 @@
 Owns the file locations (`config_paths`, `repo_root`), reading one TOML file (`read_file`),
 validating its parsed tables against the key tables of `keys.py` (`parse_layer`, including
 `[models]`, `[context_windows]`, `[mcp.servers.NAME]`, `[providers.NAME]` (through
-`providers.py`) and the hosted-capability tables of `capabilities.py`), and finding the
-line a bad key is on (`key_line`).
+`providers.py`), the hosted-capability tables of `capabilities.py` and `[hooks]` /
+`trusted_projects` (`hooks.py`)), and finding the line a bad key is on (`key_line`).
 
 Invariants:
 - A missing file is no layer, not an error; a directory, an unreadable file, bytes that are
   not UTF-8, invalid TOML or a bad key is a `ConfigError` naming the file, with the line where
   it can be found (tomllib's own position for syntax; `key_line` for a key).
 - A relative `script_path` is relative to the file that names it.
+- A project's own file (`project` given) may add hooks, which stay untrusted until the
+  user's file trusts the project, and may not set `trusted_projects`.
 - `[mcp]` tables borrow `defect_core.mcp.spec`'s entry parser, imported only when a file has
   one: importing `defect_core.mcp.spec` runs the `defect_core.mcp` package, which the
   configuration must not load on the `initialize` path (docs/architecture.md, rule 6).
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from defect_core.config.capabilities import CAPABILITY_SCOPES, parse_capabilities
+from defect_core.config.hooks import parse_hooks, trusted_list
 from defect_core.config.keys import (
     MODEL_PROVIDERS,
     TABLE_KEYS,
@@ -51,10 +54,12 @@ def parse_layer(
     source: str,
     base_dir: Path | None = None,
     env: Mapping[str, str] | None = None,
+    project: str | None = None,
 ) -> Layer:
     """Validate one file's parsed TOML into a layer. Raises `ConfigError` naming the key.
 
-    `env` resolves `${VAR}` in MCP server entries (default: `os.environ`)."""
+    `env` resolves `${VAR}` in MCP server entries (default: `os.environ`); `project` is the
+    project root when the file is one of that project's own (`<repo>/.defect/`)."""
     layer: Layer = {}
     known_top = [
         *TOP_KEYS,
@@ -64,6 +69,8 @@ def parse_layer(
         "providers",
         "mcp",
         "capabilities",
+        "hooks",
+        "trusted_projects",
     ]
     capabilities: dict[str, dict[str, Any]] = {}
     for key, value in data.items():
@@ -112,6 +119,17 @@ def parse_layer(
             layer["mcp_servers"] = _mcp_servers(value, source, env)
         elif key == "capabilities":
             parse_capabilities(value, source, "", capabilities)
+        elif key == "hooks":
+            layer["hooks"] = parse_hooks(value, source, project)
+        elif key == "trusted_projects":
+            if project is not None:
+                raise ConfigError(
+                    source,
+                    key,
+                    "only your user configuration may trust a project "
+                    "(a project cannot trust itself)",
+                )
+            layer["trusted_projects"] = checked(source, key, trusted_list, value)
         elif key in CAPABILITY_SCOPES:  # a provider without a table of its own: `scripted`
             if not isinstance(value, dict):
                 raise ConfigError(source, key, f"must be a table ([{key}]), got {type_name(value)}")
@@ -156,8 +174,9 @@ def _mcp_servers(value: object, source: str, env: Mapping[str, str] | None) -> d
     return specs
 
 
-def read_file(path: Path, env: Mapping[str, str]) -> Layer | None:
-    """The layer of the file at `path`, or None when there is no such file."""
+def read_file(path: Path, env: Mapping[str, str], project: str | None = None) -> Layer | None:
+    """The layer of the file at `path`, or None when there is no such file (`project`: the
+    project root when the file is one of that project's own)."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -174,7 +193,7 @@ def read_file(path: Path, env: Mapping[str, str]) -> Layer | None:
         # tomllib's message ends with "(at line L, column C)": the line is in the text.
         raise ConfigError(str(path), None, f"is not valid TOML: {exc}") from None
     try:
-        return parse_layer(data, str(path), base_dir=path.parent, env=env)
+        return parse_layer(data, str(path), base_dir=path.parent, env=env, project=project)
     except ConfigError as exc:
         if exc.line is not None or exc.key is None:
             raise

@@ -21,6 +21,12 @@ Keys (every one optional; tables merge key by key across layers):
     terminal_shell = "/bin/sh"        # the editor's terminal runs commands as SHELL -c LINE
     require_persistence = false       # refuse new sessions when they cannot be saved
     script_path = "replies.json"      # the offline model's script (relative to the file)
+    goal_max_rounds = 20              # rounds a goal may take (/goal, defect exec --goal)
+    trusted_projects = ["~/src/app"]  # user file only: projects whose own hooks may run
+
+    [[hooks.before_tool]]             # hooks: event -> entries (config/hooks.py has them all)
+    matcher = { tool = "bash" }
+    command = "./check.sh"            # JSON of the event on stdin; exit 2 denies
 
     [anthropic]
     api_key_env = "ANTHROPIC_API_KEY" # the NAME of the variable holding the key
@@ -242,6 +248,7 @@ TOP_KEYS: dict[str, tuple[str, Check]] = {
     "require_persistence": ("require_persistence", _bool),
     "script_path": ("script_path", _string),
     "terminal_shell": ("terminal_shell", _string),
+    "goal_max_rounds": ("goal_max_rounds", at_least(1)),
 }
 TABLE_KEYS: dict[str, dict[str, tuple[str, Check]]] = {
     "anthropic": {

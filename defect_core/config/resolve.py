@@ -21,6 +21,8 @@ Invariants:
   `[providers.NAME]` table of any layer), else a `ConfigError` at the line that chose it.
 - `provider_origin` names the layer that chose the provider, so a missing-credentials message
   sends the user to the right place.
+- Hooks of every layer are appended, in layer order; a project's own hooks are trusted only
+  when the user's file lists the project in `trusted_projects` (`hooks.settle_trust`).
 - A broken file fails the sessions it applies to, never the process: the editor must still see
   the agent to show the error (the front end then runs on `settings_without_files`).
 
@@ -36,7 +38,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from defect_core.config.capabilities import merge_capabilities
-from defect_core.config.files import config_paths, key_line, read_file
+from defect_core.config.files import config_paths, key_line, read_file, repo_root
+from defect_core.config.hooks import settle_trust
 from defect_core.config.keys import Layer
 from defect_core.config.overrides import env_layer, flag_layer
 from defect_core.config.providers import check_default_provider
@@ -59,6 +62,8 @@ def apply_layer(settings: Settings, layer: Layer, origin: str | None = None) -> 
         merged = {spec.name: spec for spec in settings.mcp_servers}
         merged.update(changes["mcp_servers"])
         changes["mcp_servers"] = tuple(merged.values())
+    if "hooks" in changes:  # appended: every layer's hooks run, the lower layers' first
+        changes["hooks"] = (*settings.hooks, *changes["hooks"])
     return replace(settings, **changes)
 
 
@@ -76,8 +81,9 @@ def load_settings(
     env = os.environ if env is None else env
     settings = Settings()
     read: list[str] = []
-    for path in config_paths(cwd, env):
-        layer = read_file(path, env)
+    project = str(repo_root(cwd)) if cwd is not None else None
+    for index, path in enumerate(config_paths(cwd, env)):
+        layer = read_file(path, env, project=project if index > 0 else None)
         if layer is not None:
             settings = apply_layer(settings, layer, origin=str(path))
             read.append(str(path))
@@ -90,7 +96,8 @@ def load_settings(
             "must not be smaller than retry_base_delay",
         )
     _check_provider(settings)
-    return replace(settings, sources=tuple(read))
+    hooks = settle_trust(settings.hooks, settings.trusted_projects)
+    return replace(settings, sources=tuple(read), hooks=hooks)
 
 
 def _check_provider(settings: Settings) -> None:

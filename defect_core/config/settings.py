@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from defect_core.hooks.spec import HookSpec
     from defect_core.mcp.spec import McpServerSpec
 
 __all__ = [
@@ -136,6 +137,14 @@ class Settings:
     fetch_allow_hosts: tuple[str, ...] = ()
     """`host` / `host:port` entries the fetch tool may reach although their addresses are not
     public (`[fetch] allow`; a later layer's list replaces an earlier one)."""
+    hooks: tuple[HookSpec, ...] = ()
+    """The `[hooks]` entries of every layer, in order (`config/hooks.py`); a project's own
+    entries carry `trusted=False` unless the user's file trusts that project."""
+    trusted_projects: tuple[str, ...] = ()
+    """Project roots whose own hooks may run (the user's file only)."""
+    goal_max_rounds: int = 20
+    """Rounds a goal (`/goal`, `defect exec --goal`) may take before it stops; also the
+    most times `before_turn_end` hooks may send one turn round again."""
     sources: tuple[str, ...] = ()
     """The configuration files that were read, lowest layer first (for logs and errors)."""
     provider_origin: str = "the default"

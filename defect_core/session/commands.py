@@ -1,5 +1,6 @@
 """The session's slash commands: the built-in `/compact` and `/context`, answered without the
-model, and the user's and project's own Markdown commands, which become prompts.
+model, `/goal` (a goal-mode turn, `defect_core/goal.py`: the session starts it; only its usage
+is answered here), and the user's and project's own Markdown commands, which become prompts.
 
 Owns the built-in list (`SLASH_COMMANDS`), the recognition of a prompt that is one of them
 (`slash_command`), the answer to each (`answer_command`), and `CommandBook`: the commands a
@@ -34,6 +35,11 @@ from defect_core.turn import TurnConfig
 SLASH_COMMANDS: tuple[tuple[str, str], ...] = (
     ("compact", "Summarise the conversation so far to free context (optionally: what to keep)"),
     ("context", "Show how much of the context window is used, and by what"),
+    ("goal", "Work on your own towards an objective until it is reached: /goal <objective>"),
+)
+GOAL_USAGE = (
+    "Usage: /goal <objective> — the agent works on its own towards the objective, round after "
+    "round, until it calls goal_done (or runs out of rounds: goal_max_rounds)."
 )
 
 
@@ -109,6 +115,8 @@ async def answer_command(
     tools: tuple[ToolSpec, ...],
 ) -> str:
     """What the command shows the user (running `/compact` first)."""
+    if name == "goal":  # without an objective: the session runs `/goal <objective>` itself
+        return GOAL_USAGE
     if name == "context":
         used = context.estimate(config.system_prompt, tools)
         return context_report(

@@ -38,7 +38,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 
 from defect_core import policy
-from defect_core.compaction import Compactor
+from defect_core.compaction import CompactionReport, Compactor
 from defect_core.config import Settings, default_selection
 from defect_core.events import (
     AgentEvent,
@@ -47,6 +47,7 @@ from defect_core.events import (
     ConfigChanged,
     EventBus,
     ModeChanged,
+    Notice,
     TitleChanged,
     ToolCallStarted,
     ToolCallUpdated,
@@ -56,7 +57,9 @@ from defect_core.events import (
     TurnStopReason,
     TurnUsage,
 )
+from defect_core.goal import GoalRun, GoalState, goal_prompt
 from defect_core.history import VecHistory
+from defect_core.hooks.engine import HookEngine
 from defect_core.hosted import hosted_web_search
 from defect_core.log import get_logger
 from defect_core.mcp import McpHub
@@ -85,7 +88,7 @@ from defect_core.session.titles import SessionTitle
 from defect_core.store import AsyncStore, SessionRecord, StoredSession, ToolCallRecord
 from defect_core.tools.base import ToolContext, ToolRegistry
 from defect_core.tools.skill import SkillTool
-from defect_core.turn import TurnConfig, TurnDeps, TurnResult, TurnRunner
+from defect_core.turn import TurnConfig, TurnDeps, TurnResult, TurnRunner, hook_note
 
 log = get_logger("defect.agent")
 
@@ -149,6 +152,11 @@ class DefaultSession:
         """Built once, before the first request (`_ready_prompt`); stable for the cache."""
         self._web_search = hosted_web_search(settings, self._provider)
         self._commands = CommandBook(cwd)
+        self._hooks = HookEngine(settings.hooks, session_id=session_id, cwd=cwd)
+        self._start_source: str | None = "load" if stored else "new"
+        """`session_start` is fired with the first prompt (off `session/new`); None: fired."""
+        self._goal: GoalRun | None = None
+        self.last_goal: GoalState | None = None
         self._tool_state: dict[str, Any] = {}
         self._running = False
         self._turn = 0
@@ -159,6 +167,8 @@ class DefaultSession:
             provider=self._provider,
             publish=self._publish,
             checkpoint=self._writer.checkpoint,
+            before_compact=self._before_compact,
+            after_compact=self._after_compact,
         )
         self._context.use_provider(self._provider, self._own_thinking_only)
 
@@ -255,12 +265,15 @@ class DefaultSession:
             await self.refresh_commands()
             await self._ready_prompt()
             command = slash_command(prompt)
-            if command is not None:
+            if command is not None and command[0] == "goal" and command[1].strip():
+                prompt = self.start_goal(command[1].strip())
+            elif command is not None:
                 return await self._run_command(turn, *command)
             custom = self._commands.custom_prompt(prompt)
             if custom is not None:
                 prompt = [TextBlock(text=custom.text)]
             self._title.turn_started(prompt)
+            prompt = await self._session_started(prompt)
             runner = TurnRunner(
                 TurnDeps(
                     history=self._history,
@@ -274,6 +287,7 @@ class DefaultSession:
                     publish=self._publish,
                     cancel_turn=self.cancel_turn,
                     compactor=self._context,
+                    hooks=self._hooks,
                 )
             )
             result: TurnResult | None = None
@@ -301,6 +315,8 @@ class DefaultSession:
                 await self._bus.publish(TurnFailed(turn, str(err), data))
             raise
         finally:
+            if self._goal is not None:
+                self.last_goal, self._goal = self._goal.finish(), None
             self._title.turn_ended()
             self._scope = None
             self._running = False
@@ -342,6 +358,33 @@ class DefaultSession:
             web_search=self._web_search,
             provider=self._selection.provider,
             unstamped_provider=self._unstamped_provider,
+            max_rounds=s.goal_max_rounds,
+        )
+
+    # --- goals and hooks --------------------------------------------------------------------
+
+    def start_goal(self, objective: str) -> list[ContentBlock]:
+        """Make the next turn pursue `objective` (`defect_core/goal.py`); its prompt."""
+        self._goal = GoalRun(objective, self._settings.goal_max_rounds, self._tools, self._hooks)
+        return [TextBlock(text=goal_prompt(objective))]
+
+    async def _session_started(self, prompt: list[ContentBlock]) -> list[ContentBlock]:
+        """Fire `session_start` once, with the first prompt; the round-1 goal announcement."""
+        if self._goal is not None:
+            await self._publish(Notice(self._goal.announcement))
+        if self._start_source is None:
+            return prompt
+        verdict = await self._hooks.fire("session_start", {"source": self._start_source})
+        self._start_source = None
+        return [*prompt, hook_note("session_start", verdict.context)] if verdict.context else prompt
+
+    async def _before_compact(self, kind: str, focus: str) -> str:
+        verdict = await self._hooks.fire("before_compact", {"kind": kind, "focus": focus})
+        return verdict.context
+
+    async def _after_compact(self, report: CompactionReport) -> None:
+        await self._hooks.fire(
+            "after_compact", {"kind": report.kind, "messages": report.messages_summarised}
         )
 
     async def _run_command(self, turn: int, name: str, args: str) -> TurnStopReason:
@@ -498,6 +541,8 @@ class DefaultSession:
         notice = self._mcp.failure_notice() if self._mcp is not None else None
         if notice:
             notices.append(notice)
+        if hooks_notice := self._hooks.untrusted_notice():
+            notices.append(hooks_notice)
         return tuple(notices)
 
     # --- lifecycle --------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from defect_core.turn.calls import CANCELLED_RESULT_TEXT, MAX_RESULT_CHARS
 from defect_core.turn.deps import TurnConfig, TurnDeps, TurnResult
-from defect_core.turn.runner import TurnRunner
+from defect_core.turn.runner import TurnRunner, hook_note
 
 __all__ = [
     "CANCELLED_RESULT_TEXT",
@@ -41,4 +41,5 @@ __all__ = [
     "TurnDeps",
     "TurnResult",
     "TurnRunner",
+    "hook_note",
 ]

@@ -11,6 +11,10 @@ Invariants:
   (`finish`): the result and the update the client sees go as one step a cancel cannot split.
 - A tool that raises, a `describe` or `preview` that fails, or an unknown tool name becomes an
   error result the model reads; none of them stops the turn.
+- `before_tool` hooks are asked before the policy: a denial fails the call with the hook's
+  reason (the model reads it), an `allow` approves it without a question (a policy refusal —
+  read-only mode, a remembered "always reject" — still wins). `after_tool` hooks see the
+  result; what either adds is appended to the result the model reads.
 - A result never exceeds `MAX_RESULT_CHARS`, nor carries a lone surrogate (it could then be
   neither stored nor sent), and one too large for the context window is replaced by an error
   asking for less.
@@ -49,6 +53,8 @@ class ToolCall:
     result: ToolResultBlock | None = None
     """Set, with the final status reported, exactly once (`finish`)."""
     approved: bool = False
+    hook_context: str = ""
+    """What `before_tool` hooks added, for the result the model reads."""
 
 
 def prepare(deps: TurnDeps, use: ToolUseBlock) -> ToolCall:
@@ -92,6 +98,14 @@ async def decide(deps: TurnDeps, call: ToolCall, config: TurnConfig) -> None:
     if isinstance(decision, policy.Deny):
         await fail(deps, call, decision.reason)
         return
+    if deps.hooks is not None:
+        verdict = await deps.hooks.fire("before_tool", _tool_data(call), tool=tool.name)
+        call.hook_context = verdict.context
+        if verdict.denied:
+            await fail(deps, call, f"refused by a hook: {verdict.reason or 'no reason given'}")
+            return
+        if verdict.decision == "allow":
+            decision = policy.Allow()
     if isinstance(decision, policy.Ask):
         try:
             preview = await tool.preview(call.args, deps.tool_context(call.use.id))
@@ -141,6 +155,13 @@ async def execute(deps: TurnDeps, call: ToolCall, window: int) -> None:
         text = f"{call.tool.name} failed: {type(exc).__name__}: {exc}"
         output = ToolOutput(text, is_error=True, display=(TextDisplay(text),))
     content = _cap(output.content)
+    if deps.hooks is not None:
+        data = {**_tool_data(call), "result": {"text": _display_text(content)[:20_000]}}
+        data["result"]["is_error"] = output.is_error
+        verdict = await deps.hooks.fire("after_tool", data, tool=call.tool.name)
+        extra = "\n\n".join(c for c in (call.hook_context, verdict.context) if c)
+        if extra:
+            content = _with_note(content, extra)
     chars = len(_display_text(content))
     if deps.compactor is not None and deps.compactor.result_too_large(chars, window):
         text = (
@@ -193,6 +214,19 @@ async def settle_cancelled(deps: TurnDeps, call: ToolCall) -> None:
         _error_result(call.use.id, CANCELLED_RESULT_TEXT),
         ToolCallUpdated(call.use.id, status="failed", content=(TextDisplay("Cancelled."),)),
     )
+
+
+def _tool_data(call: ToolCall) -> dict[str, Any]:
+    """A tool call as hooks are told of it."""
+    return {"tool": {"name": call.use.name, "input": call.args, "id": call.use.id}}
+
+
+def _with_note(content: str | tuple[ResultPart, ...], note: str) -> str | tuple[ResultPart, ...]:
+    """`content` with what hooks added after it, marked as theirs."""
+    text = f'<hook-context event="tool">\n{note}\n</hook-context>'
+    if isinstance(content, str):
+        return f"{content}\n\n{text}"
+    return (*content, TextBlock(text=text))
 
 
 def _permission_key(tool: Tool, args: dict[str, Any]) -> str:

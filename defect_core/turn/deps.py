@@ -27,6 +27,7 @@ from defect_core import policy
 from defect_core.compaction import Compactor
 from defect_core.events import AgentEvent, PermissionRequested, TurnStopReason
 from defect_core.history import History
+from defect_core.hooks.engine import HookEngine
 from defect_core.model import Message
 from defect_core.providers.base import HostedWebSearch, LlmProvider, Usage
 from defect_core.selection import ModelSelection
@@ -67,6 +68,9 @@ class TurnDeps:
     # the context window
     compactor: Compactor | None = None
     """None: no compaction (the turn still reports an estimate of what it uses)."""
+    # the user's hooks (and the built-in ones, such as goal mode's)
+    hooks: HookEngine | None = None
+    """None: no hooks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,10 @@ class TurnConfig:
 
     web_search: HostedWebSearch | None = None
     """The provider's own web search, offered to the model (`delegate` mode), or None."""
+    max_rounds: int = 20
+    """Rounds one turn may take: a `before_turn_end` hook that sends the turn round again
+    starts a round (with `max_turn_requests` requests of its own); past this, the turn ends
+    with `max_turn_requests`."""
 
 
 @dataclass

@@ -17,7 +17,12 @@ Invariants:
   repair handles).
 - A message the store cannot save stops the turn with `TurnError` naming the reason
   (`kind: storage`): the turn never goes on past a message that is not durable.
-- At most `max_turn_requests` model requests per turn.
+- At most `max_turn_requests` model requests per round, and at most `max_rounds` rounds: a
+  turn starts a new round only when a `before_turn_end` hook sends it round again (a goal's
+  "keep working"), and each round's note is committed as a user message before it starts.
+- Hooks (`TurnDeps.hooks`) are asked at their phases and never stop a turn by failing: a
+  `user_prompt` denial ends the turn `refusal` before any request, with the reason shown;
+  their context is committed with the prompt, or as a user-side note before a request.
 - The runner knows no wire format and no front end: it speaks `LlmProvider`, `Tool` and
   `AgentEvent`, and reaches its session only through `TurnDeps`.
 """
@@ -27,9 +32,10 @@ from __future__ import annotations
 import anyio
 
 from defect_core.errors import SessionNotFound, StorageError, TurnError
-from defect_core.events import MessageCommitted, UsageReported, UserPromptCommitted
+from defect_core.events import MessageCommitted, Notice, UsageReported, UserPromptCommitted
+from defect_core.hooks.engine import Verdict
 from defect_core.integrity import drop_malformed_tool_uses
-from defect_core.model import ContentBlock, Message, ToolUseBlock
+from defect_core.model import ContentBlock, Message, TextBlock, ToolUseBlock
 from defect_core.provenance import stamp_origin
 from defect_core.providers.base import Completed
 from defect_core.turn import calls as tool_calls
@@ -46,14 +52,20 @@ class TurnRunner:
 
     async def run(self, prompt: list[ContentBlock], config: TurnConfig) -> TurnResult:
         result = TurnResult(stop_reason="end_turn")
-        await self._commit_prompt(prompt)
+        if not await self._commit_prompt(prompt):
+            result.stop_reason = "refusal"
+            return result
         paused = False  # the last reply paused (`pause_turn`): the next request continues it
+        rounds, round_requests = 1, 0
         while True:
-            if result.requests >= config.max_turn_requests:
+            if round_requests >= config.max_turn_requests:
                 result.stop_reason = "max_turn_requests"
                 return result
             result.requests += 1
+            round_requests += 1
             await fit_context_window(self._deps, config)
+            if not paused:
+                await self._before_request(result.requests)
             completed = await stream_reply(self._deps, config, paused=paused)
             self._account(completed, result)
             calls = await self._commit_reply(_runnable(completed, config), config)
@@ -66,15 +78,73 @@ class TurnRunner:
             if paused:
                 continue  # the API paused a long server-tool turn: send it back as it is
             result.stop_reason = stop_reason(completed.stop_reason)
-            return result
+            if result.stop_reason != "end_turn":
+                return result
+            verdict = await self._before_turn_end(completed.message, rounds)
+            if verdict.stop is not None:
+                result.stop_reason = verdict.stop
+                return result
+            if not verdict.denied:
+                return result
+            if rounds >= config.max_rounds:
+                result.stop_reason = "max_turn_requests"
+                return result
+            rounds, round_requests = rounds + 1, 0
+            await self._next_round(verdict)
 
     # --- the phases, in order ----------------------------------------------------------------
 
-    async def _commit_prompt(self, prompt: list[ContentBlock]) -> None:
+    async def _commit_prompt(self, prompt: list[ContentBlock]) -> bool:
+        """Commit the prompt, with what the `user_prompt` hooks add; False (nothing
+        committed, the reason shown) when a hook refuses it."""
+        hooks = self._deps.hooks
+        if hooks is not None:
+            text = "\n".join(b.text for b in prompt if isinstance(b, TextBlock))
+            verdict = await hooks.fire("user_prompt", {"prompt": text})
+            if verdict.denied:
+                await self._deps.publish(
+                    Notice(f"The prompt was refused by a hook: {verdict.reason}", "warning")
+                )
+                return False
+            if verdict.context:
+                prompt = [*prompt, hook_note("user_prompt", verdict.context)]
         user_message = Message(role="user", content=tuple(prompt))
         with anyio.CancelScope(shield=True):
             await self._save(user_message)
             await self._deps.publish(UserPromptCommitted(user_message))
+        return True
+
+    async def _before_request(self, number: int) -> None:
+        """The `before_request` hooks; what they add is committed as a user-side note."""
+        if self._deps.hooks is None:
+            return
+        verdict = await self._deps.hooks.fire("before_request", {"request": number})
+        if verdict.context:
+            await self._commit_note(hook_note("before_request", verdict.context))
+
+    async def _before_turn_end(self, reply: Message, rounds: int) -> Verdict:
+        """The `before_turn_end` hooks: a denial sends the turn round again."""
+        if self._deps.hooks is None:
+            return Verdict()
+        text = "".join(b.text for b in reply.content if isinstance(b, TextBlock))
+        return await self._deps.hooks.fire(
+            "before_turn_end", {"stop_reason": "end_turn", "round": rounds, "last_message": text}
+        )
+
+    async def _next_round(self, verdict: Verdict) -> None:
+        """Show the round's announcement and commit its note: why the turn goes on."""
+        if verdict.announce:
+            await self._deps.publish(Notice(verdict.announce))
+        blocks = [TextBlock(text=verdict.reason or "Keep working: a hook asked to go on.")]
+        if verdict.context:
+            blocks.append(hook_note("before_turn_end", verdict.context))
+        await self._commit_note(*blocks)
+
+    async def _commit_note(self, *blocks: ContentBlock) -> None:
+        note = Message(role="user", content=blocks)
+        with anyio.CancelScope(shield=True):
+            await self._save(note)
+            await self._deps.publish(MessageCommitted(note))
 
     def _account(self, completed: Completed, result: TurnResult) -> None:
         """Add the reply's usage to the turn's, and tell the history its real input size."""
@@ -135,6 +205,11 @@ class TurnRunner:
                 f"{exc} (the turn was stopped: its conversation could not be saved)",
                 {"kind": "storage", "retryable": True},
             ) from exc
+
+
+def hook_note(event: str, text: str) -> TextBlock:
+    """What hooks add to the model's input, marked as theirs."""
+    return TextBlock(text=f'<hook-context event="{event}">\n{text}\n</hook-context>')
 
 
 def _runnable(completed: Completed, config: TurnConfig) -> Message:
