@@ -68,7 +68,8 @@ class Figure:
     name: str
     value: float
     unit: str
-    target: float | None
+    target: float | str | None
+    """A bound to stay under, or a text such as `≥ 90 %` for one to stay above."""
     ok: bool
     floor: float | None = None
 
@@ -236,7 +237,7 @@ def figures(records: list[RequestRecord], verbose: bool) -> list[Figure]:
             "cache share of input tokens (warm requests)",
             round(share * 100, 1),
             "%",
-            TARGET_SHARE * 100,
+            f"≥ {TARGET_SHARE * 100:g} %",
             share >= TARGET_SHARE,
         ),
         Figure(
@@ -285,7 +286,12 @@ def main() -> int:
     result, _ = measure(args.quick, args.verbose)
     width = max(len(f.name) for f in result)
     for f in result:
-        target = "" if f.target is None else f"target {f.target:g}"
+        if f.target is None:
+            target = ""
+        elif isinstance(f.target, str):
+            target = f"target {f.target}"
+        else:
+            target = f"target ≤ {f.target:g}"
         floor = "" if f.floor is None else f"  (floor {f.floor:g})"
         status = "" if f.target is None else ("OK" if f.ok else "MISS")
         print(f"{f.name:<{width}}  {f.value:>10g} {f.unit:<7} {target}{floor}  {status}")
