@@ -235,8 +235,18 @@ def summary_message(text: str) -> Message:
 
 
 def summary_request(
-    prefix: list[Message], *, model: str, system: str, max_tokens: int, focus: str = ""
+    prefix: list[Message],
+    *,
+    model: str,
+    system: str,
+    max_tokens: int,
+    focus: str = "",
+    tools: tuple[ToolSpec, ...] = (),
 ) -> ModelRequest:
+    """The request that summarises `prefix`: the conversation's own system prompt and tool
+    list, so the provider's prompt cache serves the whole prefix it has already seen (a
+    request without the tools starts a different prefix and pays for the conversation
+    again), and the brief as the last user message (the brief says not to call tools)."""
     instructions = SUMMARY_INSTRUCTIONS
     if prefix and is_summary(prefix[0]):
         instructions += "\n\n" + MERGE_INSTRUCTIONS.format(open=SUMMARY_OPEN, close=SUMMARY_CLOSE)
@@ -249,7 +259,7 @@ def summary_request(
         model=model,
         system=system,
         messages=messages,
-        tools=(),
+        tools=tools,
         max_tokens=min(max_tokens, 8_192),
         thinking_budget=None,
     )
@@ -435,7 +445,7 @@ class Compactor:
         snapshot = self._history.snapshot()
         before = self.estimate(system, tools)
         report = await self._summarise_into_history(
-            snapshot, model, system, max_tokens, window, "full", before, focus
+            snapshot, model, system, tools, max_tokens, window, "full", before, focus
         )
         if report is None:
             await self._publish(
@@ -481,7 +491,7 @@ class Compactor:
         try:
             before = self.estimate(system, tools)
             report = await self._summarise_into_history(
-                snapshot, model, system, max_tokens, window, "background", before, ""
+                snapshot, model, system, tools, max_tokens, window, "background", before, ""
             )
             if report is not None:
                 await self._publish(UsageReported(used=self.estimate(system, tools), size=window))
@@ -495,6 +505,7 @@ class Compactor:
         snapshot: list[Message],
         model: str,
         system: str,
+        tools: tuple[ToolSpec, ...],
         max_tokens: int,
         window: int,
         kind: str,
@@ -513,7 +524,7 @@ class Compactor:
         if self._outbound is not None:
             prefix = self._outbound(prefix)
         request = summary_request(
-            prefix, model=model, system=system, max_tokens=max_tokens, focus=focus
+            prefix, model=model, system=system, max_tokens=max_tokens, focus=focus, tools=tools
         )
         try:
             text = await summarise(self._provider, request)

@@ -124,6 +124,36 @@ def test_summary_request_is_wire_legal_even_from_a_damaged_prefix() -> None:
     assert "Merge it" in merged.messages[-1].text()
 
 
+def test_a_summary_request_reads_the_conversation_from_the_prompt_cache() -> None:
+    """The summary goes out as the conversation's own prefix (system, tools, messages), so
+    the simulated cache (the real API's rules) serves what the last turn's request wrote."""
+    from defect_core.model import ToolSpec
+    from defect_core.providers.anthropic.request import encode_request
+    from defect_core.providers.base import ModelRequest
+    from defect_fakeapi import CacheUsage, PromptCache
+
+    tools = (ToolSpec("read_file", "Read a file. " * 40, {"type": "object"}),)
+    system = "You are defect. " * 400
+    history = [m for i in range(6) for m in tool_round(i, 2_000)]
+    cache = PromptCache()
+
+    def cost(messages: list[Message], request_tools: tuple[ToolSpec, ...]) -> CacheUsage:
+        request = ModelRequest(model="m", system=system, messages=messages, tools=request_tools)
+        return cache.account(encode_request(request), "m")
+
+    for end in range(3, len(history) + 1, 4):  # every turn's tool-loop request, as sent
+        cost(repair_outbound(history[:end]), tools)
+    prefix = history[: choose_boundary(history, 1_000)]
+    summary = summary_request(prefix, model="m", system=system, max_tokens=4_000, tools=tools)
+    usage = cache.account(encode_request(summary), "m")
+    overhead = cost([user("x")], tools).cache_read_input_tokens  # the tools and system only
+    assert overhead > 0
+    assert usage.cache_read_input_tokens > overhead + 1_000, usage
+    without_tools = summary_request(prefix, model="m", system=system, max_tokens=4_000)
+    assert cache.account(encode_request(without_tools), "m").cache_read_input_tokens == 0
+    assert summary.tools == tools and summary.system == system
+
+
 # --- the manager --------------------------------------------------------------------------
 
 
