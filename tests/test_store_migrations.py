@@ -38,6 +38,7 @@ from defect_core.store import (
     Migration,
     SessionRecord,
     SqliteStore,
+    SubagentRecord,
     ToolCallRecord,
 )
 
@@ -93,6 +94,19 @@ FROZEN: dict[int, str] = {
             session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
             turn_id TEXT NOT NULL, created_at REAL NOT NULL, finished INTEGER NOT NULL,
             body TEXT NOT NULL, PRIMARY KEY (session_id, turn_id)
+        );
+    """,
+    3: """
+        CREATE TABLE subagents (
+            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            tool_call_id TEXT NOT NULL, agent TEXT NOT NULL, task TEXT NOT NULL,
+            status TEXT NOT NULL, background INTEGER NOT NULL, created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL, PRIMARY KEY (session_id, tool_call_id)
+        );
+        CREATE TABLE subagent_messages (
+            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            tool_call_id TEXT NOT NULL, seq INTEGER NOT NULL, created_at TEXT NOT NULL,
+            body TEXT NOT NULL, PRIMARY KEY (session_id, tool_call_id, seq)
         );
     """,
 }
@@ -441,8 +455,8 @@ def file_checkpoint(session_id: str, turn_id: str, at: float, *, finished: bool 
 @upgrades_to(2)
 def test_migration_2_adds_file_checkpoints_kept_and_deleted_with_their_session(db: Path) -> None:
     write_v1_rows(frozen_database(db, 1))
-    with SqliteStore(db) as store:
-        assert store.schema_version == 2
+    with SqliteStore(db) as store:  # through 2 to the latest
+        assert store.schema_version == SCHEMA_VERSION
         check_v1_rows(store)
         sid = store.list().sessions[0].id
         store.save_file_checkpoint(file_checkpoint(sid, "t2", 20.0, finished=False))
@@ -456,7 +470,42 @@ def test_migration_2_adds_file_checkpoints_kept_and_deleted_with_their_session(d
         assert [r.turn_id for r in store.file_checkpoints()] == ["t2"]
         store.delete(sid)
         assert store.file_checkpoints() == []
-    assert schema_of(db) == schema_of(frozen_database(db.parent / "frozen.sqlite3", 2))
+    latest = frozen_database(db.parent / "frozen.sqlite3", SCHEMA_VERSION)
+    assert schema_of(db) == schema_of(latest)
+
+
+@upgrades_to(3)
+def test_migration_3_adds_subagent_runs_and_their_transcripts(db: Path) -> None:
+    path = frozen_database(db, 2)
+    write_v1_rows(path)
+    with SqliteStore(db) as store:
+        assert store.schema_version >= 3
+        check_v1_rows(store)
+        assert store.subagents("sess_shop") == []
+        run = SubagentRecord(
+            session_id="sess_shop", tool_call_id="toolu_02", agent="general", task="survey cli.py"
+        )
+        store.save_subagent(run)
+        call = ToolUseBlock(id="toolu_c1", name="read", input={"path": "cli.py"})
+        assert store.append_subagent_message("sess_shop", "toolu_02", user("survey cli.py")) == 1
+        assert store.append_subagent_message("sess_shop", "toolu_02", assistant(call)) == 2
+        # a kill here: the run stays `running` and its log ends with an orphan call
+        (loaded,) = store.subagents("sess_shop")
+        assert (loaded.agent, loaded.task, loaded.status) == ("general", "survey cli.py", "running")
+        assert loaded.messages == (user("survey cli.py"), assistant(call))
+        store.save_subagent(SubagentRecord(**{**_fields(run), "status": "completed"}))
+        assert [r.status for r in store.subagents("sess_shop")] == ["completed"]
+        with pytest.raises(ValueError, match="unknown subagent status"):
+            store.save_subagent(SubagentRecord(**{**_fields(run), "status": "lost"}))
+        store.delete("sess_shop")
+        assert store.subagents("sess_shop") == []
+        assert store.load("sess_blog").transcript  # the other session is untouched
+    latest = frozen_database(db.parent / "frozen.sqlite3", SCHEMA_VERSION)
+    assert schema_of(db) == schema_of(latest)
+
+
+def _fields(record: SubagentRecord) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in SubagentRecord.__dataclass_fields__}
 
 
 def test_a_sigkill_while_saving_a_file_checkpoint_leaves_the_old_or_the_new(db: Path) -> None:

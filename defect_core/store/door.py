@@ -34,6 +34,7 @@ from defect_core.store.records import (
     FileCheckpointRecord,
     SessionRecord,
     StoredSession,
+    SubagentRecord,
     ToolCallRecord,
 )
 
@@ -95,6 +96,19 @@ class AsyncStore:
 
     async def delete_file_checkpoints(self, session_id: str, turn_ids: Iterable[str]) -> int:
         return await self._call(self.store.delete_file_checkpoints, session_id, list(turn_ids))
+
+    async def save_subagent(self, record: SubagentRecord) -> None:
+        await self._call(self.store.save_subagent, record)
+
+    async def append_subagent_message(
+        self, session_id: str, tool_call_id: str, message: Message
+    ) -> int:
+        return await self._call(
+            self.store.append_subagent_message, session_id, tool_call_id, message
+        )
+
+    async def subagents(self, session_id: str) -> builtins.list[SubagentRecord]:
+        return await self._call(self.store.subagents, session_id)
 
     async def load(self, session_id: str) -> StoredSession:
         return await self._call(self.store.load, session_id)

@@ -32,6 +32,7 @@ from defect_core.store.records import (
     FileCheckpointRecord,
     SessionRecord,
     StoredSession,
+    SubagentRecord,
     ToolCallRecord,
 )
 
@@ -107,6 +108,19 @@ class SessionStore(Protocol):
 
     def delete_file_checkpoints(self, session_id: str, turn_ids: Iterable[str]) -> int:
         """Remove these turns' file checkpoints; how many were removed."""
+        ...
+
+    def save_subagent(self, record: SubagentRecord) -> None:
+        """Insert or update one subagent run (not its messages), in one transaction."""
+        ...
+
+    def append_subagent_message(self, session_id: str, tool_call_id: str, message: Message) -> int:
+        """Log one message of the subagent started by `tool_call_id`, in its own transaction;
+        durable when this returns. Its seq (1, 2, … per subagent)."""
+        ...
+
+    def subagents(self, session_id: str) -> builtins.list[SubagentRecord]:
+        """The session's subagent runs, oldest first, each with its messages."""
         ...
 
     def load(self, session_id: str) -> StoredSession:

@@ -1,6 +1,7 @@
 """The values the session store keeps and returns, and the errors only the store raises.
 
-Owns `SessionRecord` (a session's settings), `ToolCallRecord` (what a replay shows of one tool
+Owns `SessionRecord` (a session's settings), `SubagentRecord` (one subagent run and its
+messages), `ToolCallRecord` (what a replay shows of one tool
 call), `StoredSession` (a loaded session), `InvalidCursor`, `CorruptSession`, the JSON form of
 tool displays and locations, and the store's timestamps (`now_iso`).
 
@@ -83,6 +84,25 @@ class FileCheckpointRecord:
     created_at: float
     finished: bool
     body: dict[str, Any]
+
+
+SUBAGENT_STATUSES: Final = frozenset({"running", "completed", "failed", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubagentRecord:
+    """One subagent run (`defect_core/agents/`), keyed by the parent's `spawn_agent` call:
+    its profile, its task, how it ended (`running` after a kill: it never ended), and its own
+    message log (`messages`: filled by `subagents`, ignored by `save_subagent`)."""
+
+    session_id: str
+    tool_call_id: str
+    agent: str
+    task: str
+    status: str = "running"
+    background: bool = False
+    created_at: str = field(default_factory=now_iso)
+    messages: tuple[Message, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

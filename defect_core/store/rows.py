@@ -32,6 +32,7 @@ from defect_core.store.records import (
     InvalidCursor,
     SessionRecord,
     StoredSession,
+    SubagentRecord,
     ToolCallRecord,
 )
 
@@ -172,3 +173,38 @@ def session_from_rows(
         tool_calls=tool_calls,
         last_seq=last_seq,
     )
+
+
+def subagents_from_rows(
+    path: Path,
+    session_id: str,
+    runs: list[tuple[Any, ...]],
+    logged: list[tuple[str, int, bytes]],
+) -> list[SubagentRecord]:
+    """The subagent runs `SqliteStore.subagents` read, each with its messages in order."""
+    messages: dict[str, list[Message]] = {}
+    for tool_call_id, seq, blob in logged:
+        try:
+            message = message_from_json(blob)
+        except MessageFormatError as exc:
+            where = f"subagent message {tool_call_id}#{seq}"
+            log.error("store_corrupt_row", session_id=session_id, where=where, detail=str(exc))
+            raise CorruptSession(
+                f"session {session_id!r}: {where} in {path} is not readable ({exc})",
+                session_id,
+                where,
+            ) from None
+        messages.setdefault(tool_call_id, []).append(message)
+    return [
+        SubagentRecord(
+            session_id=session_id,
+            tool_call_id=tool_call_id,
+            agent=agent,
+            task=task,
+            status=status,
+            background=bool(background),
+            created_at=created_at,
+            messages=tuple(messages.get(tool_call_id, ())),
+        )
+        for tool_call_id, agent, task, status, background, created_at in runs
+    ]

@@ -79,6 +79,37 @@ CREATE TABLE file_checkpoints (
 """Version 2: the file checkpoint of each prompt (`defect_core/checkpoints/model.py`, as JSON;
 the file contents are blobs in the state directory, not in the database)."""
 
-SESSION_TABLES: Final = ("messages", "checkpoint_messages", "tool_calls", "file_checkpoints")
+V3: Final = """
+CREATE TABLE subagents (
+    session_id   TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    tool_call_id TEXT NOT NULL,
+    agent        TEXT NOT NULL,
+    task         TEXT NOT NULL,
+    status       TEXT NOT NULL,
+    background   INTEGER NOT NULL,
+    created_at   TEXT NOT NULL,
+    updated_at   TEXT NOT NULL,
+    PRIMARY KEY (session_id, tool_call_id)
+);
+CREATE TABLE subagent_messages (
+    session_id   TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    tool_call_id TEXT NOT NULL,
+    seq          INTEGER NOT NULL,
+    created_at   TEXT NOT NULL,
+    body         TEXT NOT NULL,
+    PRIMARY KEY (session_id, tool_call_id, seq)
+);
+"""
+"""Version 3: subagents (`defect_core/agents/`): one row per run, keyed by the parent's
+`spawn_agent` tool call, and the subagent's own message log, append-only like `messages`."""
+
+SESSION_TABLES: Final = (
+    "messages",
+    "checkpoint_messages",
+    "tool_calls",
+    "file_checkpoints",
+    "subagents",
+    "subagent_messages",
+)
 """Every table keyed by `session_id` (besides `sessions`): `delete` clears each one in its
 transaction, not relying on `ON DELETE CASCADE` alone. A migration adding one appends it."""

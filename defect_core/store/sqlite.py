@@ -60,11 +60,13 @@ from defect_core.store.migrations import MIGRATIONS, Migration, check_version, m
 from defect_core.store.paths import default_store_path
 from defect_core.store.protocol import UNSET, Unset
 from defect_core.store.records import (
+    SUBAGENT_STATUSES,
     TOOL_STATUSES,
     CorruptSession,
     FileCheckpointRecord,
     SessionRecord,
     StoredSession,
+    SubagentRecord,
     ToolCallRecord,
     iso,
     now_iso,
@@ -397,6 +399,53 @@ class SqliteStore:
                 "DELETE FROM file_checkpoints WHERE session_id = ? AND turn_id = ?", ids
             )
             return conn.total_changes - before
+
+    def save_subagent(self, record: SubagentRecord) -> None:
+        if record.status not in SUBAGENT_STATUSES:
+            raise ValueError(f"unknown subagent status {record.status!r}")
+        now = self._clock()
+        with self._write(f"save a subagent of session {record.session_id!r}") as conn:
+            conn.execute(
+                "INSERT INTO subagents (session_id, tool_call_id, agent, task, status,"
+                " background, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?)"
+                " ON CONFLICT (session_id, tool_call_id) DO UPDATE SET"
+                " status = excluded.status, updated_at = excluded.updated_at",
+                (
+                    *(record.session_id, record.tool_call_id, record.agent, record.task),
+                    *(record.status, int(record.background), record.created_at, now),
+                ),
+            )
+
+    def append_subagent_message(self, session_id: str, tool_call_id: str, message: Message) -> int:
+        body = rows.message_json(message)
+        now = self._clock()
+        with self._write(f"save a subagent message of session {session_id!r}") as conn:
+            (last,) = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM subagent_messages"
+                " WHERE session_id = ? AND tool_call_id = ?",
+                (session_id, tool_call_id),
+            ).fetchone()
+            seq = int(last) + 1
+            conn.execute(
+                "INSERT INTO subagent_messages (session_id, tool_call_id, seq, created_at, body)"
+                " VALUES (?,?,?,?,?)",
+                (session_id, tool_call_id, seq, now, body),
+            )
+        return seq
+
+    def subagents(self, session_id: str) -> builtins.list[SubagentRecord]:
+        with self._read(f"load the subagents of session {session_id!r}", snapshot=True) as conn:
+            runs = conn.execute(
+                "SELECT tool_call_id, agent, task, status, background, created_at FROM subagents"
+                " WHERE session_id = ? ORDER BY created_at, rowid",
+                (session_id,),
+            ).fetchall()
+            logged = conn.execute(
+                "SELECT tool_call_id, seq, CAST(body AS BLOB) FROM subagent_messages"
+                " WHERE session_id = ? ORDER BY tool_call_id, seq",
+                (session_id,),
+            ).fetchall()
+        return rows.subagents_from_rows(self.path, session_id, runs, logged)
 
     def delete(self, session_id: str) -> None:
         with self._write(f"delete session {session_id!r}") as conn:
