@@ -258,7 +258,9 @@ def select_options(
 
 
 def replay_updates(
-    transcript: Sequence[Message], tool_calls: dict[str, ToolCallSnapshot]
+    transcript: Sequence[Message],
+    tool_calls: dict[str, ToolCallSnapshot],
+    subagents: dict[str, str] | None = None,
 ) -> list[Update]:
     """The whole conversation as the updates a client saw live, in order.
 
@@ -266,7 +268,9 @@ def replay_updates(
     last known status and content (diffs included), and every search the provider ran (from
     its blocks: query, hits or error). A call that never got a result (the
     process was killed while it ran) keeps its last recorded status — pending or
-    in_progress — so the client shows it as not completed, which is the truth.
+    in_progress — so the client shows it as not completed, which is the truth. A
+    `spawn_agent` call shows what its subagent did, from the subagent's own stored transcript
+    (`subagents`: its view by call id), also when the process died while it worked.
     """
     updates: list[Update] = []
     results: dict[str, ToolResultBlock] = {
@@ -298,9 +302,11 @@ def replay_updates(
             elif isinstance(block, RedactedThinkingBlock):
                 continue
             elif isinstance(block, ToolUseBlock):
-                updates.append(
-                    _replayed_call(block, tool_calls.get(block.id), results.get(block.id))
-                )
+                update = _replayed_call(block, tool_calls.get(block.id), results.get(block.id))
+                if subagents and block.id in subagents:
+                    text = s.TextContentBlock(type="text", text=subagents[block.id])
+                    update.content = [tool_content(text)]
+                updates.append(update)
             elif isinstance(block, ServerToolUseBlock):
                 updates.append(_replayed_search(block, searches.get(block.id)))
     return updates

@@ -160,7 +160,8 @@ class SessionPump:
 
 async def replay(sink: UpdateSink, session: Session) -> None:
     """Send a stored session's history as updates (`session/load`, `--resume`)."""
-    for update in project.replay_updates(session.transcript(), session.tool_calls()):
+    views = session.subagent_views()
+    for update in project.replay_updates(session.transcript(), session.tool_calls(), views):
         await sink.send_update(session.id, update)
 
 

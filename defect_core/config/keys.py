@@ -22,6 +22,8 @@ Keys (every one optional; tables merge key by key across layers):
     require_persistence = false       # refuse new sessions when they cannot be saved
     script_path = "replies.json"      # the offline model's script (relative to the file)
     goal_max_rounds = 20              # rounds a goal may take (/goal, defect exec --goal)
+    subagent_max_depth = 1            # how deep spawn_agent may nest (0: no subagents)
+    background_max_tasks = 4          # background tasks one session runs at once
     trusted_projects = ["~/src/app"]  # user file only: projects whose own hooks may run
 
     [[hooks.before_tool]]             # hooks: event -> entries (config/hooks.py has them all)
@@ -249,6 +251,8 @@ TOP_KEYS: dict[str, tuple[str, Check]] = {
     "script_path": ("script_path", _string),
     "terminal_shell": ("terminal_shell", _string),
     "goal_max_rounds": ("goal_max_rounds", at_least(1)),
+    "subagent_max_depth": ("subagent_max_depth", at_least(0)),
+    "background_max_tasks": ("background_max_tasks", at_least(1)),
 }
 TABLE_KEYS: dict[str, dict[str, tuple[str, Check]]] = {
     "anthropic": {

@@ -145,6 +145,11 @@ class Settings:
     goal_max_rounds: int = 20
     """Rounds a goal (`/goal`, `defect exec --goal`) may take before it stops; also the
     most times `before_turn_end` hooks may send one turn round again."""
+    subagent_max_depth: int = 1
+    """How deep subagents may nest (`spawn_agent`): 1 lets the session's agent start them and
+    them none; 0 offers no `spawn_agent` at all."""
+    background_max_tasks: int = 4
+    """Background tasks (`spawn_agent` with `run_in_background`) one session runs at once."""
     sources: tuple[str, ...] = ()
     """The configuration files that were read, lowest layer first (for logs and errors)."""
     provider_origin: str = "the default"

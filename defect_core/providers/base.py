@@ -67,6 +67,9 @@ class ModelRequest:
     """Extended-thinking budget in tokens, or None for no thinking."""
     web_search: HostedWebSearch | None = None
     """The provider's web search, when the session delegates searching to it."""
+    agent: str = ""
+    """Who asks: "" for a session's own agent, else a subagent's profile name. Never sent on
+    a wire; the offline model answers each agent from its own script."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,12 @@ one). A reply is an object with any of:
 When a script that does not loop runs out, every further request answers "(the script has no
 more replies)".
 
+Subagents (`spawn_agent`, `defect_core/agents/`) ask through the same provider. A script
+addresses them by profile name: `{"replies": [...], "agents": {"general": [...]}}` — a request
+of the subagent `general` (foreground or background) takes the next reply of its own list, so
+the order of parent and child requests never matters; an agent without a list of its own takes
+from `replies`. Lists of agents never loop.
+
 Invariant: like every provider, a stream ends in exactly one `Completed` or raises
 `ProviderError`; tool inputs are streamed as JSON fragments before the call completes.
 """
@@ -86,10 +92,13 @@ class ScriptedProvider:
         loop: bool = False,
         name: str = "scripted",
         models: tuple[str, ...] = (),
+        agents: dict[str, list[dict[str, Any]]] | None = None,
     ) -> None:
         self._script = list(script) if script is not None else None
         self._loop = loop
         self._position = 0
+        self._agents = {name: list(replies) for name, replies in (agents or {}).items()}
+        """Each subagent profile's own replies, by name (consumed from the front)."""
         self.name = name
         """The provider's configured name (`[providers.NAME]`), or `scripted`."""
         known = {m.id: m for m in OFFLINE_MODELS}
@@ -102,7 +111,7 @@ class ScriptedProvider:
         cls, path: str | Path, *, name: str = "scripted", models: tuple[str, ...] = ()
     ) -> ScriptedProvider:
         replies, loop = load_script(path)
-        return cls(replies, loop=loop, name=name, models=models)
+        return cls(replies, loop=loop, name=name, models=models, agents=load_agents(path))
 
     def models(self) -> list[ModelInfo]:
         """The configured ids (`models`), else the one built-in `offline`."""
@@ -116,7 +125,10 @@ class ScriptedProvider:
         return self.models()
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
-        if self._script is None:
+        own = self._agents.get(request.agent) if request.agent else None
+        if own is not None:
+            reply = own.pop(0) if own else {"text": EXHAUSTED_TEXT}
+        elif self._script is None:
             reply = demo_reply(request)
         elif self._position < len(self._script) or (self._loop and self._script):
             reply = self._script[self._position % len(self._script)]
@@ -147,6 +159,22 @@ def load_script(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
     if not isinstance(loop, bool):
         raise ScriptError(f'the offline model\'s script {path}: "loop" must be true or false')
     return replies, loop
+
+
+def load_agents(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+    """The script's lists of replies per subagent (`"agents"`), checked; `load_script` has
+    read the file already, so only the shape can be wrong here."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    agents = data.get("agents", {}) if isinstance(data, dict) else {}
+    if not isinstance(agents, dict) or not all(
+        isinstance(replies, list) and all(isinstance(r, dict) for r in replies)
+        for replies in agents.values()
+    ):
+        raise ScriptError(
+            f'the offline model\'s script {path}: "agents" must map profile names to lists of '
+            "reply objects"
+        )
+    return {str(name): list(replies) for name, replies in agents.items()}
 
 
 async def _play(reply: dict[str, Any], request: ModelRequest) -> AsyncIterator[StreamChunk]:
@@ -271,6 +299,11 @@ def demo_reply(request: ModelRequest) -> dict[str, Any]:
         return {
             "text": f"Running `{cmd}`.",
             "tool_calls": [{"name": "bash", "input": {"command": cmd}}],
+        }
+    if "spawn_agent" in tools and re.search(r"\b(subagent|delegate)", lowered):
+        return {
+            "text": "I'll hand that to a subagent, so its exploring stays out of our context.",
+            "tool_calls": [{"name": "spawn_agent", "input": {"agent": "general", "task": prompt}}],
         }
     if re.fullmatch(r"(hi|hello|hey)\b.*", lowered) or not tools:
         return {"text": f"Hello! I'm defect's offline model. You said: {prompt or '(nothing)'}"}

@@ -217,6 +217,7 @@ class DefaultAgentCore:
                 mcp=hub,
                 mcp_servers=mcp_servers,
             )
+            await session.delegation.load()
             self._sessions[session_id] = session
             await self._store.update(
                 session_id, mcp_servers=[server_summary(spec) for spec in mcp_servers]

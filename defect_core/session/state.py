@@ -38,6 +38,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 
 from defect_core import policy
+from defect_core.agents.delegation import Delegation
 from defect_core.compaction import CompactionReport, Compactor
 from defect_core.config import Settings, default_selection
 from defect_core.events import (
@@ -72,7 +73,7 @@ from defect_core.selection import ModelSelection
 from defect_core.session import options
 from defect_core.session.commands import CommandBook, answer_command, slash_command
 from defect_core.session.permissions import SessionPermissions
-from defect_core.session.persistence import ReplayStateWriter, server_summary
+from defect_core.session.persistence import ReplayStateWriter, server_summary, snapshots
 from defect_core.session.protocol import (
     AgentError,
     Backends,
@@ -171,6 +172,18 @@ class DefaultSession:
             after_compact=self._after_compact,
         )
         self._context.use_provider(self._provider, self._own_thinking_only)
+        self.delegation = Delegation(
+            session_id=session_id,
+            cwd=cwd,
+            settings=settings,
+            store=store,
+            publish=self._publish,
+            provider=lambda: self._provider,
+            config=self._turn_config,
+            tool_context=self._tool_context,
+            rules=lambda: self._permissions.rules,
+        )
+        """Subagents and background tasks (`defect_core/agents/`)."""
 
     # --- identity --------------------------------------------------------------------------
 
@@ -218,19 +231,11 @@ class DefaultSession:
         return list(self._transcript)
 
     def tool_calls(self) -> dict[str, ToolCallSnapshot]:
-        return {
-            call_id: ToolCallSnapshot(
-                tool_call_id=call_id,
-                title=r.title,
-                kind=r.kind,
-                status=r.status,
-                content=r.displays(),
-                locations=r.location_values(),
-                raw_input=r.raw_input,
-                raw_output=r.raw_output,
-            )
-            for call_id, r in self._tool_calls.items()
-        }
+        return snapshots(self._tool_calls)
+
+    def subagent_views(self) -> dict[str, str]:
+        """What each stored subagent did, by the `spawn_agent` call that started it."""
+        return self.delegation.views()
 
     def record(self) -> SessionRecord:
         """What the store keeps of this session besides its messages."""
@@ -288,6 +293,7 @@ class DefaultSession:
                     cancel_turn=self.cancel_turn,
                     compactor=self._context,
                     hooks=self._hooks,
+                    notes=self.delegation.take_notes,
                 )
             )
             result: TurnResult | None = None
@@ -330,6 +336,7 @@ class DefaultSession:
             )
             if facts.skills and self._tools.get("skill") is None:
                 self._tools.add(SkillTool(facts.skills))
+            await self.delegation.offer(self._tools)
             names = [spec.name for spec in self._tools.specs()]
             self._system_prompt = system_prompt_from(facts, self._backends.frontend, names)
 
@@ -552,6 +559,7 @@ class DefaultSession:
             return
         self._closed = True
         self.cancel_turn()
+        await self.delegation.aclose()
         await self._context.aclose()
         if self._mcp is not None:
             await self._mcp.aclose()

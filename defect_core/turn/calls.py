@@ -11,6 +11,9 @@ Invariants:
   (`finish`): the result and the update the client sees go as one step a cancel cannot split.
 - A tool that raises, a `describe` or `preview` that fails, or an unknown tool name becomes an
   error result the model reads; none of them stops the turn.
+- A turn that is not interactive (a subagent's, `TurnDeps.interactive`) never asks: a call
+  the policy would ask about is refused (`NOT_INTERACTIVE_TEXT`), so it never waits on a
+  question and never has more authority than the session that started it.
 - `before_tool` hooks are asked before the policy: a denial fails the call with the hook's
   reason (the model reads it), an `allow` approves it without a question (a policy refusal —
   read-only mode, a remembered "always reject" — still wins). `after_tool` hooks see the
@@ -42,6 +45,11 @@ MAX_RESULT_CHARS = 100_000
 """A tool result larger than this is cut with a marker before it reaches the model."""
 
 CANCELLED_RESULT_TEXT = "tool call cancelled by the user before it finished"
+NOT_INTERACTIVE_TEXT = (
+    "refused: this call needs the user's permission, and a subagent cannot ask for it "
+    "(the session's permission mode would have asked). Do without it, or say in your answer "
+    "what needs to be done so the agent that started you can do it."
+)
 
 
 @dataclass
@@ -106,6 +114,9 @@ async def decide(deps: TurnDeps, call: ToolCall, config: TurnConfig) -> None:
             return
         if verdict.decision == "allow":
             decision = policy.Allow()
+    if isinstance(decision, policy.Ask) and not deps.interactive:
+        await fail(deps, call, NOT_INTERACTIVE_TEXT)
+        return
     if isinstance(decision, policy.Ask):
         try:
             preview = await tool.preview(call.args, deps.tool_context(call.use.id))

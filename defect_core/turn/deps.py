@@ -28,7 +28,7 @@ from defect_core.compaction import Compactor
 from defect_core.events import AgentEvent, PermissionRequested, TurnStopReason
 from defect_core.history import History
 from defect_core.hooks.engine import HookEngine
-from defect_core.model import Message
+from defect_core.model import ContentBlock, Message
 from defect_core.providers.base import HostedWebSearch, LlmProvider, Usage
 from defect_core.selection import ModelSelection
 from defect_core.tools.base import ToolContext, ToolRegistry
@@ -71,6 +71,13 @@ class TurnDeps:
     # the user's hooks (and the built-in ones, such as goal mode's)
     hooks: HookEngine | None = None
     """None: no hooks."""
+    # who is asking
+    interactive: bool = True
+    """False (a subagent): nobody can be asked, so a call the policy would ask about is
+    refused with a result that says so (`calls.decide`)."""
+    notes: Callable[[], list[ContentBlock]] | None = None
+    """User-side notes waiting for the model (finished background tasks): taken at the start
+    of each request and committed as a user message before it (`runner._before_request`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +108,9 @@ class TurnConfig:
 
     web_search: HostedWebSearch | None = None
     """The provider's own web search, offered to the model (`delegate` mode), or None."""
+    agent: str = ""
+    """Who makes the requests: "" for the session's own agent, else the subagent profile's
+    name (the offline model answers each from its own script, `providers/scripted.py`)."""
     max_rounds: int = 20
     """Rounds one turn may take: a `before_turn_end` hook that sends the turn round again
     starts a round (with `max_turn_requests` requests of its own); past this, the turn ends

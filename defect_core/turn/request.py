@@ -124,6 +124,7 @@ def build_request(deps: TurnDeps, config: TurnConfig, *, paused: bool = False) -
         max_tokens=config.max_tokens,
         thinking_budget=config.thinking_budget,
         web_search=config.web_search,
+        agent=config.agent,
     )
 
 

@@ -115,12 +115,19 @@ class TurnRunner:
         return True
 
     async def _before_request(self, number: int) -> None:
-        """The `before_request` hooks; what they add is committed as a user-side note."""
-        if self._deps.hooks is None:
-            return
-        verdict = await self._deps.hooks.fire("before_request", {"request": number})
-        if verdict.context:
-            await self._commit_note(hook_note("before_request", verdict.context))
+        """The notes waiting for the model (finished background tasks) and what the
+        `before_request` hooks add, committed as one user-side note: after the last results
+        message, so the outbound copy merges it behind them, never between a call and its
+        result."""
+        blocks: list[ContentBlock] = []
+        if self._deps.hooks is not None:
+            verdict = await self._deps.hooks.fire("before_request", {"request": number})
+            if verdict.context:
+                blocks.append(hook_note("before_request", verdict.context))
+        if self._deps.notes is not None:  # taken with no await before their shielded commit
+            blocks = [*self._deps.notes(), *blocks]
+        if blocks:
+            await self._commit_note(*blocks)
 
     async def _before_turn_end(self, reply: Message, rounds: int) -> Verdict:
         """The `before_turn_end` hooks: a denial sends the turn round again."""
