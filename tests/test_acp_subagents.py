@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acp import schema as s
 
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply
 from defect_fakeapi.script import RequestRecord, ToolUseBlock
@@ -297,3 +296,182 @@ def results_of_anywhere(body: dict[str, Any], call_id: str) -> dict[str, Any]:
                 if block.get("type") == "tool_result" and block["tool_use_id"] == call_id:
                     return dict(block)
     raise AssertionError(f"no result for {call_id}")
+
+
+# --- background tasks -------------------------------------------------------------------------
+
+
+def task_ended(agent: Agent, sid: str, call_id: str) -> Callable[[], bool]:
+    """The editor has been told that the task started by `call_id` ended."""
+
+    def ended() -> bool:
+        return any(
+            isinstance(u.raw_output, dict)
+            and u.raw_output.get("status") != "running"
+            and "task_id" in u.raw_output
+            and "status" in u.raw_output
+            for u in updates_of(agent, sid, call_id)
+        )
+
+    return ended
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    content = body["messages"][-1]["content"]
+    if isinstance(content, str):
+        return content
+    return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
+async def test_a_background_outcome_reaches_the_model_before_its_next_request(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    agents = Agents(fake_provider)
+    agents.script("parent", spawn("toolu_bg", "Count the files.", background=True))
+    agents.script("parent", Reply.text("It runs in the background."))
+    agents.script("general", Reply.text("Background finding: 7 files."))
+    agents.script("parent", Reply.text("Seven files."), Reply.text("Anything else?"))
+    async with spawn_defect(env=subagent_env(fake_provider, tmp_path)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(tmp_path)
+        assert (await agent.prompt(sid, "Count the files, in the background.")).stop_reason == (
+            "end_turn"
+        )
+        await wait_until(task_ended(agent, sid, "toolu_bg"), agent)  # survived its turn's end
+        final = updates_of(agent, sid, "toolu_bg")[-1]
+        assert final.status == "completed"
+        assert "Background task t1 completed: Background finding: 7 files." in shown(final)
+        assert (await agent.prompt(sid, "How many?")).stop_reason == "end_turn"
+        assert (await agent.prompt(sid, "Thanks.")).stop_reason == "end_turn"
+    fake_provider.assert_script_consumed()
+    started = result_text(results_of(agents.seen["parent"][1])["toolu_bg"])
+    assert started.startswith("Started background task t1 (general: Count the files.)")
+    delivered = last_user_text(agents.seen["parent"][2])
+    assert delivered.startswith("How many?")
+    assert '<background-task id="t1" status="completed">' in delivered
+    assert "Background finding: 7 files." in delivered
+    assert "<background-task" not in last_user_text(agents.seen["parent"][3]), "told once"
+
+
+async def test_a_background_task_is_inspected_then_cancelled(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    (tmp_path / "a.txt").write_text("a\n", encoding="utf-8")
+    agents = Agents(fake_provider)
+    agents.script("parent", spawn("toolu_bg", "Survey everything.", background=True))
+    agents.script(
+        "general",
+        Reply.tool_use("toolu_c1", "read_file", {"path": "a.txt"}),
+        Reply.text("never finished").stall(1),
+    )
+    async with spawn_defect(env=subagent_env(fake_provider, tmp_path)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(tmp_path)
+        agents.script("parent", Reply.text("Started."))
+        assert (await agent.prompt(sid, "Survey, in the background.")).stop_reason == "end_turn"
+        await asked(fake_provider, 4)  # the child's second request is in flight
+        agents.script(
+            "parent",
+            Reply.tool_use("toolu_list", "inspect_background_task", {}),
+            Reply.tool_use("toolu_one", "inspect_background_task", {"task_id": "t1"}),
+            Reply.tool_use("toolu_cancel", "cancel_background_task", {"task_id": "t1"}),
+            Reply.text("Cancelled it."),
+            Reply.text("Nothing pending."),
+        )
+        assert (await agent.prompt(sid, "Stop it.")).stop_reason == "end_turn"
+        final = updates_of(agent, sid, "toolu_bg")[-1]
+        assert final.status == "failed" and "Background task t1 cancelled" in shown(final)
+        assert (await agent.prompt(sid, "Anything left?")).stop_reason == "end_turn"
+    fake_provider.assert_script_consumed()
+    bodies = agents.seen["parent"]
+    listing = result_text(results_of(bodies[3])["toolu_list"])
+    assert listing.startswith("t1  running") and "general: Survey everything." in listing
+    one = result_text(results_of(bodies[4])["toolu_one"])
+    assert "(1 tool call)" in one and "✓ Read a.txt" in one
+    assert result_text(results_of(bodies[5])["toolu_cancel"]) == "Task t1 is cancelled."
+    assert "<background-task" not in json.dumps(bodies[-1]), "the model cancelled it itself"
+
+
+async def test_the_background_limit_and_session_close_cancelling_a_task(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    agents = Agents(fake_provider)
+    two = Reply.of(
+        [
+            ToolUseBlock(
+                "toolu_bg1",
+                "spawn_agent",
+                {"agent": "general", "task": "One.", "run_in_background": True},
+            ),
+            ToolUseBlock(
+                "toolu_bg2",
+                "spawn_agent",
+                {"agent": "general", "task": "Two.", "run_in_background": True},
+            ),
+        ],
+        stop_reason="tool_use",
+    )
+    agents.script("parent", two, Reply.text("One of two started."))
+    agents.script("general", Reply.text("never finished").stall(0))
+    env = subagent_env(fake_provider, tmp_path, "background_max_tasks = 1\n")
+    async with spawn_defect(env=env) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(tmp_path)
+        assert (await agent.prompt(sid, "Start both.")).stop_reason == "end_turn"
+        await asked(fake_provider, 3)
+        await agent.conn.close_session(session_id=sid)
+        await wait_until(task_ended(agent, sid, "toolu_bg1"), agent)
+        assert updates_of(agent, sid, "toolu_bg1")[-1].status == "failed"
+    fake_provider.assert_script_consumed()
+    results = results_of(agents.seen["parent"][1])
+    assert result_text(results["toolu_bg1"]).startswith("Started background task t1")
+    refused = results["toolu_bg2"]
+    assert refused["is_error"] is True
+    assert "background_max_tasks = 1" in result_text(refused)
+    with sqlite3.connect(f"file:{tmp_path / 'state' / 'sessions.sqlite3'}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT tool_call_id, status, background FROM subagents").fetchall()
+    assert rows == [("toolu_bg1", "cancelled", 1)]
+
+
+# --- a kill while a child works -----------------------------------------------------------------
+
+
+async def test_a_kill_while_a_child_works_leaves_parent_and_child_loadable(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    (tmp_path / "a.txt").write_text("a\n", encoding="utf-8")
+    agents = Agents(fake_provider)
+    agents.script("parent", spawn("toolu_spawn", "Read a.txt and report."))
+    agents.script(
+        "general",
+        Reply.tool_use("toolu_c1", "read_file", {"path": "a.txt"}),
+        Reply.text("never finished").stall(1),
+    )
+    env = subagent_env(fake_provider, tmp_path)
+    async with spawn_defect(env=env) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(tmp_path)
+        turn = asyncio.create_task(agent.prompt(sid, "Delegate the report."))
+        await asked(fake_provider, 3)
+        agent.process.kill()
+        await asyncio.wait_for(agent.process.wait(), TIMEOUT)
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(turn, TIMEOUT)
+    with sqlite3.connect(f"file:{tmp_path / 'state' / 'sessions.sqlite3'}?mode=ro", uri=True) as db:
+        (status,) = db.execute("SELECT status FROM subagents").fetchone()
+        child_log = [json.loads(b) for (b,) in db.execute("SELECT body FROM subagent_messages")]
+    assert status == "running", "it never ended: the kill came first"
+    assert [m["role"] for m in child_log] == ["user", "assistant", "user"]
+    agents.script("parent", Reply.text("Back; the subagent was interrupted."))
+    async with spawn_defect(env=env) as agent:
+        await agent.initialize()
+        await agent.conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+        replay = updates_of(agent, sid, "toolu_spawn")
+        assert len(replay) == 1 and replay[0].status != "completed"
+        assert "✓ read_file a.txt" in shown(replay[0]), "what the child did, from its log"
+        assert (await agent.prompt(sid, "Are you back?")).stop_reason == "end_turn"
+    fake_provider.assert_script_consumed()
+    resumed = agents.seen["parent"][-1]
+    interrupted = results_of_anywhere(resumed, "toolu_spawn")
+    assert interrupted["is_error"] is True
+    assert "interrupted" in result_text(interrupted)
