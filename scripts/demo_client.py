@@ -4,8 +4,8 @@ Spawns `defect acp` (no API key needed) as every client of defect's own does
 (`defect_acp.client`: its own process group, ended with it), drives it through the official
 ACP SDK's client side (`acp.connect_to_agent`) over real stdio, and prints what an editor
 would show: streamed text, thoughts, tool calls with their status, a diff, a permission
-question (answered by this script), a cancel, and each turn's stop reason. Exits 0 when
-every step behaved; 1 otherwise.
+question (answered by this script), a subagent's work streamed on its call, a cancel, and each
+turn's stop reason. Exits 0 when every step behaved; 1 otherwise.
 
 Run it with `make run`, or `python scripts/demo_client.py [--workspace DIR]`.
 """
@@ -249,6 +249,15 @@ async def run(workspace: Path, state_dir: Path) -> int:
         check(editor.permission_asked > asked_before, "a permission question was asked")
         check(editor.diffs_shown > 0, "the edit showed a diff")
         check((workspace / "NOTES.md").exists(), "NOTES.md was written")
+
+        check(await prompt("Ask a subagent to survey this workspace") == "end_turn", "subagent")
+        check(
+            any(
+                title.startswith("general:") and editor.statuses.get(call) == "completed"
+                for call, title in editor.titles.items()
+            ),
+            "the subagent's call streamed its progress and completed",
+        )
 
         print(f"\n{BOLD}> Count slowly to thirty{RESET}  {DIM}(the demo cancels it){RESET}")
         editor.first_chunk.clear()
