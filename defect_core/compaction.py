@@ -25,10 +25,12 @@ Invariants:
 - A boundary never separates a `tool_use` from its results and prefers the start of a user
   turn; the summary replaces exactly the messages before it.
 - The summarisation request is built through `repair_outbound`, like every request, and is
-  the turn's own request shape (system prompt, tools, thinking) with the instruction as its
-  last user message: the API then reads the conversation from its prompt cache instead of
-  writing it again. A reply that calls a tool anyway gives its text; one with no text is
-  asked again without tools.
+  the turn's own request (system prompt, tools, thinking, the whole conversation) with the
+  instruction as its last user message, saying which latest messages are kept: the API then
+  reads the conversation from its prompt cache instead of writing it again (as Claude Code's
+  cache-safe compaction does). When the window leaves no room for that and the summary, only
+  the messages summarised are sent (read as far as an earlier request cached them). A reply
+  that calls a tool anyway gives its text; one with no text is asked again without tools.
 - A failed compaction is logged and skipped, never fatal: the turn goes on (and the provider's
   own "prompt is too long" error would then be reported as such).
 - The stored history is checkpointed after every rewrite, so a load restores the compacted
@@ -71,7 +73,7 @@ from defect_core.providers.base import (
     ModelRequest,
     ProviderError,
 )
-from defect_core.summary_brief import MERGE_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
+from defect_core.summary_brief import KEPT_INSTRUCTIONS, MERGE_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
 
 log = get_logger("defect.compaction")
 
@@ -80,6 +82,8 @@ SUMMARY_OPEN = "<conversation-summary>"
 SUMMARY_CLOSE = "</conversation-summary>"
 SUMMARY_MAX_TOKENS = 8_192
 """What a summary may take, beyond the thinking budget it shares with the turn's requests."""
+SUMMARY_MARGIN = 1_024
+"""Room for the instruction and the estimate's error, when the whole conversation is sent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +268,7 @@ def summary_message(text: str) -> Message:
 
 
 def summary_request(
-    prefix: list[Message],
+    conversation: list[Message],
     *,
     model: str,
     system: str,
@@ -273,18 +277,25 @@ def summary_request(
     tools: tuple[ToolSpec, ...] = (),
     thinking_budget: int | None = None,
     web_search: HostedWebSearch | None = None,
+    kept: int = 0,
 ) -> ModelRequest:
-    """The request that summarises `prefix`: the turn's request shape (`system`, `tools`,
-    `web_search`, `thinking_budget`: the prompt cache's key up to the messages) with the
-    instruction as the last user message, so the conversation is read from the cache. The
-    output is capped, leaving the thinking budget as it is (a changed budget would miss)."""
+    """The request that summarises `conversation` but its last `kept` messages: the turn's
+    request shape (`system`, `tools`, `web_search`, `thinking_budget`: the prompt cache's key
+    up to the messages) and the whole conversation, with the instruction (saying where the
+    summary stops) as the last user message, so that all of it is read from the cache: the
+    last request sent it. The output is capped, leaving the thinking budget as it is (a
+    changed budget would miss)."""
     instructions = SUMMARY_INSTRUCTIONS
-    if prefix and is_summary(prefix[0]):
+    if kept:
+        start = " ".join(conversation[-kept].text().split())
+        start = f"«{start[:80]}»" if start else "(no text)"
+        instructions += "\n\n" + KEPT_INSTRUCTIONS.format(count=kept, start=start)
+    if conversation and is_summary(conversation[0]):
         instructions += "\n\n" + MERGE_INSTRUCTIONS.format(open=SUMMARY_OPEN, close=SUMMARY_CLOSE)
     if focus:
         instructions += f"\n\nThe user asks the summary to focus on: {focus}"
     messages = repair_outbound(
-        [*prefix, Message(role="user", content=(TextBlock(text=instructions),))]
+        [*conversation, Message(role="user", content=(TextBlock(text=instructions),))]
     )
     return ModelRequest(
         model=model,
@@ -534,14 +545,19 @@ class Compactor:
         if boundary == 0:
             log.info("compaction_skipped", kind=kind, reason="nothing to summarise")
             return None
-        prefix = snapshot[:boundary]
+        # The whole conversation, read from the cache, when it leaves room for the summary;
+        # else only what is summarised (read as far as an earlier request cached it).
+        reply = SUMMARY_MAX_TOKENS + (shape.thinking_budget or 0) + SUMMARY_MARGIN
+        whole = before + reply <= window
+        conversation = snapshot if whole else snapshot[:boundary]
         if self._before_compact is not None:
             extra = await self._before_compact(kind, focus)
             focus = "\n".join(f for f in (focus, extra) if f)
         if self._outbound is not None:
-            prefix = self._outbound(prefix)
+            conversation = self._outbound(conversation)
         request = summary_request(
-            prefix,
+            conversation,
+            kept=len(snapshot) - boundary if whole else 0,
             model=shape.model,
             system=shape.system,
             max_tokens=shape.max_tokens,

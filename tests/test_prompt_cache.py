@@ -62,12 +62,12 @@ async def test_a_tool_loop_and_its_summary_read_the_prefix_from_the_cache(tmp_pa
         assert now.cache_read_input_tokens == before.total, "reads all of the previous request"
         assert now.cache_read_input_tokens > before.cache_read_input_tokens
         assert now.input_tokens == 0, "the whole request is written for the next one"
-    summary, last_of_loop = records[6], usage[4]
+    summary, last_turn = records[6], usage[5]
     assert is_summary_request(summary.body) and not is_summary_request(records[5].body)
     assert summary.body["tools"] == records[4].body["tools"]
     assert summary.body["system"] == records[4].body["system"]
-    assert summary.cache_usage is not None and last_of_loop is not None
-    # The summary covers the first turn: everything up to its last tool results, which the
-    # loop's last request cached, is read; only its answer and the instruction are new.
-    assert summary.cache_usage.cache_read_input_tokens == last_of_loop.total
+    assert summary.cache_usage is not None and last_turn is not None
+    # The summary request is the conversation the last request sent (and cached), then the
+    # last answer and the instruction: all but those two are read.
+    assert summary.cache_usage.cache_read_input_tokens == last_turn.total
     assert summary.cache_usage.cache_read_input_tokens > 0.8 * summary.cache_usage.total
