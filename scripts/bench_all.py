@@ -4,9 +4,9 @@ Owns `make bench`: it discovers every `scripts/bench_*.py` (except itself), runs
 own process with `--json <tmpfile>` (and `--quick` when asked and the benchmark takes it),
 reads the `{"figures": [{"name", "value", "unit", "target", "ok"}]}` it writes (optionally
 `"floor"`: what the figure is compared with, measured in the same run or quoted — a peer, the
-machine's own limit — and `"at_least": true` for a target to reach rather than stay under),
-prints ONE table — the figures a reader needs to judge speed at a glance — and writes every
-figure, per benchmark, to `bench-results.json` (`--json PATH` to move it).
+machine's own limit), prints ONE table — the figures a reader needs to judge speed at a
+glance — and writes every figure, per benchmark, to `bench-results.json` (`--json PATH` to
+move it).
 
 Invariants:
 - One benchmark at a time: they measure wall time, and two at once would skew each other.
@@ -145,11 +145,11 @@ def format_value(value: Any, unit: str) -> str:
     return f"{text} {unit}".strip() if unit else text
 
 
-def format_target(target: Any, unit: str, *, at_least: bool = False) -> str:
+def format_target(target: Any, unit: str) -> str:
     if target is None or target == "":
         return "—"
     if isinstance(target, int | float) and not isinstance(target, bool):
-        return f"{'≥' if at_least else '≤'} {format_value(target, unit)}"
+        return f"≤ {format_value(target, unit)}"
     return str(target)
 
 
@@ -171,7 +171,7 @@ def table(runs: list[BenchRun]) -> str:
                 run.name,
                 str(figure.get("name", "?")),
                 format_value(figure.get("value"), unit),
-                format_target(figure.get("target"), unit, at_least=bool(figure.get("at_least"))),
+                format_target(figure.get("target"), unit),
                 format_floor(figure.get("floor"), unit),
                 status_of(figure),
             )

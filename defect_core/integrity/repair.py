@@ -232,6 +232,9 @@ class _Rebuild:
         """`messages` without the unpaired server tool blocks of each run of consecutive
         assistant messages (one message once merged, so pairing is judged over the run); the
         same sequence when there are none, and a message changed only when it lost a block."""
+        kinds = SERVER_KINDS
+        if all(kinds.isdisjoint(map(type, m.content)) for m in messages):
+            return messages  # no server tool blocks at all: the common case, checked in C
         out: list[Message] | None = None
         index, count = 0, len(messages)
         while index < count:

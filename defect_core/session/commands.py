@@ -29,6 +29,7 @@ from pathlib import Path
 import anyio
 
 from defect_core.catalog.commands import CustomCommand, expand, load_commands
+from defect_core.catalog.places import catalog_dirs
 from defect_core.compaction import Compactor, is_summary
 from defect_core.history import History, estimate_message_tokens, overhead_tokens
 from defect_core.log import get_logger
@@ -71,6 +72,7 @@ class CommandBook:
 
     def __init__(self, cwd: Path) -> None:
         self._cwd = cwd
+        self._places = [directory for _, directory in catalog_dirs("commands", cwd)]
         self._custom: dict[str, CustomCommand] = {}
         self._reported: set[str] = set()
 
@@ -79,7 +81,12 @@ class CommandBook:
         return SLASH_COMMANDS + custom
 
     async def refresh(self) -> bool:
-        """Reload the custom commands (off the event loop); True when the offer changed."""
+        """Reload the custom commands (off the event loop); True when the offer changed.
+
+        Where no commands directory exists (most sessions) it costs two `stat`s and no thread:
+        it runs before every prompt."""
+        if not self._custom and not any(d.is_dir() for d in self._places):
+            return False
         reserved = {name for name, _ in SLASH_COMMANDS}
         try:
             commands, problems = await anyio.to_thread.run_sync(
