@@ -2,23 +2,35 @@
 
 Owns `Compactor`, which the turn runner consults before every model request, and the
 pure pieces it is made of: micro-compaction, the choice of a summary boundary, the summary
-request and message, and the `/context` report. The brief's wording (`summary_brief.py`) and
+request and message. The brief's wording (`summary_brief.py`) and
 the request-size ruler (`history.overhead_tokens`) live below the providers, which read them
 too (the offline model answers a summary request), so no provider imports this module.
 
 Three levels, by how full the window is (fractions of the model's context window):
 - micro (≥ `micro`): no model call. Old, large tool results outside the most recent turns
   are replaced by a short placeholder saying the output was cleared and the tool can be run
-  again. Ids and error flags are kept, the list keeps its length, and it is idempotent.
+  again. Ids and error flags are kept, the list keeps its length, and it is idempotent. It
+  rewrites history in the middle of the prompt cache's prefix (everything after the first
+  cleared result is written again, at 1.25×), so it is batched: it runs only when it frees at
+  least `micro_batch` of the window at once, and then clears everything clearable, so it
+  does not recur request after request as each turn leaves the protected tail.
 - background (≥ `soft`): at most one summarisation runs off the turn's critical path, on a
   snapshot. Its result is written back with `History.splice_prefix`, so the messages the turn
   appended meanwhile survive (docs/architecture.md, Storage).
+  It does not start on the request right after a rewrite: nothing of the new prefix is
+  cached yet, and the summary, sent beside that request, would pay to write it a second time.
 - full (≥ `hard`, or `/compact`): the turn waits for a summary before its next request.
 
 Invariants:
 - A boundary never separates a `tool_use` from its results and prefers the start of a user
   turn; the summary replaces exactly the messages before it.
-- The summarisation request is built through `repair_outbound`, like every request.
+- The summarisation request is built through `repair_outbound`, like every request, and is
+  the turn's own request (system prompt, tools, thinking, the whole conversation) with the
+  instruction as its last user message, saying which latest messages are kept: the API then
+  reads the conversation from its prompt cache instead of writing it again (as Claude Code's
+  cache-safe compaction does). When the window leaves no room for that and the summary, only
+  the messages summarised are sent (read as far as an earlier request cached them). A reply
+  that calls a tool anyway gives its text; one with no text is asked again without tools.
 - A failed compaction is logged and skipped, never fatal: the turn goes on (and the provider's
   own "prompt is too long" error would then be reported as such).
 - The stored history is checkpointed after every rewrite, so a load restores the compacted
@@ -33,9 +45,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from defect_core.events import (
     AgentEvent,
@@ -48,28 +59,31 @@ from defect_core.history import History, estimate_message_tokens, overhead_token
 from defect_core.integrity import repair_outbound
 from defect_core.log import get_logger
 from defect_core.model import (
-    ImageBlock,
     JsonPart,
     Message,
     TextBlock,
-    ThinkingBlock,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
 )
 from defect_core.providers.base import (
     Completed,
+    HostedWebSearch,
     LlmProvider,
     ModelRequest,
     ProviderError,
 )
-from defect_core.summary_brief import MERGE_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
+from defect_core.summary_brief import KEPT_INSTRUCTIONS, MERGE_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
 
 log = get_logger("defect.compaction")
 
 CLEARED_PREFIX = "[output cleared to save context"
 SUMMARY_OPEN = "<conversation-summary>"
 SUMMARY_CLOSE = "</conversation-summary>"
+SUMMARY_MAX_TOKENS = 8_192
+"""What a summary may take, beyond the thinking budget it shares with the turn's requests."""
+SUMMARY_MARGIN = 1_024
+"""Room for the instruction and the estimate's error, when the whole conversation is sent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +97,8 @@ class Thresholds:
     """Tool results of the last N user turns are never cleared."""
     micro_min_chars: int = 2_000
     """Only results at least this large are cleared."""
+    micro_batch: float = 0.10
+    """Micro-compaction runs only when it frees at least this share of the window at once."""
     max_result_share: float = 0.5
     """A single tool result larger than this share of the window is refused."""
 
@@ -135,6 +151,23 @@ def micro_compact(messages: list[Message], thresholds: Thresholds) -> list[Messa
             blocks.append(block)
         out[index] = Message(role="user", content=tuple(blocks))
     return out
+
+
+def micro_gain(messages: list[Message], thresholds: Thresholds) -> int:
+    """About how many tokens `micro_compact` would free now (0: nothing to clear)."""
+    protected_from = _start_of_recent_turns(messages, thresholds.micro_keep_turns)
+    gain = 0
+    for message in messages[:protected_from]:
+        if message.role != "user":
+            continue
+        for block in message.content:
+            if type(block) is ToolResultBlock and _clearable(block, thresholds):
+                gain += max(0, _result_chars(block) - _CLEARED_CHARS) // 4
+    return gain
+
+
+_CLEARED_CHARS = 300
+"""About the length of a placeholder (`_cleared_text`)."""
 
 
 def _has_clearable(message: Message, thresholds: Thresholds) -> bool:
@@ -235,82 +268,69 @@ def summary_message(text: str) -> Message:
 
 
 def summary_request(
-    prefix: list[Message],
+    conversation: list[Message],
     *,
     model: str,
     system: str,
     max_tokens: int,
     focus: str = "",
     tools: tuple[ToolSpec, ...] = (),
+    thinking_budget: int | None = None,
+    web_search: HostedWebSearch | None = None,
+    kept: int = 0,
 ) -> ModelRequest:
-    """The request that summarises `prefix`: the conversation's own system prompt and tool
-    list, so the provider's prompt cache serves the whole prefix it has already seen (a
-    request without the tools starts a different prefix and pays for the conversation
-    again), and the brief as the last user message (the brief says not to call tools)."""
+    """The request that summarises `conversation` but its last `kept` messages: the turn's
+    request shape (`system`, `tools`, `web_search`, `thinking_budget`: the prompt cache's key
+    up to the messages) and the whole conversation, with the instruction (saying where the
+    summary stops) as the last user message, so that all of it is read from the cache: the
+    last request sent it. The output is capped, leaving the thinking budget as it is (a
+    changed budget would miss)."""
     instructions = SUMMARY_INSTRUCTIONS
-    if prefix and is_summary(prefix[0]):
+    if kept:
+        start = " ".join(conversation[-kept].text().split())
+        start = f"«{start[:80]}»" if start else "(no text)"
+        instructions += "\n\n" + KEPT_INSTRUCTIONS.format(count=kept, start=start)
+    if conversation and is_summary(conversation[0]):
         instructions += "\n\n" + MERGE_INSTRUCTIONS.format(open=SUMMARY_OPEN, close=SUMMARY_CLOSE)
     if focus:
         instructions += f"\n\nThe user asks the summary to focus on: {focus}"
     messages = repair_outbound(
-        [*prefix, Message(role="user", content=(TextBlock(text=instructions),))]
+        [*conversation, Message(role="user", content=(TextBlock(text=instructions),))]
     )
     return ModelRequest(
         model=model,
         system=system,
         messages=messages,
         tools=tools,
-        max_tokens=min(max_tokens, 8_192),
-        thinking_budget=None,
+        max_tokens=min(max_tokens, SUMMARY_MAX_TOKENS + (thinking_budget or 0)),
+        thinking_budget=thinking_budget,
+        web_search=web_search,
     )
 
 
 async def summarise(provider: LlmProvider, request: ModelRequest) -> str:
+    """The summary the model writes for `request`. A reply that calls a tool anyway gives its
+    text; one with nothing but tool calls is asked again without tools (the cached prefix is
+    then lost, but the summary is made)."""
+    message = await _reply(provider, request)
+    text = message.text().strip()
+    if not text and message.tool_uses() and (request.tools or request.web_search):
+        log.warning("summary_called_a_tool", tools=[u.name for u in message.tool_uses()])
+        message = await _reply(provider, replace(request, tools=(), web_search=None))
+        text = message.text().strip()
+    if not text:
+        raise ProviderError("the model returned an empty summary")
+    return text
+
+
+async def _reply(provider: LlmProvider, request: ModelRequest) -> Message:
     completed: Completed | None = None
     async for chunk in provider.stream(request):
         if isinstance(chunk, Completed):
             completed = chunk
     if completed is None:
         raise ProviderError("the summary stream ended without a complete message")
-    text = completed.message.text().strip()
-    if not text:
-        raise ProviderError("the model returned an empty summary")
-    return text
-
-
-# --- the /context report ------------------------------------------------------------------
-
-
-def context_report(messages: list[Message], used: int, window: int, overhead: int) -> str:
-    tally = {"tool results": 0, "tool calls": 0, "text": 0, "thinking": 0, "images": 0}
-    for message in messages:
-        for block in message.content:
-            if isinstance(block, ToolResultBlock):
-                tally["tool results"] += estimate_message_tokens(
-                    Message(role="user", content=(block,))
-                )
-            elif isinstance(block, ToolUseBlock):
-                tally["tool calls"] += (len(block.name) + len(json.dumps(block.input))) // 4
-            elif isinstance(block, TextBlock):
-                tally["text"] += len(block.text) // 4
-            elif isinstance(block, ThinkingBlock):
-                tally["thinking"] += len(block.thinking) // 4
-            elif isinstance(block, ImageBlock):
-                tally["images"] += 2_000
-    share = 100 * used / window if window else 0.0
-    lines = [
-        f"Context: ~{used:,} of {window:,} tokens used ({share:.1f}%), {len(messages)} messages.",
-        "",
-        "What takes space (estimated):",
-        f"- system prompt and tool definitions: ~{overhead:,}",
-    ]
-    for name, tokens in sorted(tally.items(), key=lambda kv: -kv[1]):
-        if tokens:
-            lines.append(f"- {name}: ~{tokens:,}")
-    if messages and is_summary(messages[0]):
-        lines.append("")
-        lines.append("The conversation has been compacted: it starts with a summary.")
-    return "\n".join(lines)
+    return completed.message
 
 
 # --- the compactor --------------------------------------------------------------------------
@@ -348,6 +368,12 @@ class Compactor:
         self._checkpoint = checkpoint
         self.thresholds = thresholds or Thresholds()
         self._calibrated = False
+        self._rewritten = False
+        """The history was rewritten and no request has been answered since: nothing of the
+        new prefix is in the prompt cache yet."""
+        self.rewrites = 0
+        """How many times the history was rewritten: a reply to a request built before the
+        last rewrite measured another history (`TurnRunner` then does not calibrate on it)."""
         self._background: asyncio.Task[None] | None = None
         self._counter = 0
 
@@ -364,6 +390,7 @@ class Compactor:
     def calibrated(self) -> None:
         """The runner recorded a real input size (`History.record_input_tokens`)."""
         self._calibrated = True
+        self._rewritten = False
 
     def estimate(self, system: str, tools: tuple[ToolSpec, ...]) -> int:
         used = self._history.token_estimate() or 0
@@ -382,15 +409,24 @@ class Compactor:
         tools: tuple[ToolSpec, ...],
         max_tokens: int,
         window: int,
+        thinking_budget: int | None = None,
+        web_search: HostedWebSearch | None = None,
     ) -> None:
+        """Compact as the window requires. The request's shape (all but `window`) is what a
+        summary request sends too, so that it reads the conversation from the prompt cache."""
         t = self.thresholds
+        shape = ModelRequest(model, system, [], tools, max_tokens, thinking_budget, web_search)
         used = self.estimate(system, tools)
-        if used >= t.micro * window:
+        if used >= t.micro * window and micro_gain(self._history.snapshot(), t) >= (
+            t.micro_batch * window
+        ):
             rewritten = micro_compact(self._history.snapshot(), t)
             if rewritten is not None:
                 before = used
                 self._history.replace(rewritten)
                 self._calibrated = False
+                self._rewritten = True
+                self.rewrites += 1
                 await self._checkpoint(self._history.snapshot())
                 used = self.estimate(system, tools)
                 log.info("micro_compaction", tokens_before=before, tokens_after=used)
@@ -399,18 +435,13 @@ class Compactor:
                 await asyncio.shield(self._background)
                 used = self.estimate(system, tools)
             if used >= t.hard * window:
-                await self.compact(
-                    model=model,
-                    system=system,
-                    tools=tools,
-                    max_tokens=max_tokens,
-                    window=window,
-                    reason="the context is nearly full",
-                )
-        elif used >= t.soft * window and self._background is None:
+                await self._compact(shape, window, "the context is nearly full", "")
+        elif used >= t.soft * window and self._background is None and not self._rewritten:
+            # Not right after a rewrite: the summary would write the new prefix a second time
+            # beside this request (a prefix is cached once a response to it has begun).
             snapshot = self._history.snapshot()
             self._background = asyncio.create_task(
-                self._background_compaction(snapshot, model, system, tools, max_tokens, window),
+                self._background_compaction(snapshot, shape, window),
                 name="defect-background-compaction",
             )
 
@@ -426,8 +457,16 @@ class Compactor:
         window: int,
         reason: str,
         focus: str = "",
+        thinking_budget: int | None = None,
+        web_search: HostedWebSearch | None = None,
     ) -> CompactionReport | None:
         """Summarise now (the turn waits). Shown as a `think` tool call; None if skipped."""
+        shape = ModelRequest(model, system, [], tools, max_tokens, thinking_budget, web_search)
+        return await self._compact(shape, window, reason, focus)
+
+    async def _compact(
+        self, shape: ModelRequest, window: int, reason: str, focus: str
+    ) -> CompactionReport | None:
         if self._background is not None:
             await asyncio.shield(self._background)
         self._counter += 1
@@ -443,10 +482,8 @@ class Compactor:
             )
         )
         snapshot = self._history.snapshot()
-        before = self.estimate(system, tools)
-        report = await self._summarise_into_history(
-            snapshot, model, system, tools, max_tokens, window, "full", before, focus
-        )
+        before = self.estimate(shape.system, shape.tools)
+        report = await self._summarise_into_history(snapshot, shape, window, "full", before, focus)
         if report is None:
             await self._publish(
                 ToolCallUpdated(
@@ -461,9 +498,8 @@ class Compactor:
                 )
             )
             return None
-        report = CompactionReport(
-            "full", before, self.estimate(system, tools), report.messages_summarised
-        )
+        after = self.estimate(shape.system, shape.tools)
+        report = CompactionReport("full", before, after, report.messages_summarised)
         await self._publish(
             ToolCallUpdated(
                 call_id,
@@ -480,21 +516,16 @@ class Compactor:
         return report
 
     async def _background_compaction(
-        self,
-        snapshot: list[Message],
-        model: str,
-        system: str,
-        tools: tuple[ToolSpec, ...],
-        max_tokens: int,
-        window: int,
+        self, snapshot: list[Message], shape: ModelRequest, window: int
     ) -> None:
         try:
-            before = self.estimate(system, tools)
+            before = self.estimate(shape.system, shape.tools)
             report = await self._summarise_into_history(
-                snapshot, model, system, tools, max_tokens, window, "background", before, ""
+                snapshot, shape, window, "background", before, ""
             )
             if report is not None:
-                await self._publish(UsageReported(used=self.estimate(system, tools), size=window))
+                used = self.estimate(shape.system, shape.tools)
+                await self._publish(UsageReported(used=used, size=window))
         except Exception:
             log.exception("background_compaction_crashed")
         finally:
@@ -503,10 +534,7 @@ class Compactor:
     async def _summarise_into_history(
         self,
         snapshot: list[Message],
-        model: str,
-        system: str,
-        tools: tuple[ToolSpec, ...],
-        max_tokens: int,
+        shape: ModelRequest,
         window: int,
         kind: str,
         before: int,
@@ -517,14 +545,26 @@ class Compactor:
         if boundary == 0:
             log.info("compaction_skipped", kind=kind, reason="nothing to summarise")
             return None
-        prefix = snapshot[:boundary]
+        # The whole conversation, read from the cache, when it leaves room for the summary;
+        # else only what is summarised (read as far as an earlier request cached it).
+        reply = SUMMARY_MAX_TOKENS + (shape.thinking_budget or 0) + SUMMARY_MARGIN
+        whole = before + reply <= window
+        conversation = snapshot if whole else snapshot[:boundary]
         if self._before_compact is not None:
             extra = await self._before_compact(kind, focus)
             focus = "\n".join(f for f in (focus, extra) if f)
         if self._outbound is not None:
-            prefix = self._outbound(prefix)
+            conversation = self._outbound(conversation)
         request = summary_request(
-            prefix, model=model, system=system, max_tokens=max_tokens, focus=focus, tools=tools
+            conversation,
+            kept=len(snapshot) - boundary if whole else 0,
+            model=shape.model,
+            system=shape.system,
+            max_tokens=shape.max_tokens,
+            focus=focus,
+            tools=shape.tools,
+            thinking_budget=shape.thinking_budget,
+            web_search=shape.web_search,
         )
         try:
             text = await summarise(self._provider, request)
@@ -535,6 +575,8 @@ class Compactor:
         # store sees this rewrite in the same order as the history's appends.
         dropped = self._history.splice_prefix(boundary, summary_message(text))
         self._calibrated = False
+        self._rewritten = True
+        self.rewrites += 1
         await self._checkpoint(self._history.snapshot())
         log.info("compaction_done", kind=kind, messages=dropped, tokens_before=before)
         report = CompactionReport(kind, before, 0, dropped)
@@ -548,14 +590,3 @@ class Compactor:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-
-
-_SLASH = re.compile(r"^/(?P<name>[A-Za-z0-9][A-Za-z0-9_.:-]*)(?:\s+(?P<args>.*))?$", re.S)
-
-
-def parse_slash_command(text: str) -> tuple[str, str] | None:
-    """`/name args` → (name, args), for a prompt that is a slash command."""
-    match = _SLASH.match(text.strip())
-    if match is None:
-        return None
-    return match.group("name"), (match.group("args") or "").strip()

@@ -1,7 +1,9 @@
 """The words that ask a model to summarise a conversation (compaction's brief).
 
-Owns `SUMMARY_INSTRUCTIONS` (the brief: sections and what to keep) and `MERGE_INSTRUCTIONS`
-(how to fold an earlier summary in). Compaction (`compaction.py`) sends them as the last user
+Owns `SUMMARY_INSTRUCTIONS` (the brief: sections and what to keep), `MERGE_INSTRUCTIONS`
+(how to fold an earlier summary in) and `KEPT_INSTRUCTIONS` (where the summary stops: the
+request shows the whole conversation, so that the API reads it from its prompt cache, and its
+latest messages are kept as they are). Compaction (`compaction.py`) sends them as the last user
 message of a summarisation request; the offline model (`providers/scripted.py`) recognises
 them there and answers with a summary, so `make run` and the tests can compact without a
 network.
@@ -30,3 +32,8 @@ MERGE_INSTRUCTIONS = """\
 The conversation began with an earlier summary (between {open} and {close}). Merge it with what
 happened since into one brief of the same structure: keep what still matters from it, update
 progress, and drop what is obsolete."""
+
+KEPT_INSTRUCTIONS = """\
+Summarise only what comes before the last {count} messages above (they begin with the user
+message starting: {start}). Those messages stay in the conversation as they are, after your
+summary: do not summarise them."""

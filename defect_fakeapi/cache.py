@@ -9,11 +9,13 @@ The rules it follows (the API's documented prompt caching):
 - The prefix is ordered tools → system → messages; a block with `cache_control` is a
   breakpoint, and a top-level `cache_control` is one on the last block (automatic caching).
 - A cache entry is the exact prefix up to a breakpoint, for one model. A lookup at each
-  breakpoint also tries the `LOOKBACK_BLOCKS` block boundaries before it; the longest hit wins.
+  breakpoint also tries the block boundaries before it, `LOOKBACK_BLOCKS` content blocks in
+  all; the longest hit wins. Entries exist only where some request put a breakpoint.
 - Changing the thinking or tool-choice parameters keeps the tools and system cached but not
   the messages (they sit between the two, as a segment of their own).
-- A prefix shorter than `min_tokens` is never cached; an entry lives `ttl` seconds from its
-  last write or hit.
+- A prefix shorter than the model's minimum cacheable length is never cached (1,024 tokens
+  for most models, 2,048 or 4,096 for some: `minimum_cacheable_tokens`; `min_tokens` sets
+  another figure or rule); an entry lives `ttl` seconds from its last write or hit.
 - Writing costs 1.25× an input token, reading 0.1× (`cost_ratio`).
 
 Tokens are the fake's estimate (`script.estimate_tokens`: canonical JSON bytes / 4), counted
@@ -33,6 +35,15 @@ from typing import Any
 LOOKBACK_BLOCKS = 20
 DEFAULT_TTL_SECONDS = 300.0
 DEFAULT_MIN_TOKENS = 1024
+MIN_TOKENS_BY_MODEL: tuple[tuple[str, int], ...] = (
+    ("claude-opus-4-6", 4096),
+    ("claude-opus-4-5", 4096),
+    ("claude-haiku-4-5", 4096),
+    ("claude-3-5-haiku", 2048),
+    ("claude-3-haiku", 2048),
+)
+"""The documented minimum cacheable prefix of the models that differ from the default (model
+id prefixes); any other model: `DEFAULT_MIN_TOKENS`."""
 WRITE_PRICE = 1.25
 READ_PRICE = 0.1
 
@@ -64,6 +75,16 @@ class _Segment:
     tokens: int
     breakpoint: bool
     canonical: bytes
+    block: bool = True
+    """A content block (counted by the look-back); False for the request parameters."""
+
+
+def minimum_cacheable_tokens(model: str) -> int:
+    """The shortest prefix `model` caches, as the API documents it per model."""
+    for prefix, tokens in MIN_TOKENS_BY_MODEL:
+        if model.startswith(prefix):
+            return tokens
+    return DEFAULT_MIN_TOKENS
 
 
 class PromptCache:
@@ -71,9 +92,11 @@ class PromptCache:
         self,
         *,
         ttl: float = DEFAULT_TTL_SECONDS,
-        min_tokens: int = DEFAULT_MIN_TOKENS,
+        min_tokens: int | Callable[[str], int] = minimum_cacheable_tokens,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`min_tokens`: the minimum cacheable length, one figure for every model or a rule
+        from the model id (by default the API's documented one per model)."""
         self.ttl = ttl
         self.min_tokens = min_tokens
         self._clock = clock
@@ -85,7 +108,8 @@ class PromptCache:
         segments = list(_segments(body))
         if body.get("cache_control") is not None and segments:
             last = segments[-1]
-            segments[-1] = _Segment(last.tokens, True, last.canonical)
+            segments[-1] = _Segment(last.tokens, True, last.canonical, last.block)
+        minimum = self.min_tokens if isinstance(self.min_tokens, int) else self.min_tokens(model)
         digests: list[bytes] = []
         cumulative: list[int] = []
         running = hashlib.sha256(model.encode())
@@ -100,17 +124,23 @@ class PromptCache:
             now = self._clock()
             hit = -1
             for b in breakpoints:
-                for j in range(b, max(b - LOOKBACK_BLOCKS, -1), -1):
+                tried = 0
+                for j in range(b, -1, -1):
+                    if not segments[j].block:
+                        continue
                     expiry = self._entries.get((model, digests[j]))
                     if expiry is not None and expiry > now:
                         hit = max(hit, j)
+                        break
+                    tried += 1
+                    if tried >= LOOKBACK_BLOCKS:
                         break
             if hit >= 0:
                 self._entries[(model, digests[hit])] = now + self.ttl
             read = cumulative[hit] if hit >= 0 else 0
             written = 0
             for b in breakpoints:
-                if cumulative[b] >= self.min_tokens:
+                if cumulative[b] >= minimum:
                     self._entries[(model, digests[b])] = now + self.ttl
                     written = max(written, cumulative[b])
         creation = max(0, written - read)
@@ -127,7 +157,7 @@ def _segments(body: Mapping[str, Any]) -> Iterator[_Segment]:
         for block in system:
             yield _segment({"system": block}, block)
     parameters = {key: body.get(key) for key in ("thinking", "tool_choice")}
-    yield _Segment(0, False, _canonical({"parameters": parameters}))
+    yield _Segment(0, False, _canonical({"parameters": parameters}), block=False)
     for message in body.get("messages") or []:
         content = message.get("content")
         role = message.get("role")

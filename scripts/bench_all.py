@@ -2,9 +2,11 @@
 
 Owns `make bench`: it discovers every `scripts/bench_*.py` (except itself), runs each in its
 own process with `--json <tmpfile>` (and `--quick` when asked and the benchmark takes it),
-reads the `{"figures": [{"name", "value", "unit", "target", "ok"}]}` it writes, prints ONE
-table — the figures a reader needs to judge speed at a glance — and writes every figure, per
-benchmark, to `bench-results.json` (`--json PATH` to move it).
+reads the `{"figures": [{"name", "value", "unit", "target", "ok"}]}` it writes (optionally
+`"floor"`: what the figure is compared with, measured in the same run or quoted — a peer, the
+machine's own limit), prints ONE table — the figures a reader needs to judge speed at a
+glance — and writes every figure, per benchmark, to `bench-results.json` (`--json PATH` to
+move it).
 
 Invariants:
 - One benchmark at a time: they measure wall time, and two at once would skew each other.
@@ -151,11 +153,17 @@ def format_target(target: Any, unit: str) -> str:
     return str(target)
 
 
+def format_floor(floor: Any, unit: str) -> str:
+    if floor is None or floor == "":
+        return "—"
+    return format_value(floor, unit)
+
+
 def table(runs: list[BenchRun]) -> str:
     rows: list[tuple[tuple[str, ...], bool]] = []
     for run in runs:
         if run.error:
-            rows.append(((run.name, "—", run.error, "—", "ERROR"), True))
+            rows.append(((run.name, "—", run.error, "—", "—", "ERROR"), True))
             continue
         for figure in run.figures:
             unit = str(figure.get("unit") or "")
@@ -164,10 +172,11 @@ def table(runs: list[BenchRun]) -> str:
                 str(figure.get("name", "?")),
                 format_value(figure.get("value"), unit),
                 format_target(figure.get("target"), unit),
+                format_floor(figure.get("floor"), unit),
                 status_of(figure),
             )
             rows.append((figure_cells, False))
-    headers = ("benchmark", "figure", "value", "target", "status")
+    headers = ("benchmark", "figure", "value", "target", "floor", "status")
     widths = [
         max(len(h), *(len(cells[i]) for cells, error in rows if not (error and i == 2)))
         for i, h in enumerate(headers)
@@ -175,7 +184,7 @@ def table(runs: list[BenchRun]) -> str:
 
     def line(cells: tuple[str, ...], *, numeric: bool = False) -> str:
         parts = [
-            cell.rjust(widths[i]) if numeric and i == 2 else cell.ljust(widths[i])
+            cell.rjust(widths[i]) if numeric and i in (2, 4) else cell.ljust(widths[i])
             for i, cell in enumerate(cells)
         ]
         return "  ".join(parts).rstrip()
@@ -184,7 +193,7 @@ def table(runs: list[BenchRun]) -> str:
     for cells, error in rows:
         if error:
             # the error text may be long: status first, the reason last
-            out.append(line((cells[0], cells[1], "—", "—", "ERROR")) + f"  {cells[2]}")
+            out.append(line((cells[0], cells[1], "—", "—", "—", "ERROR")) + f"  {cells[2]}")
         else:
             out.append(line(cells, numeric=True))
     return "\n".join(out)

@@ -16,11 +16,14 @@ import pytest
 
 from defect_core.compaction import (
     CLEARED_PREFIX,
+    SUMMARY_MAX_TOKENS,
     Compactor,
     Thresholds,
     choose_boundary,
     is_summary,
     micro_compact,
+    micro_gain,
+    summarise,
     summary_message,
     summary_request,
 )
@@ -32,11 +35,14 @@ from defect_core.model import (
     Message,
     TextBlock,
     ToolResultBlock,
+    ToolSpec,
     ToolUseBlock,
     assistant,
     user,
 )
+from defect_core.providers.anthropic.request import encode_request
 from defect_core.providers.anthropic_wire import encode_messages
+from defect_core.providers.base import ModelRequest
 from defect_core.providers.scripted import ScriptedProvider
 from defect_core.session import Backends, DefaultAgentCore, DefaultSession
 from defect_core.store import AsyncStore, SqliteStore
@@ -124,34 +130,58 @@ def test_summary_request_is_wire_legal_even_from_a_damaged_prefix() -> None:
     assert "Merge it" in merged.messages[-1].text()
 
 
-def test_a_summary_request_reads_the_conversation_from_the_prompt_cache() -> None:
-    """The summary goes out as the conversation's own prefix (system, tools, messages), so
-    the simulated cache (the real API's rules) serves what the last turn's request wrote."""
-    from defect_core.model import ToolSpec
-    from defect_core.providers.anthropic.request import encode_request
-    from defect_core.providers.base import ModelRequest
-    from defect_fakeapi import CacheUsage, PromptCache
+def unmarked(value: Any) -> Any:
+    """Wire content without its cache breakpoints (where they sit is not what is cached)."""
+    if isinstance(value, dict):
+        return {k: unmarked(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [unmarked(v) for v in value]
+    return value
 
-    tools = (ToolSpec("read_file", "Read a file. " * 40, {"type": "object"}),)
-    system = "You are defect. " * 400
-    history = [m for i in range(6) for m in tool_round(i, 2_000)]
-    cache = PromptCache()
 
-    def cost(messages: list[Message], request_tools: tuple[ToolSpec, ...]) -> CacheUsage:
-        request = ModelRequest(model="m", system=system, messages=messages, tools=request_tools)
-        return cache.account(encode_request(request), "m")
+def test_a_summary_request_has_the_turns_prefix() -> None:
+    """Same system, tools and thinking as the turn's own request: the API reads the
+    conversation from its prompt cache; only the instruction after it is new."""
+    prefix = [m for i in range(3) for m in tool_round(i, 400)]
+    tools = (ToolSpec("big", "Returns a large blob.", {"type": "object"}),)
+    turn_messages = repair_outbound([*prefix, user("the next prompt")])
+    turn = ModelRequest("m", "the system", turn_messages, tools, 32_000, 16_000)
+    request = summary_request(
+        prefix, model="m", system="the system", max_tokens=32_000, tools=tools,
+        thinking_budget=16_000,
+    )  # fmt: skip
+    assert 16_000 < request.max_tokens <= 16_000 + SUMMARY_MAX_TOKENS
+    body, turn_body = encode_request(request), encode_request(turn)
+    for key in ("tools", "system", "thinking"):
+        assert body[key] == turn_body[key], key
+    assert unmarked(body["messages"][:-1]) == unmarked(turn_body["messages"][:-1])
+    assert SUMMARY_INSTRUCTIONS in request.messages[-1].text()
 
-    for end in range(3, len(history) + 1, 4):  # every turn's tool-loop request, as sent
-        cost(repair_outbound(history[:end]), tools)
-    prefix = history[: choose_boundary(history, 1_000)]
-    summary = summary_request(prefix, model="m", system=system, max_tokens=4_000, tools=tools)
-    usage = cache.account(encode_request(summary), "m")
-    overhead = cost([user("x")], tools).cache_read_input_tokens  # the tools and system only
-    assert overhead > 0
-    assert usage.cache_read_input_tokens > overhead + 1_000, usage
-    without_tools = summary_request(prefix, model="m", system=system, max_tokens=4_000)
-    assert cache.account(encode_request(without_tools), "m").cache_read_input_tokens == 0
-    assert summary.tools == tools and summary.system == system
+
+async def test_a_summary_that_calls_a_tool_gives_its_text_or_is_asked_without_tools(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from defect_core.providers.anthropic import anthropic_provider
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", DEFAULT_API_KEY)
+    tools = (ToolSpec("big", "Returns a large blob.", {"type": "object"}),)
+    prefix = [m for i in range(2) for m in tool_round(i, 400)]
+    request = summary_request(
+        prefix, model="claude-test", system="s", max_tokens=4_000, tools=tools
+    )
+    with FakeProvider() as fake:
+        fake.enqueue(
+            Reply.tool_use(None, "big", {"n": 1}, text_before="## Goal\nwritten before a call"),
+            Reply.tool_use(None, "big", {"n": 2}),
+            Reply.text("## Goal\nasked again"),
+        )
+        provider = anthropic_provider(Settings(provider="anthropic", base_url=fake.url))
+        assert await summarise(provider, request) == "## Goal\nwritten before a call"
+        assert await summarise(provider, request) == "## Goal\nasked again"
+        await provider.aclose()  # type: ignore[attr-defined]
+    sent = [r.body for r in fake.requests]
+    assert [bool(b.get("tools")) for b in sent] == [True, True, False]
+    assert sent[1]["messages"] == sent[2]["messages"]
 
 
 # --- the manager --------------------------------------------------------------------------
@@ -245,6 +275,31 @@ async def test_micro_compaction_alone_below_the_soft_threshold() -> None:
         for b in m.content
     )
     assert recorder.checkpoints, "a rewrite is checkpointed"
+
+
+async def test_micro_compaction_waits_for_a_batch_and_does_not_recur_every_turn() -> None:
+    """Clearing rewrites the cached prefix from the first cleared result on: it runs only when
+    it frees `micro_batch` of the window at once, so the one turn that leaves the protected
+    tail next does not set off another rewrite."""
+    rounds = [m for i in range(6) for m in tool_round(i, 3_000)]
+    history = VecHistory([user("context " + "c" * 64_000), assistant("noted"), *rounds])
+    recorder = Recorder()
+    ctx = manager(history, ScriptedProvider([]), recorder)
+    window = int(ctx.estimate("", ()) / 0.6)  # past micro (0.5), below soft (0.7)
+    gain = micro_gain(history.snapshot(), ctx.thresholds)
+    assert gain > 0
+    ctx.thresholds = Thresholds(micro_min_chars=1_000, micro_batch=1.1 * gain / window)
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    assert not recorder.checkpoints, "too little to clear: the cached prefix is kept"
+    ctx.thresholds = Thresholds(micro_min_chars=1_000, micro_batch=0.9 * gain / window)
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    assert len(recorder.checkpoints) == 1 and micro_gain(history.snapshot(), ctx.thresholds) == 0
+    assert ctx.estimate("", ()) >= 0.5 * window, "still past the micro threshold"
+    for m in tool_round(6, 3_000):
+        history.append(m)
+    assert 0 < micro_gain(history.snapshot(), ctx.thresholds) < 0.9 * gain
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    assert len(recorder.checkpoints) == 1, "one turn's results wait for a batch"
 
 
 # --- a long session through the real runner and the strict fake ---------------------------

@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, PromptCache, Reply
-from defect_fakeapi.cache import LOOKBACK_BLOCKS
+from defect_fakeapi.cache import LOOKBACK_BLOCKS, minimum_cacheable_tokens
 
 CC = {"type": "ephemeral"}
 MODEL = "claude-sonnet-5-5"
@@ -131,6 +131,55 @@ def test_a_short_prefix_is_never_cached() -> None:
     small["messages"] = [{"role": "user", "content": [text("hi", mark=True)]}]
     assert cache.account(small, MODEL).cache_creation_input_tokens == 0
     assert cache.account(small, MODEL).cache_read_input_tokens == 0
+
+
+def test_the_minimum_cacheable_length_is_the_models() -> None:
+    assert minimum_cacheable_tokens("claude-sonnet-4-5-20250929") == 1024
+    assert minimum_cacheable_tokens("claude-opus-4-5-20251101") == 4096
+    assert minimum_cacheable_tokens("claude-haiku-4-5-20251001") == 4096
+    assert minimum_cacheable_tokens("claude-3-5-haiku-20241022") == 2048
+    short = body(3)  # about 2.8k tokens: the system breakpoint alone is about 2.1k
+    for model in ("claude-sonnet-4-5-20250929", "claude-opus-4-1"):
+        assert PromptCache(clock=Clock()).account(short, model).cache_creation_input_tokens > 0
+    haiku = PromptCache(clock=Clock())
+    assert haiku.account(short, "claude-haiku-4-5").cache_creation_input_tokens == 0
+    assert haiku.account(short, "claude-haiku-4-5").cache_read_input_tokens == 0
+    long = haiku.account(body(16), "claude-haiku-4-5")
+    assert long.total >= 4096 and long.cache_creation_input_tokens == long.total - long.input_tokens
+    again = haiku.account(body(16), "claude-haiku-4-5")
+    assert again.cache_read_input_tokens == long.cache_creation_input_tokens
+    ruled = PromptCache(clock=Clock(), min_tokens=lambda model: 10**6)
+    assert ruled.account(body(16), MODEL).cache_creation_input_tokens == 0
+
+
+def test_the_lookback_counts_content_blocks_only() -> None:
+    """The thinking / tool-choice parameters sit between system and messages but are no block:
+    an entry 20 blocks back (the breakpoint's own counted), across that boundary, is found;
+    one block further it is not."""
+
+    def request(rounds: int) -> dict[str, Any]:
+        far = body(0, mark_last=False)
+        far["system"] = [text("S" * 4000), text("T" * 4000)]
+        far["messages"] = []
+        for n in range(rounds):
+            far["messages"] += [
+                {"role": "user", "content": [text(f"u{n}", mark=n == rounds - 1)]},
+                {"role": "assistant", "content": [text(f"a{n}")]},
+            ]
+        far["messages"].pop()
+        return far
+
+    cache = PromptCache(clock=Clock(), min_tokens=1)
+    tools_only = body(0)
+    tools_only["tools"][0]["cache_control"] = CC
+    del tools_only["system"]
+    tools_only["messages"] = [{"role": "user", "content": "hi"}]
+    written = cache.account(tools_only, MODEL).cache_creation_input_tokens  # at the last tool
+    rounds = LOOKBACK_BLOCKS // 2 - 1  # 2 system blocks + 17 message blocks, then the tool
+    assert cache.account(request(rounds), MODEL).cache_read_input_tokens == written > 0
+    cache = PromptCache(clock=Clock(), min_tokens=1)
+    cache.account(tools_only, MODEL)
+    assert cache.account(request(rounds + 1), MODEL).cache_read_input_tokens == 0
 
 
 def test_automatic_caching_marks_the_last_block() -> None:

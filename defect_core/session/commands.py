@@ -3,7 +3,8 @@ model, `/goal` (a goal-mode turn, `defect_core/goal.py`: the session starts it; 
 is answered here), and the user's and project's own Markdown commands, which become prompts.
 
 Owns the built-in list (`SLASH_COMMANDS`), the recognition of a prompt that is one of them
-(`slash_command`), the answer to each (`answer_command`), and `CommandBook`: the commands a
+(`slash_command`, `parse_slash_command`), the answer to each (`answer_command`, with the
+`/context` report), and `CommandBook`: the commands a
 session offers, built-in first, then the custom ones `defect_core/catalog/commands.py` loads
 (reloaded before each turn, so an edited file shows up without a restart). The session
 (`state.py`) runs a built-in's answer as a turn of its own: cancellable, ended by `TurnEnded`;
@@ -20,6 +21,8 @@ Invariants:
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +30,19 @@ import anyio
 
 from defect_core.catalog.commands import CustomCommand, expand, load_commands
 from defect_core.catalog.places import catalog_dirs
-from defect_core.compaction import Compactor, context_report, parse_slash_command
-from defect_core.history import History, overhead_tokens
+from defect_core.compaction import Compactor, is_summary
+from defect_core.history import History, estimate_message_tokens, overhead_tokens
 from defect_core.log import get_logger
-from defect_core.model import ContentBlock, TextBlock, ToolSpec
+from defect_core.model import (
+    ContentBlock,
+    ImageBlock,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+)
 from defect_core.turn import TurnConfig
 
 SLASH_COMMANDS: tuple[tuple[str, str], ...] = (
@@ -140,6 +152,8 @@ async def answer_command(
         window=config.context_window,
         reason="/compact",
         focus=args,
+        thinking_budget=config.thinking_budget,
+        web_search=config.web_search,
     )
     if report is None:
         return "Nothing to compact yet: the conversation is too short."
@@ -147,3 +161,49 @@ async def answer_command(
         f"Compacted {report.messages_summarised} messages: "
         f"~{report.tokens_before:,} → ~{report.tokens_after:,} tokens."
     )
+
+
+_SLASH = re.compile(r"^/(?P<name>[A-Za-z0-9][A-Za-z0-9_.:-]*)(?:\s+(?P<args>.*))?$", re.S)
+
+
+def parse_slash_command(text: str) -> tuple[str, str] | None:
+    """`/name args` → (name, args), for a prompt that is a slash command."""
+    match = _SLASH.match(text.strip())
+    if match is None:
+        return None
+    return match.group("name"), (match.group("args") or "").strip()
+
+
+# --- the /context report -----------------------------------------------------------------
+
+
+def context_report(messages: list[Message], used: int, window: int, overhead: int) -> str:
+    tally = {"tool results": 0, "tool calls": 0, "text": 0, "thinking": 0, "images": 0}
+    for message in messages:
+        for block in message.content:
+            if isinstance(block, ToolResultBlock):
+                tally["tool results"] += estimate_message_tokens(
+                    Message(role="user", content=(block,))
+                )
+            elif isinstance(block, ToolUseBlock):
+                tally["tool calls"] += (len(block.name) + len(json.dumps(block.input))) // 4
+            elif isinstance(block, TextBlock):
+                tally["text"] += len(block.text) // 4
+            elif isinstance(block, ThinkingBlock):
+                tally["thinking"] += len(block.thinking) // 4
+            elif isinstance(block, ImageBlock):
+                tally["images"] += 2_000
+    share = 100 * used / window if window else 0.0
+    lines = [
+        f"Context: ~{used:,} of {window:,} tokens used ({share:.1f}%), {len(messages)} messages.",
+        "",
+        "What takes space (estimated):",
+        f"- system prompt and tool definitions: ~{overhead:,}",
+    ]
+    for name, tokens in sorted(tally.items(), key=lambda kv: -kv[1]):
+        if tokens:
+            lines.append(f"- {name}: ~{tokens:,}")
+    if messages and is_summary(messages[0]):
+        lines.append("")
+        lines.append("The conversation has been compacted: it starts with a summary.")
+    return "\n".join(lines)

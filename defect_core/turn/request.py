@@ -73,6 +73,8 @@ async def fit_context_window(deps: TurnDeps, config: TurnConfig) -> None:
             tools=deps.tools.specs(),
             max_tokens=config.max_tokens,
             window=config.context_window,
+            thinking_budget=config.thinking_budget,
+            web_search=config.web_search,
         )
     except anyio.get_cancelled_exc_class():
         raise
@@ -91,6 +93,8 @@ async def shrink_context_window(deps: TurnDeps, config: TurnConfig) -> bool:
         max_tokens=config.max_tokens,
         window=config.context_window,
         reason="the model said the prompt is too long",
+        thinking_budget=config.thinking_budget,
+        web_search=config.web_search,
     )
     return report is not None
 

@@ -66,8 +66,9 @@ class TurnRunner:
             await fit_context_window(self._deps, config)
             if not paused:
                 await self._before_request(result.requests)
+            rewrites = self._deps.compactor.rewrites if self._deps.compactor else 0
             completed = await stream_reply(self._deps, config, paused=paused)
-            self._account(completed, result)
+            self._account(completed, result, rewrites)
             calls = await self._commit_reply(_runnable(completed, config), config)
             paused = completed.stop_reason == "pause_turn" and not calls
             # `_run_tools` is entered with no suspension point after `_commit_reply`, so a
@@ -153,12 +154,17 @@ class TurnRunner:
             await self._save(note)
             await self._deps.publish(MessageCommitted(note))
 
-    def _account(self, completed: Completed, result: TurnResult) -> None:
-        """Add the reply's usage to the turn's, and tell the history its real input size."""
+    def _account(self, completed: Completed, result: TurnResult, rewrites: int) -> None:
+        """Add the reply's usage to the turn's, and tell the history its real input size -
+        unless a compaction rewrote the history while the request ran (`rewrites` changed):
+        that size is then the old history's."""
         result.usage = result.usage + completed.usage
+        compactor = self._deps.compactor
+        if compactor is not None and compactor.rewrites != rewrites:
+            return
         self._deps.history.record_input_tokens(completed.usage.prompt_tokens)
-        if self._deps.compactor is not None:
-            self._deps.compactor.calibrated()
+        if compactor is not None:
+            compactor.calibrated()
 
     async def _commit_reply(self, message: Message, config: TurnConfig) -> list[ToolCall]:
         """Commit the assistant message, report the window's use and announce its tool calls,

@@ -1,0 +1,73 @@
+"""What a session pays: the real `defect acp` process, the real SDK, and the strict fake API
+simulating the prompt cache (`defect_fakeapi/cache.py`). Not timed: the figures are the
+cache's token counts, which depend only on what defect sends.
+
+- In a tool loop every request reads, from the cache, the whole of the request before it
+  (the breakpoints on the last two user messages, `providers/anthropic/request.py`).
+- A summary request (`/compact`) has the turn's prefix (system, tools, thinking) and reads
+  the conversation it summarises from the cache instead of writing it again.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import anyio
+import pytest
+
+from defect_core.summary_brief import SUMMARY_INSTRUCTIONS
+from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, PromptCache, Reply
+from tests.support.acp_harness import agent_env, spawn_defect
+
+pytestmark = pytest.mark.anyio
+
+
+def is_summary_request(body: dict[str, object]) -> bool:
+    return SUMMARY_INSTRUCTIONS.splitlines()[0] in str(body["messages"][-1])  # type: ignore[index]
+
+
+async def test_a_tool_loop_and_its_summary_read_the_prefix_from_the_cache(tmp_path: Path) -> None:
+    for n in range(4):
+        (tmp_path / f"module_{n}.py").write_text(
+            "\n".join(f"def f_{n}_{i}(x: int) -> int:\n    return x + {i}\n" for i in range(60))
+        )
+    with FakeProvider(prompt_cache=PromptCache()) as fake:
+        fake.enqueue(
+            *(Reply.tool_use(None, "read_file", {"path": f"module_{n}.py"}) for n in range(4)),
+            Reply.text("Four modules of small functions."),
+            Reply.text("They add a constant."),
+            Reply.text("## Goal\nUnderstand the modules.\n## Progress\nRead all four."),
+        )
+        env = agent_env(
+            DEFECT_PROVIDER="anthropic",
+            ANTHROPIC_BASE_URL=fake.url,
+            ANTHROPIC_API_KEY=DEFAULT_API_KEY,
+            DEFECT_REASONING_EFFORT="off",
+        )
+        async with spawn_defect(env=env) as agent:
+            await agent.initialize()
+            sid = await agent.new_session(tmp_path)
+            assert (await agent.prompt(sid, "Read every module.")).stop_reason == "end_turn"
+            assert (await agent.prompt(sid, "What do they do?")).stop_reason == "end_turn"
+            assert (await agent.prompt(sid, "/compact")).stop_reason == "end_turn"
+            await anyio.to_thread.run_sync(fake.wait_for_requests, len(fake.requests))
+    records = fake.requests
+    assert [r.rejected for r in records] == [False] * 7
+    usage = [r.cache_usage for r in records]
+    assert all(u is not None for u in usage)
+    loop = usage[:5]
+    for before, now in itertools.pairwise(loop):
+        assert before is not None and now is not None
+        assert now.cache_read_input_tokens == before.total, "reads all of the previous request"
+        assert now.cache_read_input_tokens > before.cache_read_input_tokens
+        assert now.input_tokens == 0, "the whole request is written for the next one"
+    summary, last_turn = records[6], usage[5]
+    assert is_summary_request(summary.body) and not is_summary_request(records[5].body)
+    assert summary.body["tools"] == records[4].body["tools"]
+    assert summary.body["system"] == records[4].body["system"]
+    assert summary.cache_usage is not None and last_turn is not None
+    # The summary request is the conversation the last request sent (and cached), then the
+    # last answer and the instruction: all but those two are read.
+    assert summary.cache_usage.cache_read_input_tokens == last_turn.total
+    assert summary.cache_usage.cache_read_input_tokens > 0.8 * summary.cache_usage.total
