@@ -6,7 +6,8 @@ tool-call records, title, permission memory), the one-turn-at-a-time rule, cance
 the writes that make the session durable. The pieces with rules of their own live beside it:
 `options.py` (what may be chosen), `commands.py` (`/compact`, `/context`), `titles.py`
 (naming), `permissions.py` (remembered answers, open questions) and `persistence.py` (writes
-of replay state); `core.py` creates and loads sessions.
+of replay state); subagents and background tasks are its `delegation`
+(`defect_core/agents/delegation.py`); `core.py` creates and loads sessions.
 
 Invariants:
 - A session runs at most one turn; `cancel_turn` cancels that turn's scope and is idempotent.
