@@ -359,6 +359,7 @@ async def long_core(tmp_path: Path, fake: FakeProvider, window: int) -> DefaultA
         context_windows={"claude-test": window},
         retry_base_delay=0.01,
         reasoning_effort="off",
+        subagent_max_depth=0,  # the window is sized for the BigTool alone
     )
     store = AsyncStore(SqliteStore(tmp_path / "sessions.sqlite3"))
     return DefaultAgentCore(
