@@ -39,6 +39,7 @@ from defect_core.model import (
 )
 from defect_core.policy import ModeInfo
 from defect_core.session import ConfigOption, OptionChoice, ToolCallSnapshot
+from defect_core.tools.plan import UPDATE_PLAN
 
 Update = (
     s.AgentMessageChunk
@@ -51,6 +52,7 @@ Update = (
     | s.UsageUpdate
     | s.AvailableCommandsUpdate
     | s.UserMessageChunk
+    | s.AgentPlanUpdate
 )
 
 
@@ -137,7 +139,26 @@ def event_to_update(event: ev.AgentEvent) -> Update | None:
         return commands_update(event.commands)
     if isinstance(event, ev.Notice):
         return update_agent_message_text(f"\n\n> {event.text}\n\n")
+    if isinstance(event, ev.PlanUpdated):
+        return plan_update(event.entries)
     return None
+
+
+SHOWN_BY_THEIR_EVENT = frozenset({UPDATE_PLAN})
+"""Tools whose call is shown by what it publishes, not as a tool-call card: `update_plan` is
+the `plan` update itself (as claude-agent-acp shows its TodoWrite). Only a refused call gets
+its card, `failed` with why, so the user sees why the plan did not change
+(`defect_acp/updates.py` live, `replay_updates` on load)."""
+
+
+def plan_update(entries: Sequence[ev.PlanEntry]) -> s.AgentPlanUpdate:
+    """The whole plan: a client replaces what it showed with it (ACP's Agent Plan)."""
+    return s.AgentPlanUpdate(
+        session_update="plan",
+        entries=[
+            s.PlanEntry(content=e.content, priority=e.priority, status=e.status) for e in entries
+        ],
+    )
 
 
 def usage_meta(usage: ev.TurnUsage) -> dict[str, int]:
@@ -302,7 +323,10 @@ def replay_updates(
             elif isinstance(block, RedactedThinkingBlock):
                 continue
             elif isinstance(block, ToolUseBlock):
-                update = _replayed_call(block, tool_calls.get(block.id), results.get(block.id))
+                result = results.get(block.id)
+                if block.name in SHOWN_BY_THEIR_EVENT and (result is None or not result.is_error):
+                    continue
+                update = _replayed_call(block, tool_calls.get(block.id), result)
                 if subagents and block.id in subagents:
                     text = s.TextContentBlock(type="text", text=subagents[block.id])
                     update.content = [tool_content(text)]

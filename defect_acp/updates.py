@@ -3,9 +3,9 @@
 Owns `SessionPump` (one per open session: forwards the session's `AgentEvent`s to the client
 in order, as `session/update` notifications, and turns each `PermissionRequested` into a
 `session/request_permission` request whose answer resolves the permission), `replay` (a
-stored session's history as the updates a client needs to show it again, for `session/load`
-and `--resume`) and `after_open_updates` (what follows the answer that opened a session: the
-slash commands and the session's notices).
+stored session's history as the updates a client needs to show it again, then its plan, for
+`session/load` and `--resume`) and `after_open_updates` (what follows the answer that opened
+a session: the slash commands and the session's notices).
 
 Invariants:
 - Updates of one session leave in the order the session published its events; the end of a
@@ -13,6 +13,8 @@ Invariants:
   `session/prompt` is answered after the last update of its turn (`defect_acp/server.py`).
 - A permission question never hangs a turn: a client that cannot answer it counts as a
   rejection.
+- A call shown by what it publishes (`update_plan`: its `plan` update) gets no tool-call card;
+  only a refused one does, once it failed, with why (`project.SHOWN_BY_THEIR_EVENT`).
 - What an event or a stored message looks like on the wire is decided in
   `defect_acp/project.py`; this module only decides when, and to which session, it is sent.
 
@@ -60,6 +62,9 @@ class SessionPump:
         self._task: asyncio.Task[None] | None = None
         self._questions: set[asyncio.Task[None]] = set()
         self._refresh: asyncio.Task[None] | None = None
+        self._held: dict[str, ev.ToolCallStarted] = {}
+        """Calls shown by their own event (`project.SHOWN_BY_THEIR_EVENT`), until they end:
+        a refused one is shown then, as a failed card."""
         self.last_usage: ev.TurnUsage | None = None
         """The token usage of the last turn, for the prompt answer's `_meta`."""
 
@@ -129,6 +134,17 @@ class SessionPump:
                 sid, project.config_update(self._session.config_options())
             )
             return
+        if isinstance(event, ev.ToolCallStarted) and event.name in project.SHOWN_BY_THEIR_EVENT:
+            self._held[event.tool_call_id] = event
+            return
+        if isinstance(event, ev.ToolCallUpdated) and event.tool_call_id in self._held:
+            started = self._held[event.tool_call_id]
+            if event.status in ("completed", "failed"):
+                del self._held[event.tool_call_id]
+            if event.status == "failed":
+                await self._agent.send_update(sid, project.event_to_update(started))
+                await self._agent.send_update(sid, project.event_to_update(event))
+            return
         update = project.event_to_update(event)
         if update is not None:
             await self._agent.send_update(sid, update)
@@ -163,6 +179,8 @@ async def replay(sink: UpdateSink, session: Session) -> None:
     views = session.subagent_views()
     for update in project.replay_updates(session.transcript(), session.tool_calls(), views):
         await sink.send_update(session.id, update)
+    if plan := session.current_plan():
+        await sink.send_update(session.id, project.plan_update(plan))
 
 
 async def after_open_updates(sink: UpdateSink, session: Session) -> None:

@@ -30,6 +30,8 @@ ToolKind = Literal[
 ]
 ToolStatus = Literal["pending", "in_progress", "completed", "failed"]
 TurnStopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+PlanPriority = Literal["high", "medium", "low"]
+PlanStatus = Literal["pending", "in_progress", "completed"]
 
 
 # --- what tool calls show -------------------------------------------------------------------
@@ -181,6 +183,22 @@ class Notice:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanEntry:
+    """One step of the agent's plan (`tools/plan.py`), as ACP's plan shows it."""
+
+    content: str
+    priority: PlanPriority
+    status: PlanStatus
+
+
+@dataclass(frozen=True, slots=True)
+class PlanUpdated:
+    """The agent's plan, whole (an update replaces the previous plan; empty: no plan)."""
+
+    entries: tuple[PlanEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class TurnUsage:
     """What a turn's model requests consumed: tokens summed over them, and how many ran."""
 
@@ -224,6 +242,7 @@ AgentEvent = (
     | TitleChanged
     | CommandsChanged
     | Notice
+    | PlanUpdated
     | TurnEnded
     | TurnFailed
 )

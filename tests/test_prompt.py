@@ -81,7 +81,7 @@ def test_the_assembled_prompt_matches_its_snapshot() -> None:
             recent_commits=("1a2b3c4 Add the app", "5d6e7f8 First commit"),
         ),
     )
-    names = [tool.name for tool in builtin_tools()] + ["skill", "mcp__docs__lookup"]
+    names = [tool.name for tool in builtin_tools()] + ["update_plan", "skill", "mcp__docs__lookup"]
     prompt = build_system_prompt(
         env,
         Frontend(client_name="Zed", fs_delegated=True, terminal_delegated=True),

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from defect_core.errors import StorageError
+from defect_core.errors import SessionNotFound, StorageError
 from defect_core.events import Location, TextDisplay
 from defect_core.model import TextBlock, ToolResultBlock, ToolUseBlock, assistant, user
 from defect_core.store import (
@@ -107,6 +107,12 @@ FROZEN: dict[int, str] = {
             session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
             tool_call_id TEXT NOT NULL, seq INTEGER NOT NULL, created_at TEXT NOT NULL,
             body TEXT NOT NULL, PRIMARY KEY (session_id, tool_call_id, seq)
+        );
+    """,
+    4: """
+        CREATE TABLE session_plans (
+            session_id TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+            body TEXT NOT NULL, updated_at TEXT NOT NULL
         );
     """,
 }
@@ -500,6 +506,41 @@ def test_migration_3_adds_subagent_runs_and_their_transcripts(db: Path) -> None:
         store.delete("sess_shop")
         assert store.subagents("sess_shop") == []
         assert store.load("sess_blog").transcript  # the other session is untouched
+    latest = frozen_database(db.parent / "frozen.sqlite3", SCHEMA_VERSION)
+    assert schema_of(db) == schema_of(latest)
+
+
+@upgrades_to(4)
+def test_migration_4_keeps_each_sessions_latest_plan(db: Path) -> None:
+    path = frozen_database(db, 3)
+    write_v1_rows(path)
+    with SqliteStore(db) as store:
+        assert store.schema_version >= 4
+        check_v1_rows(store)
+        assert store.plan("sess_shop") == store.plan("sess_blog") == []  # none before
+        first = [{"content": "Read cli.py", "priority": "high", "status": "in_progress"}]
+        store.save_plan("sess_shop", first)
+        assert store.load("sess_shop").record.updated_at > "2025-03-01T09:05:00.000+00:00"
+        later = [
+            {"content": "Read cli.py", "priority": "high", "status": "completed"},
+            {"content": "Add --verbose", "priority": "medium", "status": "in_progress"},
+        ]
+        store.save_plan("sess_shop", later)  # the whole plan each time: the last one wins
+        assert store.plan("sess_shop") == later and store.plan("sess_blog") == []
+        with pytest.raises(SessionNotFound):
+            store.save_plan("sess_gone", first)
+    with SqliteStore(db) as reopened:
+        assert reopened.plan("sess_shop") == later
+        reopened.delete("sess_shop")
+        assert reopened.plan("sess_shop") == []
+        reopened.save_plan("sess_blog", first)
+    raw = sqlite3.connect(db)
+    assert raw.execute("SELECT COUNT(*) FROM session_plans").fetchone() == (1,)
+    raw.execute('UPDATE session_plans SET body = \'{"not": "a list"}\'')
+    raw.commit()
+    raw.close()
+    with SqliteStore(db) as store, pytest.raises(StorageError, match="plan"):
+        store.plan("sess_blog")
     latest = frozen_database(db.parent / "frozen.sqlite3", SCHEMA_VERSION)
     assert schema_of(db) == schema_of(latest)
 

@@ -23,13 +23,22 @@ import pytest
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, Field, ValidationError
 
+from defect_core.events import PlanEntry
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 from defect_core.tools.base import Tool, ToolContext, ToolError, ToolRegistry, input_schema
 from defect_core.tools.builtin import builtin_tools
+from defect_core.tools.plan import UpdatePlanTool
 from defect_core.tools.workspace import ToolArgs
 
 REGISTRY = ToolRegistry(builtin_tools())
-TOOLS = list(REGISTRY)
+
+
+async def _keep_plan(entries: tuple[PlanEntry, ...]) -> None:
+    return None
+
+
+TOOLS = [*REGISTRY, UpdatePlanTool(_keep_plan)]
+"""The built-in registry, and the tools each session adds itself (bound to the session)."""
 
 PROPERTY_KEY = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
 """The API refuses a property name outside this pattern (`input_schema.properties`)."""
@@ -198,7 +207,7 @@ def anyio_backend() -> str:
 
 def test_the_registry_holds_every_built_in_tool() -> None:
     names = [t.name for t in builtin_tools()]
-    assert len(set(names)) == len(names) == len(TOOLS)
+    assert len(set(names)) == len(names) == len(REGISTRY)
     assert {"read_file", "write_file", "edit_file", "bash", "search"} <= set(names)
 
 

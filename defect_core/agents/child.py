@@ -13,7 +13,8 @@ Invariants:
   tool hooks apply, and it is not interactive — a call the parent's policy would ask about is
   refused (`TurnDeps.interactive`, `turn/calls.py`), so a child never waits on a question.
 - Depth is bounded: `spawn_agent` is offered to a child only below `subagent_max_depth`
-  (depth 0 is the session's own agent), and the background-task tools never.
+  (depth 0 is the session's own agent), and the background-task tools and `update_plan`
+  never (`TOP_LEVEL_ONLY`).
 - Durable as it goes: the run is recorded (`subagents`) before its first request and every
   message of the child is appended to its own log (`subagent_messages`) before it goes on, so a
   kill at any moment leaves a transcript that loads; a cancel records the run `cancelled` and
@@ -44,13 +45,15 @@ from defect_core.model import Message, TextBlock
 from defect_core.providers.base import LlmProvider
 from defect_core.store import AsyncStore, SubagentRecord
 from defect_core.tools.base import Tool, ToolContext, ToolRegistry
+from defect_core.tools.plan import UPDATE_PLAN
 from defect_core.turn import TurnConfig, TurnDeps, TurnRunner
 
 log = get_logger("defect.agents")
 
 SPAWN_AGENT = "spawn_agent"
-TOP_LEVEL_ONLY = frozenset({"inspect_background_task", "cancel_background_task"})
-"""Tools of the session's own agent only: a child never sees the task table."""
+TOP_LEVEL_ONLY = frozenset({"inspect_background_task", "cancel_background_task", UPDATE_PLAN})
+"""Tools of the session's own agent only: a child never sees the task table, nor the
+session's plan (the one plan the user sees is the session agent's)."""
 
 Report = Callable[[tuple[ToolDisplay, ...]], Awaitable[None]]
 

@@ -34,6 +34,11 @@ TOOL_GUIDANCE: dict[str, str] = {
         "Read a web page or document by URL (converted to Markdown). Only fetch URLs the user "
         "gave or that you found in the workspace or earlier results."
     ),
+    "update_plan": (
+        "For multi-step work (three steps or more), set a plan before you start and update it "
+        "as you go: exactly one step in_progress, mark each completed as soon as it is done. "
+        "Skip it for a simple question or a one-step change."
+    ),
 }
 
 MCP_GUIDANCE = (

@@ -3,7 +3,8 @@
 Owns `ScriptedProvider`, which answers model requests either from a script file
 (`DEFECT_SCRIPT`) or, with no script, with a small built-in demo behaviour good enough for
 `make run`: it looks around the workspace with the tools it is offered, writes a note when
-asked to, runs a command when asked to, streams slowly when asked to count, then answers.
+asked to, runs a command when asked to, keeps a plan (`update_plan`) step by step when asked
+to plan, streams slowly when asked to count, then answers.
 
 Script format (JSON): either a list of replies or `{"replies": [...], "loop": false}`; one
 reply is used per model request, in order. With `"loop": true` the script starts over when it
@@ -277,6 +278,14 @@ def demo_reply(request: ModelRequest) -> dict[str, Any]:
     prompt = texts[-1].strip() if texts else ""
     lowered = prompt.lower()
 
+    if "update_plan" in tools and re.search(r"\bplan\b", lowered):
+        return {
+            "text": "Here is my plan; I'll start by looking at the workspace.",
+            "tool_calls": [
+                {"name": "update_plan", "input": {"entries": _demo_plan(1)}},
+                *([{"name": "search", "input": {"glob": "*"}}] if "search" in tools else []),
+            ],
+        }
     if re.search(r"\b(count|slow)", lowered):
         return {
             "text": " ".join(str(i) for i in range(1, 31)) + " — done counting.",
@@ -317,6 +326,15 @@ def demo_reply(request: ModelRequest) -> dict[str, Any]:
 
 
 def _after_tools(results: list[ToolResultBlock], request: ModelRequest) -> dict[str, Any]:
+    plan = _last_plan(request.messages)
+    if plan is not None and not any(r.is_error for r in results):
+        done = sum(e.get("status") == "completed" for e in plan)
+        if done < len(_DEMO_PLAN):
+            return {
+                "text": f"Step {done + 1} is done.",
+                "tool_calls": [{"name": "update_plan", "input": {"entries": _demo_plan(done + 2)}}],
+            }
+        return {"text": "Every step of the plan is done."}
     lines = []
     for result in results:
         text = (
@@ -334,6 +352,37 @@ def _after_tools(results: list[ToolResultBlock], request: ModelRequest) -> dict[
         else "Done — tell me what to do next."
     )
     return {"text": "\n\n".join([*lines, closing])}
+
+
+_DEMO_PLAN = (
+    ("Look at the workspace", "high"),
+    ("Decide what to change", "medium"),
+    ("Report back", "low"),
+)
+
+
+def _demo_plan(step: int) -> list[dict[str, str]]:
+    """The demo's plan while working on `step` (1-based): the steps before it completed, the
+    rest pending; past the last step every step is completed."""
+    return [
+        {
+            "content": content,
+            "priority": priority,
+            "status": "completed" if n < step else "in_progress" if n == step else "pending",
+        }
+        for n, (content, priority) in enumerate(_DEMO_PLAN, start=1)
+    ]
+
+
+def _last_plan(messages: list[Message]) -> list[dict[str, Any]] | None:
+    """The entries of the `update_plan` call in the model's last message, if it made one."""
+    if len(messages) < 2 or messages[-2].role != "assistant":
+        return None
+    for block in messages[-2].content:
+        if isinstance(block, ToolUseBlock) and block.name == "update_plan":
+            entries = block.input.get("entries")
+            return entries if isinstance(entries, list) else None
+    return None
 
 
 def _demo_summary(messages: list[Message]) -> str:

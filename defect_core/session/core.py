@@ -218,6 +218,7 @@ class DefaultAgentCore:
                 mcp_servers=mcp_servers,
             )
             await session.delegation.load()
+            await session.plan.load(self._store)
             self._sessions[session_id] = session
             await self._store.update(
                 session_id, mcp_servers=[server_summary(spec) for spec in mcp_servers]

@@ -1,7 +1,7 @@
 """What a session writes to the store besides its messages, and what it does when that fails.
 
 Owns `ReplayStateWriter` — the writes of what a replay shows (tool-call states, title, mode,
-options, "always" answers, the compacted history) —, `server_summary`, what the store
+options, "always" answers, the plan, the compacted history) —, `server_summary`, what the store
 keeps of an MCP server, and `snapshots`, the tool-call records as the door shows them. The
 messages themselves are written by the session's `_commit` (`state.py`), whose failure stops
 the turn.
@@ -53,6 +53,11 @@ class ReplayStateWriter:
     async def tool_call(self, record: ToolCallRecord) -> None:
         if self._store is not None:
             await self._save(self._store.upsert_tool_call(record))
+
+    async def plan(self, plan: list[dict[str, Any]]) -> None:
+        """The session's plan changed (`plan.py`): the store keeps the latest."""
+        if self._store is not None:
+            await self._save(self._store.save_plan(self._session_id, plan))
 
     async def checkpoint(self, history: list[Message]) -> None:
         """Compaction rewrote the history: the store keeps it (the transcript is untouched)."""

@@ -49,6 +49,7 @@ from defect_core.errors import (
 from defect_core.events import (
     AgentEvent,
     Location,
+    PlanEntry,
     ToolDisplay,
     ToolKind,
     ToolStatus,
@@ -157,6 +158,10 @@ class Session(Protocol):
     def subagent_views(self) -> dict[str, str]:
         """What each stored subagent did (its calls and answer), by the `spawn_agent` call
         that started it: a replay shows it as that call's content."""
+        ...
+
+    def current_plan(self) -> tuple[PlanEntry, ...]:
+        """The plan `update_plan` last set (empty: none): a replay shows it after the history."""
         ...
 
     def current_mode(self) -> str: ...

@@ -1,12 +1,12 @@
 """`DefaultSession`: one conversation's state, its turns and what the store keeps of it.
 
 Owns session state (history, transcript, event bus, tools, mode, the `(provider, model)`
-selection and the switch between providers, reasoning effort,
-tool-call records, title, permission memory), the one-turn-at-a-time rule, cancellation, and
-the writes that make the session durable. The pieces with rules of their own live beside it:
-`options.py` (what may be chosen), `commands.py` (`/compact`, `/context`), `titles.py`
-(naming), `permissions.py` (remembered answers, open questions) and `persistence.py` (writes
-of replay state); subagents and background tasks are its `delegation`
+selection and the switch between providers, reasoning effort, tool-call records, title,
+permission memory), the one-turn-at-a-time rule, cancellation, and the writes that make the
+session durable. The pieces with rules of their own live beside it: `options.py` (what may be
+chosen), `commands.py` (`/compact`, `/context`), `titles.py` (naming), `permissions.py`
+(remembered answers, open questions), `persistence.py` (writes of replay state) and `plan.py`
+(the plan `update_plan` keeps); subagents and background tasks are its `delegation`
 (`defect_core/agents/delegation.py`); `core.py` creates and loads sessions.
 
 Invariants:
@@ -50,6 +50,7 @@ from defect_core.events import (
     EventBus,
     ModeChanged,
     Notice,
+    PlanEntry,
     TitleChanged,
     ToolCallStarted,
     ToolCallUpdated,
@@ -75,6 +76,7 @@ from defect_core.session import options
 from defect_core.session.commands import CommandBook, answer_command, slash_command
 from defect_core.session.permissions import SessionPermissions
 from defect_core.session.persistence import ReplayStateWriter, server_summary, snapshots
+from defect_core.session.plan import SessionPlan
 from defect_core.session.protocol import (
     AgentError,
     Backends,
@@ -132,6 +134,8 @@ class DefaultSession:
         self._transcript: list[Message] = list(stored.transcript) if stored else []
         self._tool_calls: dict[str, ToolCallRecord] = dict(stored.tool_calls) if stored else {}
         record = stored.record if stored else None
+        self.plan = SessionPlan(session_id, self._writer.plan, self._publish)
+        tools.add(self.plan.tool())
         self._mode: str = record.mode if record else policy.DEFAULT_MODE
         self._selection, self._unstamped_provider = _first_selection(
             settings, providers, record, session_id
@@ -233,6 +237,9 @@ class DefaultSession:
 
     def tool_calls(self) -> dict[str, ToolCallSnapshot]:
         return snapshots(self._tool_calls)
+
+    def current_plan(self) -> tuple[PlanEntry, ...]:
+        return self.plan.entries
 
     def subagent_views(self) -> dict[str, str]:
         """What each stored subagent did, by the `spawn_agent` call that started it."""

@@ -110,6 +110,12 @@ class AsyncStore:
     async def subagents(self, session_id: str) -> builtins.list[SubagentRecord]:
         return await self._call(self.store.subagents, session_id)
 
+    async def save_plan(self, session_id: str, plan: builtins.list[dict[str, Any]]) -> None:
+        await self._call(self.store.save_plan, session_id, list(plan))
+
+    async def plan(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        return await self._call(self.store.plan, session_id)
+
     async def load(self, session_id: str) -> StoredSession:
         return await self._call(self.store.load, session_id)
 

@@ -82,6 +82,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "sessions, messages, checkpoints, tool calls", schema.V1),
     Migration(2, "file checkpoints", schema.V2),
     Migration(3, "subagent runs and transcripts", schema.V3),
+    Migration(4, "session plans", schema.V4),
 )
 """Every migration defect has shipped, oldest first. Append only (see the module docstring)."""
 

@@ -123,6 +123,15 @@ class SessionStore(Protocol):
         """The session's subagent runs, oldest first, each with its messages."""
         ...
 
+    def save_plan(self, session_id: str, plan: builtins.list[dict[str, Any]]) -> None:
+        """Replace the session's plan (JSON entries, whole) in one transaction; bumps
+        `updated_at`. `SessionNotFound` if unknown."""
+        ...
+
+    def plan(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        """The session's latest plan (`[]`: none); `CorruptSession` if it cannot be read."""
+        ...
+
     def load(self, session_id: str) -> StoredSession:
         """The session, or `SessionNotFound`; `CorruptSession` if a row cannot be read."""
         ...

@@ -208,3 +208,23 @@ def subagents_from_rows(
         )
         for tool_call_id, agent, task, status, background, created_at in runs
     ]
+
+
+def plan_from_row(path: Path, session_id: str, blob: bytes) -> list[dict[str, Any]]:
+    """The JSON list of plan entries `SqliteStore.plan` read; what each entry holds is the
+    session's to judge (`defect_core/session/plan.py`)."""
+    try:
+        plan = json.loads(blob)
+    except (ValueError, UnicodeDecodeError) as exc:
+        plan, detail = None, str(exc)
+    else:
+        detail = "not a JSON list"
+    if not isinstance(plan, list):
+        where = "the session's plan"
+        log.error("store_corrupt_row", session_id=session_id, where=where, detail=detail)
+        raise CorruptSession(
+            f"session {session_id!r}: {where} in {path} is not readable ({detail})",
+            session_id,
+            where,
+        )
+    return plan

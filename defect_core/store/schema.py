@@ -103,6 +103,17 @@ CREATE TABLE subagent_messages (
 """Version 3: subagents (`defect_core/agents/`): one row per run, keyed by the parent's
 `spawn_agent` tool call, and the subagent's own message log, append-only like `messages`."""
 
+V4: Final = """
+CREATE TABLE session_plans (
+    session_id TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    body       TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+"""
+"""Version 4: each session's latest plan (`update_plan`, `defect_core/session/plan.py`): a JSON
+list of `{"content", "priority", "status"}`. The plan is whole each time, so the latest is all
+a replay needs: one row per session, replaced. No row is no plan."""
+
 SESSION_TABLES: Final = (
     "messages",
     "checkpoint_messages",
@@ -110,6 +121,7 @@ SESSION_TABLES: Final = (
     "file_checkpoints",
     "subagents",
     "subagent_messages",
+    "session_plans",
 )
 """Every table keyed by `session_id` (besides `sessions`): `delete` clears each one in its
 transaction, not relying on `ON DELETE CASCADE` alone. A migration adding one appends it."""

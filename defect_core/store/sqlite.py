@@ -447,6 +447,25 @@ class SqliteStore:
             ).fetchall()
         return rows.subagents_from_rows(self.path, session_id, runs, logged)
 
+    def save_plan(self, session_id: str, plan: builtins.list[dict[str, Any]]) -> None:
+        body = rows.dumps(plan, "plan")
+        now = self._clock()
+        with self._write(f"save the plan of session {session_id!r}") as conn:
+            stamp = self._bump(conn, session_id, now)
+            conn.execute(
+                "INSERT INTO session_plans (session_id, body, updated_at) VALUES (?,?,?)"
+                " ON CONFLICT (session_id) DO UPDATE SET"
+                " body = excluded.body, updated_at = excluded.updated_at",
+                (session_id, body, stamp),
+            )
+
+    def plan(self, session_id: str) -> builtins.list[dict[str, Any]]:
+        with self._read(f"load the plan of session {session_id!r}") as conn:
+            row = conn.execute(
+                "SELECT CAST(body AS BLOB) FROM session_plans WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return [] if row is None else rows.plan_from_row(self.path, session_id, row[0])
+
     def delete(self, session_id: str) -> None:
         with self._write(f"delete session {session_id!r}") as conn:
             for table in SESSION_TABLES:

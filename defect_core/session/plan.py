@@ -1,0 +1,83 @@
+"""`SessionPlan`: a session's current plan — what `update_plan` last sent, kept and shown.
+
+Owns the session's latest plan, the `update_plan` tool bound to it (`tools/plan.py`), and the
+plan's JSON form in the store (`plan_to_json` / `plan_from_json`: the `session_plans` table,
+migration 4 in `defect_core/store/migrations.py`).
+
+Invariants:
+- A new plan is saved before it is published: a session killed right after the user saw a
+  plan loads with that plan, and `session/load` shows it again (`defect_acp/updates.py`).
+- Only the latest plan is kept: it is the whole plan each time, so it is all a replay needs.
+- A stored plan that cannot be read (a damaged row, or a shape a newer defect wrote) is logged
+  and dropped, never a reason to refuse the session: the plan is a view, the messages are the
+  truth. A plan that cannot be saved is a warning to the user (`persistence.py`), never the
+  end of the turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, get_args
+
+from defect_core.errors import StorageError
+from defect_core.events import AgentEvent, PlanEntry, PlanPriority, PlanStatus, PlanUpdated
+from defect_core.log import get_logger
+from defect_core.store import AsyncStore
+from defect_core.tools.plan import UpdatePlanTool
+
+log = get_logger("defect.agent")
+
+_PRIORITIES = frozenset(get_args(PlanPriority))
+_STATUSES = frozenset(get_args(PlanStatus))
+
+
+class SessionPlan:
+    def __init__(
+        self,
+        session_id: str,
+        save: Callable[[list[dict[str, Any]]], Awaitable[None]],
+        publish: Callable[[AgentEvent], Awaitable[None]],
+    ) -> None:
+        self._session_id = session_id
+        self._save = save
+        """Writes the plan's JSON (`ReplayStateWriter.plan`, `persistence.py`)."""
+        self._publish = publish
+        self.entries: tuple[PlanEntry, ...] = ()
+        """The current plan (empty: none)."""
+
+    def tool(self) -> UpdatePlanTool:
+        """The `update_plan` tool of this session."""
+        return UpdatePlanTool(self.replace)
+
+    async def replace(self, entries: tuple[PlanEntry, ...]) -> None:
+        self.entries = entries
+        await self._save(plan_to_json(entries))
+        await self._publish(PlanUpdated(entries))
+
+    async def load(self, store: AsyncStore) -> None:
+        """Read the stored plan (a loaded session's replay shows it)."""
+        try:
+            data = await store.plan(self._session_id)
+        except StorageError as exc:
+            log.warning("plan_not_loaded", session_id=self._session_id, error=str(exc))
+            return
+        self.entries = plan_from_json(data, self._session_id)
+
+
+def plan_to_json(entries: tuple[PlanEntry, ...]) -> list[dict[str, Any]]:
+    return [{"content": e.content, "priority": e.priority, "status": e.status} for e in entries]
+
+
+def plan_from_json(data: list[Any], session_id: str = "") -> tuple[PlanEntry, ...]:
+    """The plan a store row holds; `()` (logged) when it is not one this defect can read."""
+    try:
+        entries = tuple(
+            PlanEntry(str(item["content"]), item["priority"], item["status"]) for item in data
+        )
+    except (KeyError, TypeError) as exc:
+        log.warning("stored_plan_unreadable", session_id=session_id, error=repr(exc))
+        return ()
+    if any(e.priority not in _PRIORITIES or e.status not in _STATUSES for e in entries):
+        log.warning("stored_plan_unreadable", session_id=session_id, error="unknown value")
+        return ()
+    return entries
