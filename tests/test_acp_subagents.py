@@ -173,9 +173,11 @@ async def test_a_foreground_child_works_in_its_own_context_and_returns_only_its_
     assert "What is the answer?" not in json.dumps(first_child["messages"]), "parent context"
     assert "spawn_agent" not in tool_names(first_child), "depth 1: no grandchildren"
     assert "inspect_background_task" not in tool_names(first_child)
+    assert "update_plan" not in tool_names(first_child), "the one plan is the session agent's"
     assert {"read_file", "search", "bash"} <= set(tool_names(first_child))
     parent_tools = tool_names(agents.seen["parent"][0])
     assert {"spawn_agent", "inspect_background_task", "cancel_background_task"} <= set(parent_tools)
+    assert "update_plan" in parent_tools
     spawn_tool = next(t for t in agents.seen["parent"][0]["tools"] if t["name"] == "spawn_agent")
     assert "- general: A general-purpose agent" in spawn_tool["description"]
     result = results_of(agents.seen["parent"][1])["toolu_spawn"]
