@@ -4,8 +4,8 @@ Spawns `defect acp` (no API key needed) as every client of defect's own does
 (`defect_acp.client`: its own process group, ended with it), drives it through the official
 ACP SDK's client side (`acp.connect_to_agent`) over real stdio, and prints what an editor
 would show: streamed text, thoughts, tool calls with their status, a diff, a permission
-question (answered by this script), a subagent's work streamed on its call, a cancel, and each
-turn's stop reason. Exits 0 when every step behaved; 1 otherwise.
+question (answered by this script), a plan kept step by step, a subagent's work streamed on its
+call, a cancel, and each turn's stop reason. Exits 0 when every step behaved; 1 otherwise.
 
 Run it with `make run`, or `python scripts/demo_client.py [--workspace DIR]`.
 """
@@ -51,6 +51,8 @@ class Editor:
         self.permission_asked = 0
         self.diffs_shown = 0
         self.usage: tuple[int, int] | None = None
+        self.plans: list[list[tuple[str, str]]] = []
+        """Each plan shown: (content, status) per entry."""
 
     def _switch(self, mode: str) -> None:
         if mode != self.mode:
@@ -84,6 +86,13 @@ class Editor:
                 print(f"  {color}↳ {title}: {update.status}{RESET}")
             for item in update.content or []:
                 self._show_content(item)
+        elif kind == "plan":
+            self._switch("plan")
+            self.plans.append([(e.content, e.status) for e in update.entries])
+            marks = {"completed": f"{GREEN}✔", "in_progress": f"{YELLOW}▶", "pending": f"{DIM}○"}
+            print(f"{BOLD}Plan{RESET}")
+            for e in update.entries:
+                print(f"  {marks.get(e.status, '?')} {e.content}{RESET} {DIM}({e.priority}){RESET}")
         elif kind == "session_info_update" and update.title:
             self._switch("info")
             print(f"{DIM}(session title: {update.title}){RESET}")
@@ -249,6 +258,13 @@ async def run(workspace: Path, state_dir: Path) -> int:
         check(editor.permission_asked > asked_before, "a permission question was asked")
         check(editor.diffs_shown > 0, "the edit showed a diff")
         check((workspace / "NOTES.md").exists(), "NOTES.md was written")
+
+        check(await prompt("Make a plan, then review this project") == "end_turn", "plan turn")
+        check(len(editor.plans) >= 2, "the plan was shown and updated as the work went on")
+        check(
+            bool(editor.plans) and all(st == "completed" for _, st in editor.plans[-1]),
+            "every step of the plan ended completed",
+        )
 
         check(await prompt("Ask a subagent to survey this workspace") == "end_turn", "subagent")
         check(

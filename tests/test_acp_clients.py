@@ -417,6 +417,10 @@ def test_the_demo_shows_an_editors_view_in_order_and_none_of_its_own_files() -> 
         "[stop reason: end_turn",
         "? Allow “Write NOTES.md”?",
         "→ Allow once",
+        "> Make a plan, then review this project",
+        "Plan\n  ▶ Look at the workspace (high)\n  ○ Decide what to change (medium)\n",
+        "Plan\n  ✔ Look at the workspace (high)\n  ▶ Decide what to change (medium)\n",
+        "Every step of the plan is done.",
         "[stop reason: cancelled]",
         "Demo finished: a full offline ACP session.",
     ]

@@ -331,7 +331,7 @@ def _after_tools(results: list[ToolResultBlock], request: ModelRequest) -> dict[
         done = sum(e.get("status") == "completed" for e in plan)
         if done < len(_DEMO_PLAN):
             return {
-                "text": f"Step {done + 1} is done.",
+                "text": f"{_DEMO_PLAN[done][0]}: done.",
                 "tool_calls": [{"name": "update_plan", "input": {"entries": _demo_plan(done + 2)}}],
             }
         return {"text": "Every step of the plan is done."}
