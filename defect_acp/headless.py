@@ -14,7 +14,7 @@ Output (`--output`):
 - `json`: one JSON object on stdout when the turn ends, `{"type": "result", ...}` (session id,
   stop reason, exit code, the answer's text, usage, the goal's outcome).
 - `stream-json`: one JSON object per line as things happen (`text`, `thought`, `tool_call`,
-  `tool_call_update`, `permission_denied`, `notice`), then the same `result` line.
+  `tool_call_update`, `permission_denied`, `notice`, `plan`), then the same `result` line.
 
 Exit status (`EXIT_CODES`): 0 `end_turn`; 1 the turn failed (the model or the store: the
 reason on stderr); 2 bad usage or configuration; 3 `max_turn_requests` (a goal out of rounds
@@ -238,6 +238,16 @@ class Printer:
                 )
             mark = "✓" if event.status == "completed" else "✗"
             self._activity(f"{mark} {title}" + (f": {detail}" if detail else ""))
+        elif isinstance(event, ev.PlanUpdated):
+            entries = [
+                {"content": e.content, "priority": e.priority, "status": e.status}
+                for e in event.entries
+            ]
+            if stream:
+                self._line({"type": "plan", "entries": entries})
+            marks = {"completed": "✓", "in_progress": "▶", "pending": "○"}
+            steps = " · ".join(f"{marks[e.status]} {e.content}" for e in event.entries)
+            self._activity(f"plan: {steps or '(cleared)'}")
         elif isinstance(event, ev.Notice):
             if stream:
                 self._line({"type": "notice", "level": event.level, "text": event.text})

@@ -8,6 +8,9 @@ the plan was stored: `session/load` replays it after the history.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +230,33 @@ def test_a_plan_update_is_a_schema_valid_acp_plan() -> None:
         "sessionUpdate": "plan",
         "entries": [{"content": "Step", "priority": "high", "status": "in_progress"}],
     }
+
+
+def test_defect_exec_streams_each_plan_as_a_json_line_and_shows_it_on_stderr(
+    tmp_path: Path,
+) -> None:
+    replies = [
+        {"tool_calls": [{"name": "update_plan", "input": {"entries": FIRST}}]},
+        {"tool_calls": [{"name": "update_plan", "input": {"entries": SECOND}}]},
+        {"text": "Planned."},
+    ]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(replies))
+    done = subprocess.run(
+        [sys.executable, "-m", "defect_acp", "exec", "--output", "stream-json", "plan it"],
+        cwd=tmp_path,
+        env=agent_env(
+            DEFECT_SCRIPT=str(script),
+            DEFECT_STATE_DIR=str(tmp_path / "state"),
+            DEFECT_LOG_LEVEL="warning",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["entries"] for line in lines if line["type"] == "plan"] == [FIRST, SECOND]
+    assert lines[-1]["type"] == "result" and lines[-1]["text"] == "Planned."
+    assert "plan: ✓ Read the failing test · ▶ Fix the parser · ○ Run the whole suite" in done.stderr
