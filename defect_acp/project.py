@@ -291,7 +291,9 @@ def replay_updates(
     process was killed while it ran) keeps its last recorded status — pending or
     in_progress — so the client shows it as not completed, which is the truth. A
     `spawn_agent` call shows what its subagent did, from the subagent's own stored transcript
-    (`subagents`: its view by call id), also when the process died while it worked.
+    (`subagents`: its view by call id), also when the process died while it worked. An
+    `update_plan` call shows no card (`SHOWN_BY_THEIR_EVENT`) unless it was refused; the plan
+    itself follows the history (`updates.replay`).
     """
     updates: list[Update] = []
     results: dict[str, ToolResultBlock] = {
