@@ -211,6 +211,23 @@ def test_a_search_repeated_across_assistant_messages_the_repair_merges_is_sent_o
     assert_wire_legal(fixed.messages)
 
 
+class _SearchUse(ServerToolUseBlock):
+    """A server tool use of a subclass, as a caller's own block type could be."""
+
+
+def test_server_blocks_of_a_subclass_are_paired_too() -> None:
+    # The only server block of the history is of a subclass: it is judged all the same.
+    unanswered = _SearchUse(id="srvtoolu_01", name="web_search")
+    message = Message.model_construct(
+        role="assistant", content=(unanswered, TextBlock(text="Searching."))
+    )
+    fixed = repair([u("search it"), message, u("thanks")])
+    assert fixed.messages[1] == a("Searching.")
+    assert "server-tool-answered" in [rule.name for rule in fixed.fixes]
+    assert violations(fixed.messages) == []
+    assert_wire_legal(fixed.messages)
+
+
 def _listed_names(text: str) -> list[str]:
     start = text.index("<!-- integrity-rules:begin -->")
     end = text.index("<!-- integrity-rules:end -->")

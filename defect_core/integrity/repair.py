@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from defect_core.integrity.rules import (
@@ -153,6 +155,12 @@ _EXACT_KINDS = frozenset(
 )
 
 
+_content_of = attrgetter("content")
+
+_SERVER_TYPES = tuple(SERVER_KINDS)
+"""The server tool block types, for `isinstance` (which also matches their subclasses)."""
+
+
 def _normalised(block: Any) -> Any:
     """An instance of a subclass of a block type as an instance of the block type itself (the
     validator dispatches on exact types); anything else as `None`, which is dropped."""
@@ -233,9 +241,11 @@ class _Rebuild:
         same sequence when there are none, and a message changed only when it lost a block.
         Runs that merge only because a user message between them vanishes are judged again
         as one group when it closes (`_pair_merged_server_blocks`)."""
-        kinds = SERVER_KINDS
-        if all(kinds.isdisjoint(map(type, m.content)) for m in messages):
-            return messages  # no server tool blocks at all: the common case, checked in C
+        # The block types present, gathered in C: a server block may be of a subclass (made
+        # its exact kind only later, by `_slow`), so the kinds are matched as classes.
+        present = set(map(type, chain.from_iterable(map(_content_of, messages))))
+        if not any(issubclass(kind, _SERVER_TYPES) for kind in present):
+            return messages  # no server tool blocks at all: the common case
         out: list[Message] | None = None
         index, count = 0, len(messages)
         while index < count:
@@ -249,7 +259,7 @@ class _Rebuild:
                 end += 1
             run = messages[index:end]
             drop: dict[int, Rule] = {}
-            if any(type(b) in SERVER_KINDS for m in run for b in m.content):
+            if any(isinstance(b, _SERVER_TYPES) for m in run for b in m.content):
                 drop = unpaired_server_blocks([b for m in run for b in m.content])
             if drop:
                 self.fixes.extend(drop.values())
