@@ -7,7 +7,10 @@ cut anywhere; blocks dropped, duplicated, moved between messages, reordered; orp
 orphan / duplicate results added; malformed calls, unsigned thinking, blank texts (also inside
 structured results), empty messages, and images the API refuses (invalid base64, garbage,
 another type than declared, an unsupported type, too many pixels, a `file:` URL; in a prompt or
-inside a tool result) slipped in. For every such history `h`:
+inside a tool result) slipped in. Assistant messages also hold the provider's own web searches
+(a `server_tool_use` answered in the same message), which the damage interrupts (a use without
+its result) and answers twice or out of thin air (a result without its use). For every such
+history `h`:
 
 (a) the strict wire validator (`defect_fakeapi/validation.py`) accepts
     `{"model": "m", "max_tokens": 1024, "messages": encode_messages(repair_outbound(h))}`;
@@ -49,10 +52,14 @@ from defect_core.model import (
     JsonPart,
     Message,
     RedactedThinkingBlock,
+    ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    WebSearchError,
+    WebSearchHit,
+    WebSearchResultBlock,
     messages_to_json,
 )
 from defect_core.providers.anthropic_wire import encode_messages
@@ -94,10 +101,32 @@ signed_thinking = st.builds(
 )
 
 
+def _search_use(use_id: str) -> ServerToolUseBlock:
+    return ServerToolUseBlock(id=use_id, name="web_search", input={"query": use_id})
+
+
+def _search_result(use_id: str, *, failed: bool = False) -> WebSearchResultBlock:
+    if failed:
+        return WebSearchResultBlock(
+            tool_use_id=use_id, content=WebSearchError(error_code="max_uses_exceeded")
+        )
+    hit = WebSearchHit(url="https://example.test/", title="Example", encrypted_content="E")
+    return WebSearchResultBlock(tool_use_id=use_id, content=(hit,))
+
+
 @st.composite
 def conversations(draw: st.DrawFn) -> list[Message]:
     ids = (f"toolu_{n:03d}" for n in itertools.count())
+    search_ids = (f"srvtoolu_{n:03d}" for n in itertools.count())
     messages: list[Message] = []
+
+    def searches() -> list[ContentBlock]:
+        """None, or one or two hosted web searches, each answered right after its use."""
+        blocks: list[ContentBlock] = []
+        for _ in range(draw(st.sampled_from([0, 0, 1, 2]))):
+            use_id = next(search_ids)
+            blocks += [_search_use(use_id), _search_result(use_id, failed=draw(st.booleans()))]
+        return blocks
 
     def prompt() -> Message:
         blocks: list[ContentBlock] = [
@@ -117,6 +146,7 @@ def conversations(draw: st.DrawFn) -> list[Message]:
                 blocks.append(draw(signed_thinking))
             if draw(st.booleans()):
                 blocks.append(RedactedThinkingBlock(data="opaque"))
+            blocks += searches()
             if draw(st.booleans()):
                 blocks.append(TextBlock(text=draw(said)))
             calls = [next(ids) for _ in range(draw(st.integers(1, 3)))]
@@ -134,6 +164,7 @@ def conversations(draw: st.DrawFn) -> list[Message]:
         closing: list[ContentBlock] = []
         if draw(st.booleans()):
             closing.append(draw(signed_thinking))
+        closing += searches()
         closing.append(TextBlock(text=draw(said)))
         messages.append(Message(role="assistant", content=tuple(closing)))
     messages.append(prompt())
@@ -162,6 +193,8 @@ KINDS = (
     "empty_message",
     "results_before_text",
     "refused_image",
+    "interrupted_search",
+    "orphan_search_result",
 )
 damage = st.tuples(
     st.sampled_from(KINDS), st.integers(0, 999), st.integers(0, 999), st.integers(0, 999)
@@ -277,6 +310,20 @@ def apply(history: list[Message], kind: str, i: int, j: int, k: int) -> list[Mes
             )
         else:
             blocks.insert(j % (len(blocks) + 1), image)
+        h[n] = _with(target, blocks)
+    elif kind == "interrupted_search":
+        # A use whose result never came: a fresh one slipped in, or a result taken away.
+        results = [x for x, b in enumerate(blocks) if isinstance(b, WebSearchResultBlock)]
+        if results and j % 2:
+            del blocks[results[k % len(results)]]
+        else:
+            blocks.insert(j % (len(blocks) + 1), _search_use(f"srvtoolu_i{k}"))
+        h[n] = _with(target, blocks)
+    elif kind == "orphan_search_result":
+        # A result of no search, or a second result of a known one, anywhere in the message.
+        known = [b.id for m in h for b in m.content if isinstance(b, ServerToolUseBlock)]
+        use_id = known[k % len(known)] if known and k % 3 else f"srvtoolu_r{k}"
+        blocks.insert(j % (len(blocks) + 1), _search_result(use_id))
         h[n] = _with(target, blocks)
     elif kind == "results_before_text" and blocks:
         texts = [b for b in blocks if isinstance(b, TextBlock)]

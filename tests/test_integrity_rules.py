@@ -37,6 +37,8 @@ from defect_core.model import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    WebSearchHit,
+    WebSearchResultBlock,
 )
 from defect_core.providers.anthropic_wire import encode_messages
 from defect_fakeapi import validate_request
@@ -65,6 +67,15 @@ def result(call_id: str, text: str = "ok") -> ToolResultBlock:
     return ToolResultBlock(tool_use_id=call_id, content=text)
 
 
+def search(n: int) -> ServerToolUseBlock:
+    return ServerToolUseBlock(id=f"srvtoolu_0{n}", name="web_search", input={"query": f"q{n}"})
+
+
+def found(n: int) -> WebSearchResultBlock:
+    hit = WebSearchHit(url=f"https://x{n}.test/", title=f"X{n}", encrypted_content=f"E{n}")
+    return WebSearchResultBlock(tool_use_id=f"srvtoolu_0{n}", content=(hit,))
+
+
 SIGNED = ThinkingBlock(thinking="let me see", signature="sig-1")
 
 CASES: dict[str, list[Message]] = {
@@ -86,11 +97,8 @@ CASES: dict[str, list[Message]] = {
     "result-answers-a-call": [u(result("ghost"), "hi")],
     "thinking-signed": [u("hi"), a(ThinkingBlock(thinking="hmm"), "hello"), u("thanks")],
     "image-accepted": [u("look", ImageBlock(media_type="image/png", data="!!not base64"))],
-    "server-tool-paired": [
-        u("search it"),
-        a("Searching.", ServerToolUseBlock(id="srvtoolu_01", name="web_search", input={})),
-        u("go on"),
-    ],
+    "server-tool-answered": [u("search it"), a("Searching.", search(1)), u("go on")],
+    "server-result-answers-a-use": [u("search it"), a(found(1), "Found."), u("thanks")],
 }
 """Per rule name, a minimal history that breaks that rule and no other."""
 
@@ -175,6 +183,49 @@ def test_a_bad_call_id_found_in_bulk_cuts_the_clean_walk_where_it_stands(
     assert out[:21] == history[:21]
     assert out[-20:] == history[-20:]
     assert_wire_legal(out)
+
+
+@pytest.mark.parametrize(
+    "between",
+    [u(), u("  "), u(result("ghost"))],
+    ids=["empty", "blank-text", "orphan-result"],
+)
+def test_a_search_repeated_across_assistant_messages_the_repair_merges_is_sent_once(
+    between: Message,
+) -> None:
+    # Each assistant message is paired on its own; the user message between them has nothing
+    # to say, so the repair merges them, and the repeated search would use one id twice.
+    history = [
+        u("search it"),
+        a(search(1), found(1), "one"),
+        between,
+        a(search(1), found(1), "two"),
+    ]
+    history.append(u("thanks"))
+    fixed = repair(history)
+    assert fixed.messages[1] == a(search(1), found(1), "one", "two")
+    names = [rule.name for rule in fixed.fixes]
+    assert names.count("server-tool-answered") == names.count("server-result-answers-a-use") == 1
+    assert violations(fixed.messages) == []
+    assert repair_outbound(fixed.messages) is fixed.messages
+    assert_wire_legal(fixed.messages)
+
+
+class _SearchUse(ServerToolUseBlock):
+    """A server tool use of a subclass, as a caller's own block type could be."""
+
+
+def test_server_blocks_of_a_subclass_are_paired_too() -> None:
+    # The only server block of the history is of a subclass: it is judged all the same.
+    unanswered = _SearchUse(id="srvtoolu_01", name="web_search")
+    message = Message.model_construct(
+        role="assistant", content=(unanswered, TextBlock(text="Searching."))
+    )
+    fixed = repair([u("search it"), message, u("thanks")])
+    assert fixed.messages[1] == a("Searching.")
+    assert "server-tool-answered" in [rule.name for rule in fixed.fixes]
+    assert violations(fixed.messages) == []
+    assert_wire_legal(fixed.messages)
 
 
 def _listed_names(text: str) -> list[str]:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from defect_core.integrity.rules import (
@@ -35,7 +37,6 @@ from defect_core.integrity.rules import (
     RESULT_ANSWERS_A_CALL,
     ROLES_ALTERNATE,
     SERVER_KINDS,
-    SERVER_TOOL_PAIRED,
     TEXT_NOT_BLANK,
     THINKING_SIGNED,
     TOOL_CALL_ANSWERED,
@@ -154,6 +155,12 @@ _EXACT_KINDS = frozenset(
 )
 
 
+_content_of = attrgetter("content")
+
+_SERVER_TYPES = tuple(SERVER_KINDS)
+"""The server tool block types, for `isinstance` (which also matches their subclasses)."""
+
+
 def _normalised(block: Any) -> Any:
     """An instance of a subclass of a block type as an instance of the block type itself (the
     validator dispatches on exact types); anything else as `None`, which is dropped."""
@@ -231,10 +238,14 @@ class _Rebuild:
     def _pair_server_blocks(self, messages: Sequence[Message]) -> Sequence[Message]:
         """`messages` without the unpaired server tool blocks of each run of consecutive
         assistant messages (one message once merged, so pairing is judged over the run); the
-        same sequence when there are none, and a message changed only when it lost a block."""
-        kinds = SERVER_KINDS
-        if all(kinds.isdisjoint(map(type, m.content)) for m in messages):
-            return messages  # no server tool blocks at all: the common case, checked in C
+        same sequence when there are none, and a message changed only when it lost a block.
+        Runs that merge only because a user message between them vanishes are judged again
+        as one group when it closes (`_pair_merged_server_blocks`)."""
+        # The block types present, gathered in C: a server block may be of a subclass (made
+        # its exact kind only later, by `_slow`), so the kinds are matched as classes.
+        present = set(map(type, chain.from_iterable(map(_content_of, messages))))
+        if not any(issubclass(kind, _SERVER_TYPES) for kind in present):
+            return messages  # no server tool blocks at all: the common case
         out: list[Message] | None = None
         index, count = 0, len(messages)
         while index < count:
@@ -247,11 +258,11 @@ class _Rebuild:
             while end < count and messages[end].role == "assistant":
                 end += 1
             run = messages[index:end]
-            drop: set[int] = set()
-            if any(type(b) in SERVER_KINDS for m in run for b in m.content):
+            drop: dict[int, Rule] = {}
+            if any(isinstance(b, _SERVER_TYPES) for m in run for b in m.content):
                 drop = unpaired_server_blocks([b for m in run for b in m.content])
             if drop:
-                self.fixes.extend(SERVER_TOOL_PAIRED for _ in drop)
+                self.fixes.extend(drop.values())
                 if out is None:
                     out = list(messages[:index])
                 position = 0
@@ -282,6 +293,8 @@ class _Rebuild:
 
     def _close_group(self) -> None:
         if self.role == "assistant":
+            if len(self.sources) > 1:
+                self._pair_merged_server_blocks()
             self.out.append(_group("assistant", self.blocks, self.sources))
         elif self.role == "user":
             if self.calls:
@@ -290,6 +303,20 @@ class _Rebuild:
                 self.out.append(self.sources[0])  # placeholder, replaced in `_finish`
             elif self.blocks:
                 self.out.append(_group("user", self.blocks, self.sources))
+
+    def _pair_merged_server_blocks(self) -> None:
+        """Drop from the open assistant group the server tool blocks that became unpaired when
+        it merged runs of assistant messages apart in the input (a user message between them
+        had nothing to say). Each run is paired already (`_pair_server_blocks`), so only a
+        search repeated under one id can be left: the repeat goes, with its result, and the
+        first search stays, so the group never empties."""
+        blocks = self.blocks
+        if SERVER_KINDS.isdisjoint(map(type, blocks)):
+            return
+        drop = unpaired_server_blocks(blocks)
+        if drop:
+            self.fixes.extend(drop.values())
+            self.blocks = [b for k, b in enumerate(blocks) if k not in drop]
 
     def _fast(self, start: int) -> int:
         """Emit, as they are, the messages from `start` on that `validate.scan` accepts after

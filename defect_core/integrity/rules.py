@@ -47,7 +47,8 @@ __all__ = [
     "ROLES_ALTERNATE",
     "RULES",
     "SERVER_KINDS",
-    "SERVER_TOOL_PAIRED",
+    "SERVER_RESULT_ANSWERS_A_USE",
+    "SERVER_TOOL_ANSWERED",
     "TEXT_NOT_BLANK",
     "THINKING_SIGNED",
     "TOOL_CALL_ANSWERED",
@@ -59,7 +60,7 @@ __all__ = [
     "is_well_formed_tool_use",
     "result_content_rule",
     "rules_markdown",
-    "server_blocks_paired",
+    "server_blocks_rule",
     "unpaired_server_blocks",
 ]
 
@@ -97,9 +98,11 @@ FIRST_MESSAGE_FROM_USER = Rule(
 LAST_MESSAGE_FROM_USER = Rule(
     "last-message-from-user",
     "The conversation ends with a user message (newer models refuse a trailing assistant "
-    "message, a prefill).",
+    "message, a prefill), except a turn the API paused (`pause_turn`), sent back last to be "
+    "continued.",
     "After a trailing tool round its synthetic results form the last message; otherwise "
-    f'`"{CONTINUE_TEXT}"` is appended, so what the model said is kept.',
+    f'`"{CONTINUE_TEXT}"` is appended, so what the model said is kept. A paused turn that asked '
+    "for no client tools stays last, its final text without trailing whitespace.",
 )
 ROLES_ALTERNATE = Rule(
     "roles-alternate",
@@ -162,13 +165,20 @@ IMAGE_ACCEPTED = Rule(
     "`defect_core/media.py` checks).",
     "It is replaced where it stood by the text `[image removed: <why>]`.",
 )
-SERVER_TOOL_PAIRED = Rule(
-    "server-tool-paired",
-    "The provider's own tool calls (its web search: `server_tool_use`) are answered inside the "
-    "assistant message that made them, by a `web_search_tool_result` after the use; a result "
-    "follows its use. They are no part of the client's tool loop.",
-    "An interrupted search (a use whose result never came) and a result without its use are "
-    "dropped from the copy: the API refuses both and has no error result a client could write.",
+SERVER_TOOL_ANSWERED = Rule(
+    "server-tool-answered",
+    "Every call of the provider's own tools (its web search: `server_tool_use`) has an id of its "
+    "own and is answered later in the assistant message that made it, by a "
+    "`web_search_tool_result`. Such calls are no part of the client's tool loop.",
+    "An interrupted search (a use whose result never came) is dropped from the copy: the API "
+    "refuses it and has no error result a client could write. A use repeating an id is dropped, "
+    "and its result with it.",
+)
+SERVER_RESULT_ANSWERS_A_USE = Rule(
+    "server-result-answers-a-use",
+    "Every `web_search_tool_result` answers a `server_tool_use` of its id earlier in the same "
+    "assistant message, and no use is answered twice.",
+    "A result without its use, one before its use and a second result are dropped.",
 )
 
 RULES: tuple[Rule, ...] = (
@@ -184,7 +194,8 @@ RULES: tuple[Rule, ...] = (
     RESULT_ANSWERS_A_CALL,
     THINKING_SIGNED,
     IMAGE_ACCEPTED,
-    SERVER_TOOL_PAIRED,
+    SERVER_TOOL_ANSWERED,
+    SERVER_RESULT_ANSWERS_A_USE,
 )
 """Every rule, in the order the docs list them."""
 
@@ -246,31 +257,36 @@ def result_content_rule(block: ToolResultBlock) -> Rule | None:
 
 
 SERVER_KINDS = frozenset({ServerToolUseBlock, WebSearchResultBlock})
-"""The block types of the provider's own tool calls (`SERVER_TOOL_PAIRED`)."""
+"""The block types of the provider's own tool calls (`SERVER_TOOL_ANSWERED`,
+`SERVER_RESULT_ANSWERS_A_USE`)."""
 
 
-def server_blocks_paired(blocks: Sequence[Any]) -> bool:
-    """`SERVER_TOOL_PAIRED` holds in `blocks` (one assistant message): every server tool use
-    answered later in them, every result after its use, no id used twice."""
+def server_blocks_rule(blocks: Sequence[Any]) -> Rule | None:
+    """The first server tool rule `blocks` (one assistant message) break, in their order:
+    `SERVER_RESULT_ANSWERS_A_USE` for a result that answers no open use, `SERVER_TOOL_ANSWERED`
+    for a use repeating an id or one left unanswered; `None` when every use is answered later
+    in them."""
     open_uses: set[str] = set()
     seen: set[str] = set()
     for block in blocks:
         kind = type(block)
         if kind is ServerToolUseBlock:
             if block.id in seen:
-                return False
+                return SERVER_TOOL_ANSWERED
             seen.add(block.id)
             open_uses.add(block.id)
         elif kind is WebSearchResultBlock:
             if block.tool_use_id not in open_uses:
-                return False
+                return SERVER_RESULT_ANSWERS_A_USE
             open_uses.discard(block.tool_use_id)
-    return not open_uses
+    return SERVER_TOOL_ANSWERED if open_uses else None
 
 
-def unpaired_server_blocks(blocks: Sequence[ContentBlock]) -> set[int]:
-    """The positions in `blocks` of the server tool blocks `SERVER_TOOL_PAIRED` drops: every
-    use not answered later in them, every result but the first after its use."""
+def unpaired_server_blocks(blocks: Sequence[ContentBlock]) -> dict[int, Rule]:
+    """The positions in `blocks` of the server tool blocks the repair drops, in order, each
+    with the rule its drop fixes: every use not answered later in them and every repeat of a
+    use's id (`SERVER_TOOL_ANSWERED`), every result but the first after its use
+    (`SERVER_RESULT_ANSWERS_A_USE`)."""
     uses: dict[str, int] = {}
     answered: dict[str, int] = {}
     for position, block in enumerate(blocks):
@@ -281,11 +297,15 @@ def unpaired_server_blocks(blocks: Sequence[ContentBlock]) -> set[int]:
             if use_id in uses and use_id not in answered:
                 answered[use_id] = position
     keep = {uses[i] for i in answered} | set(answered.values())
-    return {
-        position
-        for position, b in enumerate(blocks)
-        if isinstance(b, ServerToolUseBlock | WebSearchResultBlock) and position not in keep
-    }
+    drop: dict[int, Rule] = {}
+    for position, block in enumerate(blocks):
+        if position in keep:
+            continue
+        if isinstance(block, ServerToolUseBlock):
+            drop[position] = SERVER_TOOL_ANSWERED
+        elif isinstance(block, WebSearchResultBlock):
+            drop[position] = SERVER_RESULT_ANSWERS_A_USE
+    return drop
 
 
 # ---------------------------------------------------------------------------------------------

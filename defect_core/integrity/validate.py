@@ -30,7 +30,6 @@ from defect_core.integrity.rules import (
     RESULT_ANSWERS_A_CALL,
     ROLES_ALTERNATE,
     SERVER_KINDS,
-    SERVER_TOOL_PAIRED,
     TEXT_NOT_BLANK,
     THINKING_SIGNED,
     TOOL_CALL_ANSWERED,
@@ -40,7 +39,7 @@ from defect_core.integrity.rules import (
     ids_match_pattern,
     is_well_formed_tool_use,
     result_content_rule,
-    server_blocks_paired,
+    server_blocks_rule,
 )
 from defect_core.media import image_block_problem
 from defect_core.model import (
@@ -214,8 +213,8 @@ def scan(
                 elif kind is not redacted_t:
                     rule = BLOCK_FITS_ROLE
                     break
-            if rule is None and server and not server_blocks_paired(content):
-                rule = SERVER_TOOL_PAIRED
+            if rule is None and server:
+                rule = server_blocks_rule(content)
             if rule is not None:
                 if not bulk_ids:
                     kept.difference_update(message_calls)
