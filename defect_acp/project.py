@@ -11,7 +11,7 @@ here is what the protocol's schema allows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from acp import schema as s
@@ -254,13 +254,37 @@ def select_options(
     ]
 
 
+def session_notification(session_id: str, update: Update) -> dict[str, Any]:
+    """The `session/update` notification carrying `update`, as JSON: what the SDK's
+    `session_update` writes (its `serialize_params` of a `SessionNotification`), built
+    without validating again an update made from the schema's own models."""
+    return {
+        "jsonrpc": "2.0",
+        "method": "session/update",
+        "params": {
+            "sessionId": session_id,
+            "update": update.model_dump(
+                mode="json", by_alias=True, exclude_none=True, exclude_defaults=True
+            ),
+        },
+    }
+
+
 # --- replay (session/load) ----------------------------------------------------------------
 
 
 def replay_updates(
     transcript: Sequence[Message], tool_calls: dict[str, ToolCallSnapshot]
 ) -> list[Update]:
-    """The whole conversation as the updates a client saw live, in order.
+    """The whole conversation as the updates a client saw live, in order (a list)."""
+    return list(iter_replay_updates(transcript, tool_calls))
+
+
+def iter_replay_updates(
+    transcript: Sequence[Message], tool_calls: dict[str, ToolCallSnapshot]
+) -> Iterator[Update]:
+    """The whole conversation as the updates a client saw live, in order, each made only
+    when it is asked for (a long session's replay is sent while it is being projected).
 
     User text and images, agent text and thoughts, every tool call with its title, kind,
     last known status and content (diffs included), and every search the provider ran (from
@@ -268,7 +292,6 @@ def replay_updates(
     process was killed while it ran) keeps its last recorded status — pending or
     in_progress — so the client shows it as not completed, which is the truth.
     """
-    updates: list[Update] = []
     results: dict[str, ToolResultBlock] = {
         b.tool_use_id: b for m in transcript for b in m.content if isinstance(b, ToolResultBlock)
     }
@@ -282,7 +305,7 @@ def replay_updates(
         for block in message.content:
             if message.role == "user":
                 if isinstance(block, TextBlock):
-                    updates.append(_user_chunk(s.TextContentBlock(type="text", text=block.text)))
+                    yield _user_chunk(s.TextContentBlock(type="text", text=block.text))
                 elif isinstance(block, ImageBlock):
                     image = s.ImageContentBlock(
                         type="image",
@@ -290,20 +313,17 @@ def replay_updates(
                         mime_type=block.media_type or "",
                         uri=block.url,
                     )
-                    updates.append(_user_chunk(image))
+                    yield _user_chunk(image)
             elif isinstance(block, TextBlock):
-                updates.append(update_agent_message_text(block.text))
+                yield update_agent_message_text(block.text)
             elif isinstance(block, ThinkingBlock):
-                updates.append(update_agent_thought_text(block.thinking))
+                yield update_agent_thought_text(block.thinking)
             elif isinstance(block, RedactedThinkingBlock):
                 continue
             elif isinstance(block, ToolUseBlock):
-                updates.append(
-                    _replayed_call(block, tool_calls.get(block.id), results.get(block.id))
-                )
+                yield _replayed_call(block, tool_calls.get(block.id), results.get(block.id))
             elif isinstance(block, ServerToolUseBlock):
-                updates.append(_replayed_search(block, searches.get(block.id)))
-    return updates
+                yield _replayed_search(block, searches.get(block.id))
 
 
 def _replayed_search(
