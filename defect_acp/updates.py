@@ -18,9 +18,9 @@ Invariants:
 
 - A fast stream never backs up one write per delta: the pump takes the event it waited for
   plus whatever the session has already queued behind it (never waiting for more, so the first
-  delta leaves at once), merges adjacent text deltas of one kind into one (`coalesce`: only
-  when the writer is behind, and never across any other event), and writes the batch as one
-  write with one flush (`UpdateSink.send_updates`). A replay is sent the same way, in batches
+  delta leaves at once, as it came), merges adjacent queued text deltas of one kind into one
+  (`coalesce`: only when the writer is behind, and never across any other event), and writes
+  the batch as one write with one flush (`UpdateSink.send_updates`). A replay is sent the same way, in batches
   of `REPLAY_BATCH` updates as they are built, so the first ones leave before the last are
   made and the client sees the conversation arrive at once.
 
@@ -119,7 +119,9 @@ class SessionPump:
         try:
             async with self._stream:
                 async for event in self._stream:
-                    await self._forward(coalesce(self._queued_after(event)))
+                    # The event waited for leaves as it came; what queued behind it merges.
+                    queued = self._queued_after(event)
+                    await self._forward([event, *coalesce(queued)])
         except Exception:
             log.exception("pump_failed", session_id=self._session.id)
         finally:
@@ -127,8 +129,8 @@ class SessionPump:
                 self._ended.notify_all()
 
     def _queued_after(self, first: ev.AgentEvent) -> list[ev.AgentEvent]:
-        """`first` and the events already queued behind it (none is waited for)."""
-        batch = [first]
+        """The events already queued behind `first` (none is waited for)."""
+        batch: list[ev.AgentEvent] = []
         if not isinstance(self._stream, MemoryObjectReceiveStream):
             return batch  # a stream that cannot say what is queued: one event at a time
         while len(batch) < BATCH_LIMIT:
