@@ -11,6 +11,7 @@ here is what the protocol's schema allows.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,7 +23,9 @@ from acp.helpers import (
     update_agent_message_text,
     update_agent_thought_text,
 )
+from pydantic_core import PydanticSerializationError
 
+from defect_acp.transport import encode_message
 from defect_core import events as ev
 from defect_core.hosted import search_outcome, search_title
 from defect_core.model import (
@@ -268,6 +271,20 @@ def session_notification(session_id: str, update: Update) -> dict[str, Any]:
             ),
         },
     }
+
+
+def update_line(session_id: str, update: Update) -> bytes | None:
+    """The protocol line of `session_notification(session_id, update)`, written by pydantic's
+    own JSON writer: the same JSON `encode_message` writes for it (key order, no spaces, UTF-8
+    unescaped), several times faster than a dict through `json`, which counts for a long
+    replay. An update that writer refuses (a lone surrogate) goes through `encode_message`,
+    which mends it; a non-finite float becomes null (strict JSON either way)."""
+    try:
+        body = update.model_dump_json(by_alias=True, exclude_none=True, exclude_defaults=True)
+    except PydanticSerializationError:
+        return encode_message(session_notification(session_id, update))
+    head = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+    return f'{head}{json.dumps(session_id)},"update":{body}}}}}\n'.encode()
 
 
 # --- replay (session/load) ----------------------------------------------------------------

@@ -118,8 +118,8 @@ class DefectAgent:
                 for update in shown:
                     await self.connection.session_update(session_id=session_id, update=update)
                 return
-            await self._transport.send_notifications(
-                [project.session_notification(session_id, update) for update in shown]
+            await self._transport.send_encoded(
+                [line for update in shown if (line := project.update_line(session_id, update))]
             )
         except ConnectionError:
             log.debug("update_dropped_connection_closed", session_id=session_id)

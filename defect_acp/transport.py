@@ -209,9 +209,13 @@ class StdioTransport:
     async def send_notifications(self, messages: list[dict[str, Any]]) -> None:
         """Write several notifications as one batch: one write and one flush for all of them,
         in order, with no other line between them (`session/update`s of a busy session)."""
+        await self.send_encoded([line for line in map(encode_message, messages) if line])
+
+    async def send_encoded(self, lines: list[bytes]) -> None:
+        """Write notification lines already encoded as `encode_message` would (strict JSON in
+        UTF-8, one newline-terminated object each) as one batch: one write, one flush."""
         if self._closed:
             raise ConnectionError("the protocol channel is closed")
-        lines = [line for line in map(encode_message, messages) if line is not None]
         if not lines:
             return
         async with self._lock:

@@ -20,9 +20,9 @@ Invariants:
   plus whatever the session has already queued behind it (never waiting for more, so the first
   delta leaves at once, as it came), merges adjacent queued text deltas of one kind into one
   (`coalesce`: only when the writer is behind, and never across any other event), and writes
-  the batch as one write with one flush (`UpdateSink.send_updates`). A replay is sent the same way, in batches
-  of `REPLAY_BATCH` updates as they are built, so the first ones leave before the last are
-  made and the client sees the conversation arrive at once.
+  the batch as one write with one flush (`UpdateSink.send_updates`). A replay goes out the
+  same way, `REPLAY_BATCH` updates per write as they are built, so the first leave before the
+  last are made.
 
 Why apart from the server: the server maps requests to the runtime; this is the other
 direction, the stream the runtime produces, with its own ordering rules.
