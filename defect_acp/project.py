@@ -11,7 +11,8 @@ here is what the protocol's schema allows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from acp import schema as s
@@ -22,7 +23,9 @@ from acp.helpers import (
     update_agent_message_text,
     update_agent_thought_text,
 )
+from pydantic_core import PydanticSerializationError
 
+from defect_acp.transport import encode_message
 from defect_core import events as ev
 from defect_core.hosted import search_outcome, search_title
 from defect_core.model import (
@@ -275,6 +278,36 @@ def select_options(
     ]
 
 
+def session_notification(session_id: str, update: Update) -> dict[str, Any]:
+    """The `session/update` notification carrying `update`, as JSON: what the SDK's
+    `session_update` writes (its `serialize_params` of a `SessionNotification`), built
+    without validating again an update made from the schema's own models."""
+    return {
+        "jsonrpc": "2.0",
+        "method": "session/update",
+        "params": {
+            "sessionId": session_id,
+            "update": update.model_dump(
+                mode="json", by_alias=True, exclude_none=True, exclude_defaults=True
+            ),
+        },
+    }
+
+
+def update_line(session_id: str, update: Update) -> bytes | None:
+    """The protocol line of `session_notification(session_id, update)`, written by pydantic's
+    own JSON writer: the same JSON `encode_message` writes for it (key order, no spaces, UTF-8
+    unescaped), several times faster than a dict through `json`, which counts for a long
+    replay. An update that writer refuses (a lone surrogate) goes through `encode_message`,
+    which mends it; a non-finite float becomes null (strict JSON either way)."""
+    try:
+        body = update.model_dump_json(by_alias=True, exclude_none=True, exclude_defaults=True)
+    except PydanticSerializationError:
+        return encode_message(session_notification(session_id, update))
+    head = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+    return f'{head}{json.dumps(session_id)},"update":{body}}}}}\n'.encode()
+
+
 # --- replay (session/load) ----------------------------------------------------------------
 
 
@@ -283,7 +316,17 @@ def replay_updates(
     tool_calls: dict[str, ToolCallSnapshot],
     subagents: dict[str, str] | None = None,
 ) -> list[Update]:
-    """The whole conversation as the updates a client saw live, in order.
+    """The whole conversation as the updates a client saw live, in order (a list)."""
+    return list(iter_replay_updates(transcript, tool_calls, subagents))
+
+
+def iter_replay_updates(
+    transcript: Sequence[Message],
+    tool_calls: dict[str, ToolCallSnapshot],
+    subagents: dict[str, str] | None = None,
+) -> Iterator[Update]:
+    """The whole conversation as the updates a client saw live, in order, each made only
+    when it is asked for (a long session's replay is sent while it is being projected).
 
     User text and images, agent text and thoughts, every tool call with its title, kind,
     last known status and content (diffs included), and every search the provider ran (from
@@ -295,7 +338,6 @@ def replay_updates(
     `update_plan` call shows no card (`SHOWN_BY_THEIR_EVENT`) unless it was refused; the plan
     itself follows the history (`updates.replay`).
     """
-    updates: list[Update] = []
     results: dict[str, ToolResultBlock] = {
         b.tool_use_id: b for m in transcript for b in m.content if isinstance(b, ToolResultBlock)
     }
@@ -309,7 +351,7 @@ def replay_updates(
         for block in message.content:
             if message.role == "user":
                 if isinstance(block, TextBlock):
-                    updates.append(_user_chunk(s.TextContentBlock(type="text", text=block.text)))
+                    yield _user_chunk(s.TextContentBlock(type="text", text=block.text))
                 elif isinstance(block, ImageBlock):
                     image = s.ImageContentBlock(
                         type="image",
@@ -317,11 +359,11 @@ def replay_updates(
                         mime_type=block.media_type or "",
                         uri=block.url,
                     )
-                    updates.append(_user_chunk(image))
+                    yield _user_chunk(image)
             elif isinstance(block, TextBlock):
-                updates.append(update_agent_message_text(block.text))
+                yield update_agent_message_text(block.text)
             elif isinstance(block, ThinkingBlock):
-                updates.append(update_agent_thought_text(block.thinking))
+                yield update_agent_thought_text(block.thinking)
             elif isinstance(block, RedactedThinkingBlock):
                 continue
             elif isinstance(block, ToolUseBlock):
@@ -332,10 +374,9 @@ def replay_updates(
                 if subagents and block.id in subagents:
                     text = s.TextContentBlock(type="text", text=subagents[block.id])
                     update.content = [tool_content(text)]
-                updates.append(update)
+                yield update
             elif isinstance(block, ServerToolUseBlock):
-                updates.append(_replayed_search(block, searches.get(block.id)))
-    return updates
+                yield _replayed_search(block, searches.get(block.id))
 
 
 def _replayed_search(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,7 @@ class DefectAgent:
         self._pumps: dict[str, SessionPump] = {}
         self._after_answer: dict[str, list[Callable[[], Awaitable[None]]]] = {}
         self._warmed = False
+        self._transport: StdioTransport | None = None
 
     # --- wiring -----------------------------------------------------------------------------
 
@@ -100,11 +101,26 @@ class DefectAgent:
         assert self._conn is not None, "the agent is not connected"
         return self._conn
 
+    def use_transport(self, transport: StdioTransport) -> None:
+        """The protocol channel, for writing a batch of updates at once (`send_updates`)."""
+        self._transport = transport
+
     async def send_update(self, session_id: str, update: Any) -> None:
-        if update is None:
+        await self.send_updates(session_id, [update])
+
+    async def send_updates(self, session_id: str, updates: Sequence[Any]) -> None:
+        """`session/update` notifications for `updates`, in order, as one write and flush."""
+        shown = [u for u in updates if u is not None]
+        if not shown:
             return
         try:
-            await self.connection.session_update(session_id=session_id, update=update)
+            if self._transport is None:
+                for update in shown:
+                    await self.connection.session_update(session_id=session_id, update=update)
+                return
+            await self._transport.send_encoded(
+                [line for update in shown if (line := project.update_line(session_id, update))]
+            )
         except ConnectionError:
             log.debug("update_dropped_connection_closed", session_id=session_id)
 
@@ -471,6 +487,7 @@ async def serve(
         on_cancel_request=agent.on_cancel_request,
         on_eof=agent.cancel_turns,
     )
+    agent.use_transport(transport)
     conn = agent_connection(agent, transport)
     # Methods the pinned SDK does not route.
     add_request_route(conn, "session/delete", agent.delete_session)

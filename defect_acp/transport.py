@@ -23,7 +23,9 @@ the protocol descriptor, and what the SDK's own stdio transport does not do:
   `session/new` — a client ignores updates for a session it has not been told about yet).
 
 Invariants: this is the only writer of the protocol channel; writes are whole lines, one at a
-time (a lock), so concurrent senders never interleave bytes. Every line written is strict JSON
+time (a lock), so concurrent senders never interleave bytes. A batch of notifications
+(`send_notifications`) is one write and one flush: a session that streams fast costs one
+system call per batch, not per update. Every line written is strict JSON
 in UTF-8 (`encode_message`): a lone surrogate is written as U+FFFD, and an answer that cannot
 be written as JSON at all (a NaN, an object json cannot encode) is replaced by a -32603 error
 for the same id; such a notification is dropped and logged, such a request fails its sender.
@@ -203,6 +205,21 @@ class StdioTransport:
                         await result
                 except Exception:
                     log.exception("response_hook_failed", method=entry[0])
+
+    async def send_notifications(self, messages: list[dict[str, Any]]) -> None:
+        """Write several notifications as one batch: one write and one flush for all of them,
+        in order, with no other line between them (`session/update`s of a busy session)."""
+        await self.send_encoded([line for line in map(encode_message, messages) if line])
+
+    async def send_encoded(self, lines: list[bytes]) -> None:
+        """Write notification lines already encoded as `encode_message` would (strict JSON in
+        UTF-8, one newline-terminated object each) as one batch: one write, one flush."""
+        if self._closed:
+            raise ConnectionError("the protocol channel is closed")
+        if not lines:
+            return
+        async with self._lock:
+            await self._writer.write(b"".join(lines))
 
     async def _send_error(self, request_id: Any, code: int, message: str) -> None:
         await self._write(

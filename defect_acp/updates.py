@@ -18,6 +18,14 @@ Invariants:
 - What an event or a stored message looks like on the wire is decided in
   `defect_acp/project.py`; this module only decides when, and to which session, it is sent.
 
+- A fast stream never backs up one write per delta: the pump takes the event it waited for
+  plus whatever the session has already queued behind it (never waiting for more, so the first
+  delta leaves at once, as it came), merges adjacent queued text deltas of one kind into one
+  (`coalesce`: only when the writer is behind, and never across any other event), and writes
+  the batch as one write with one flush (`UpdateSink.send_updates`). A replay goes out the
+  same way, `REPLAY_BATCH` updates per write as they are built, so the first leave before the
+  last are made.
+
 Why apart from the server: the server maps requests to the runtime; this is the other
 direction, the stream the runtime produces, with its own ordering rules.
 """
@@ -26,9 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+import anyio
 from acp import schema as s
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from defect_acp import project
 from defect_core import events as ev
@@ -40,11 +52,20 @@ if TYPE_CHECKING:
 
 log = get_logger("defect.acp")
 
+BATCH_LIMIT = 512
+"""Most events the pump takes off a session's queue at once (its buffer is 256)."""
+REPLAY_BATCH = 256
+"""Updates per write when a stored conversation is replayed."""
+
 
 class UpdateSink(Protocol):
     """What the pump needs of the agent: a way to send updates and the client connection."""
 
     async def send_update(self, session_id: str, update: Any) -> None: ...
+
+    async def send_updates(self, session_id: str, updates: Sequence[Any]) -> None:
+        """Several updates of one session, in order, as one write."""
+        ...
 
     @property
     def connection(self) -> AgentSideConnection: ...
@@ -103,51 +124,69 @@ class SessionPump:
         try:
             async with self._stream:
                 async for event in self._stream:
-                    await self._forward(event)
+                    # The event waited for leaves as it came; what queued behind it merges.
+                    queued = self._queued_after(event)
+                    await self._forward([event, *coalesce(queued)])
         except Exception:
             log.exception("pump_failed", session_id=self._session.id)
         finally:
             async with self._ended:
                 self._ended.notify_all()
 
-    async def _forward(self, event: ev.AgentEvent) -> None:
-        sid = self._session.id
-        if isinstance(event, ev.PermissionRequested):
-            task = asyncio.create_task(self._ask(event))
-            self._questions.add(task)
-            task.add_done_callback(self._questions.discard)
-            return
-        if isinstance(event, ev.TurnEnded | ev.TurnFailed):
-            async with self._ended:
-                self.last_usage = event.usage if isinstance(event, ev.TurnEnded) else None
-                self._turns_ended += 1
-                self._ended.notify_all()
-            return
-        if isinstance(event, ev.ConfigChanged):
-            await self._agent.send_update(
-                sid, project.config_update(self._session.config_options())
-            )
-            return
-        if isinstance(event, ev.ModeChanged):
-            await self._agent.send_update(sid, project.event_to_update(event))
-            await self._agent.send_update(
-                sid, project.config_update(self._session.config_options())
-            )
-            return
-        if isinstance(event, ev.ToolCallStarted) and event.name in project.SHOWN_BY_THEIR_EVENT:
-            self._held[event.tool_call_id] = event
-            return
-        if isinstance(event, ev.ToolCallUpdated) and event.tool_call_id in self._held:
-            started = self._held[event.tool_call_id]
-            if event.status in ("completed", "failed"):
-                del self._held[event.tool_call_id]
-            if event.status == "failed":
-                await self._agent.send_update(sid, project.event_to_update(started))
-                await self._agent.send_update(sid, project.event_to_update(event))
-            return
-        update = project.event_to_update(event)
-        if update is not None:
-            await self._agent.send_update(sid, update)
+    def _queued_after(self, first: ev.AgentEvent) -> list[ev.AgentEvent]:
+        """The events already queued behind `first` (none is waited for)."""
+        batch: list[ev.AgentEvent] = []
+        if not isinstance(self._stream, MemoryObjectReceiveStream):
+            return batch  # a stream that cannot say what is queued: one event at a time
+        while len(batch) < BATCH_LIMIT:
+            try:
+                batch.append(self._stream.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+        return batch
+
+    async def _forward(self, events: list[ev.AgentEvent]) -> None:
+        """Send a batch's updates in order, as few writes as its events allow: the updates
+        before a turn's end or a permission question leave before it is acted on."""
+        pending: list[Any] = []
+        for event in events:
+            if isinstance(event, ev.PermissionRequested):
+                await self._flush(pending)
+                task = asyncio.create_task(self._ask(event))
+                self._questions.add(task)
+                task.add_done_callback(self._questions.discard)
+            elif isinstance(event, ev.TurnEnded | ev.TurnFailed):
+                await self._flush(pending)
+                async with self._ended:
+                    self.last_usage = event.usage if isinstance(event, ev.TurnEnded) else None
+                    self._turns_ended += 1
+                    self._ended.notify_all()
+            elif isinstance(event, ev.ConfigChanged):
+                pending.append(project.config_update(self._session.config_options()))
+            elif isinstance(event, ev.ModeChanged):
+                pending.append(project.event_to_update(event))
+                pending.append(project.config_update(self._session.config_options()))
+            elif (
+                isinstance(event, ev.ToolCallStarted) and event.name in project.SHOWN_BY_THEIR_EVENT
+            ):
+                self._held[event.tool_call_id] = event  # shown only if it fails
+            elif isinstance(event, ev.ToolCallUpdated) and event.tool_call_id in self._held:
+                started = self._held[event.tool_call_id]
+                if event.status in ("completed", "failed"):
+                    del self._held[event.tool_call_id]
+                if event.status == "failed":
+                    pending.append(project.event_to_update(started))
+                    pending.append(project.event_to_update(event))
+            else:
+                update = project.event_to_update(event)
+                if update is not None:
+                    pending.append(update)
+        await self._flush(pending)
+
+    async def _flush(self, pending: list[Any]) -> None:
+        if pending:
+            await self._agent.send_updates(self._session.id, pending)
+            pending.clear()
 
     async def _ask(self, event: ev.PermissionRequested) -> None:
         option: str | None
@@ -174,11 +213,39 @@ class SessionPump:
                 await self._task
 
 
+def coalesce(events: Iterable[ev.AgentEvent]) -> list[ev.AgentEvent]:
+    """`events` with every run of adjacent text deltas of one kind (answer text, thought)
+    merged into one delta carrying their text in order. Nothing else is merged, dropped or
+    moved: the first event stays first, and no text crosses any other event."""
+    merged: list[ev.AgentEvent] = []
+    run: list[ev.AgentTextDelta | ev.AgentThoughtDelta] = []  # adjacent deltas of one kind
+
+    def close_run() -> None:
+        if len(run) == 1:
+            merged.append(run[0])
+        elif run:
+            merged.append(type(run[0])("".join(delta.text for delta in run)))
+        run.clear()
+
+    for event in events:
+        if isinstance(event, ev.AgentTextDelta | ev.AgentThoughtDelta):
+            if run and type(run[0]) is not type(event):
+                close_run()
+            run.append(event)
+        else:
+            close_run()
+            merged.append(event)
+    close_run()
+    return merged
+
+
 async def replay(sink: UpdateSink, session: Session) -> None:
-    """Send a stored session's history as updates (`session/load`, `--resume`)."""
+    """Send a stored session's history as updates (`session/load`, `--resume`), in batches
+    as they are built: the first leave before the rest of the conversation is projected."""
     views = session.subagent_views()
-    for update in project.replay_updates(session.transcript(), session.tool_calls(), views):
-        await sink.send_update(session.id, update)
+    updates = project.iter_replay_updates(session.transcript(), session.tool_calls(), views)
+    while batch := list(itertools.islice(updates, REPLAY_BATCH)):
+        await sink.send_updates(session.id, batch)
     if plan := session.current_plan():
         await sink.send_update(session.id, project.plan_update(plan))
 

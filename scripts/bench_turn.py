@@ -12,17 +12,25 @@ import and the first connection):
   requests. Everything defect does between model answers is in it: parsing the stream,
   forwarding updates, committing history, running the tool, encoding the next request, the
   SDK and HTTP on the client side. Target ≤ 15 ms.
-- delta latency: from the fake writing a text delta to the socket to the client reading the
-  `session/update` that carries it off the agent's stdout. Measured on the final answer,
-  whose deltas the fake spaces --pace apart (5 ms: a model streams tens of tokens a second),
-  so the figure is latency, not the backlog of a burst. Target ≤ 2 ms at the median; p95
-  reported, and the median for the tool replies' deltas, which come all at once.
+- delta latency: from the fake writing a text delta to the socket to the `session/update`
+  that carries it being readable off the agent's stdout (stamped by scripts/stamp_relay.py,
+  which sits on the agent's stdout pipe, so the client's own schema checks are not counted).
+  Measured on the final answer, whose deltas the fake spaces --pace apart (5 ms: a model
+  streams tens of tokens a second), so the figure is latency, not the backlog of a burst.
+  Target ≤ 2 ms at the median; p95 reported, and the median for the tool replies' deltas,
+  which come all at once.
+- delta latency under a fast stream: answers of --burst-deltas (200) deltas streamed within
+  --burst-ms (50 ms), one session at a time, then --sessions (4) sessions streaming such an
+  answer at once. Median and p95 of each; targets: burst median ≤ 3 ms, p95 ≤ 5 ms. A delta
+  that reaches the client inside a coalesced update counts from its own write time, so
+  coalescing can only show up as the latency it saves.
 
 The fake's sockets get TCP_NODELAY here so it answers "instantly" (Nagle's algorithm would
 otherwise hold its small writes for the client's delayed ACK, up to 40 ms, and charge that
 wait to the agent).
 
 Usage: python scripts/bench_turn.py [--runs N | --quick] [--round-trips N] [--pace S]
+                                   [--burst-deltas N] [--burst-ms MS] [--sessions N]
                                    [--json PATH]
 Exits 0 whatever the figures.
 """
@@ -33,6 +41,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import re
 import socket
 import statistics
@@ -49,7 +58,6 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from acp import schema as s  # noqa: E402
-from acp.connection import StreamDirection, StreamEvent  # noqa: E402
 
 import defect_fakeapi as fp  # noqa: E402
 from defect_fakeapi.http import ApiHandler  # noqa: E402
@@ -58,6 +66,8 @@ from tests.support.acp_harness import agent_env, spawn_defect  # noqa: E402
 MARK = re.compile(r"<d(\d{6})>")
 TARGET_OVERHEAD_MS = 15.0
 TARGET_DELTA_MS = 2.0
+TARGET_BURST_P50_MS = 3.0
+TARGET_BURST_P95_MS = 5.0
 
 
 def marked_text(first: int, count: int) -> str:
@@ -121,9 +131,9 @@ def instrument_handler(timings: Timings) -> None:
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def write_chunk(self: ApiHandler, data: bytes) -> None:
+        now = time.perf_counter()  # before the write: the agent may read it at once
         original_write(self, data)
         if b"text_delta" in data:
-            now = time.perf_counter()
             with timings.lock:
                 for match in MARK.finditer(data.decode("utf-8", "replace")):
                     timings.delta_written[int(match.group(1))] = now
@@ -206,28 +216,32 @@ class FakeProcess:
             self._process.kill()
 
 
-async def run(runs: int, round_trips: int, deltas_per_reply: int, pace: float) -> dict[str, Any]:
-    received: dict[int, float] = {}
+@dataclass
+class Burst:
+    """The fast-stream part: `deltas` text deltas within `seconds`, `sessions` at once."""
 
-    def observe(event: StreamEvent) -> None:
-        if event.direction is not StreamDirection.INCOMING:
-            return
-        message = event.message
-        if message.get("method") != "session/update":
-            return
-        update = message.get("params", {}).get("update", {})
-        if update.get("sessionUpdate") != "agent_message_chunk":
-            return
-        text = update.get("content", {}).get("text", "")
-        now = time.perf_counter()
-        for match in MARK.finditer(text):
-            received.setdefault(int(match.group(1)), now)
+    deltas: int = 200
+    seconds: float = 0.05
+    sessions: int = 4
+
+
+def burst_reply(first_mark: int, burst: Burst) -> fp.Reply:
+    reply = _with_chunk_size(fp.Reply.text(marked_text(first_mark, burst.deltas)))
+    return reply.slow(burst.seconds / burst.deltas)
+
+
+async def run(
+    runs: int, round_trips: int, deltas_per_reply: int, pace: float, fast: Burst
+) -> dict[str, Any]:
+    received: dict[int, float] = {}
 
     overheads: list[float] = []
     walls: list[float] = []
     fake_parts: list[float] = []
     burst_marks: list[int] = []
     paced_marks: list[int] = []
+    fast_marks: list[int] = []
+    parallel_marks: list[int] = []
     fake = FakeProcess()
     try:
         with tempfile.TemporaryDirectory(prefix="defect-bench-turn-") as workspace:
@@ -239,8 +253,12 @@ async def run(runs: int, round_trips: int, deltas_per_reply: int, pace: float) -
                 DEFECT_REASONING_EFFORT="off",
                 DEFECT_LOG_LEVEL="warning",
             )
-            async with spawn_defect(env=env, cwd=Path(workspace)) as agent:
-                agent.conn._conn.add_observer(observe)
+            stamps = Path(workspace) / "stamps.txt"
+            relay = [sys.executable, str(REPO / "scripts" / "stamp_relay.py"), str(stamps)]
+            profile = os.environ.get("BENCH_TURN_PROFILE")
+            python = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else [])]
+            command = [*relay, *python, "-m", "defect_acp", "acp"]
+            async with spawn_defect(env=env, cwd=Path(workspace), command=command) as agent:
                 await agent.initialize()
                 mark = 0
                 for n in range(runs + 1):  # the first prompt warms up and is not counted
@@ -275,7 +293,34 @@ async def run(runs: int, round_trips: int, deltas_per_reply: int, pace: float) -
                     overheads.append((wall - fake_time) / len(indices))
                     burst_marks.extend(burst)
                     paced_marks.extend(paced)
+
+                async def answer(sid: str) -> None:
+                    response = await agent.conn.prompt(
+                        session_id=sid, prompt=[s.TextContentBlock(type="text", text="go")]
+                    )
+                    if response.stop_reason != "end_turn":
+                        raise RuntimeError(f"the turn ended with {response.stop_reason}")
+
+                # Fast streams: one session at a time, then `fast.sessions` sessions at once.
+                for width, marks in ((1, fast_marks), (fast.sessions, parallel_marks)):
+                    for _ in range(runs):
+                        sids = [await agent.new_session(workspace) for _ in range(width)]
+                        replies = []
+                        for _ in sids:
+                            replies.append(burst_reply(mark, fast))
+                            marks.extend(range(mark, mark + fast.deltas))
+                            mark += fast.deltas
+                        before = await asyncio.to_thread(
+                            fake.call, "enqueue", [r.to_dict() for r in replies]
+                        )
+                        await asyncio.gather(*(answer(sid) for sid in sids))
+                        seen = await asyncio.to_thread(fake.call, "wait", before + len(replies))
+                        if seen["rejected"]:
+                            raise RuntimeError(f"the fake rejected: {seen['rejected'][0]}")
                 written = (await asyncio.to_thread(fake.call, "wait", 0))["delta_written"]
+            for line in stamps.read_text(encoding="ascii").splitlines():
+                number, at = line.split()
+                received.setdefault(int(number), float(at))
     finally:
         await asyncio.to_thread(fake.stop)
 
@@ -284,7 +329,14 @@ async def run(runs: int, round_trips: int, deltas_per_reply: int, pace: float) -
 
     paced_ms = latencies(paced_marks)
     burst_ms = latencies(burst_marks)
+    fast_ms = latencies(fast_marks)
+    parallel_ms = latencies(parallel_marks)
+    every = (burst_marks, paced_marks, fast_marks, parallel_marks)
     return {
+        "fast_p50_ms": statistics.median(fast_ms) if fast_ms else float("nan"),
+        "fast_p95_ms": percentile(fast_ms, 0.95),
+        "parallel_p50_ms": statistics.median(parallel_ms) if parallel_ms else float("nan"),
+        "parallel_p95_ms": percentile(parallel_ms, 0.95),
         "overhead_ms": statistics.median(overheads) * 1000,
         "wall_ms": statistics.median(walls) * 1000,
         "fake_ms": statistics.median(fake_parts) * 1000,
@@ -292,9 +344,34 @@ async def run(runs: int, round_trips: int, deltas_per_reply: int, pace: float) -
         "delta_p50_ms": statistics.median(paced_ms) if paced_ms else float("nan"),
         "delta_p95_ms": percentile(paced_ms, 0.95),
         "burst_p50_ms": statistics.median(burst_ms) if burst_ms else float("nan"),
-        "deltas": len(paced_ms) + len(burst_ms),
-        "deltas_expected": len(paced_marks) + len(burst_marks),
+        "deltas": len(paced_ms) + len(burst_ms) + len(fast_ms) + len(parallel_ms),
+        "deltas_expected": sum(len(marks) for marks in every),
     }
+
+
+def fast_figures(result: dict[str, Any], deltas: int, ms: float, sessions: int) -> list[Any]:
+    """The fast-stream figures: one session, then `sessions` at once."""
+    figures = []
+    for key, label in (("fast", "1 session"), ("parallel", f"{sessions} sessions at once")):
+        p50, p95 = result[f"{key}_p50_ms"], result[f"{key}_p95_ms"]
+        name = f"delta → session/update, {deltas} deltas in {ms:g} ms, {label}"
+        figures += [
+            {
+                "name": f"{name}, median",
+                "value": round(p50, 3),
+                "unit": "ms",
+                "target": f"≤ {TARGET_BURST_P50_MS:g} ms",
+                "ok": p50 <= TARGET_BURST_P50_MS,
+            },
+            {
+                "name": f"{name}, p95",
+                "value": round(p95, 3),
+                "unit": "ms",
+                "target": f"≤ {TARGET_BURST_P95_MS:g} ms",
+                "ok": p95 <= TARGET_BURST_P95_MS,
+            },
+        ]
+    return figures
 
 
 def main() -> int:
@@ -305,13 +382,17 @@ def main() -> int:
     parser.add_argument(
         "--pace", type=float, default=0.005, help="seconds between the answer's deltas"
     )
+    parser.add_argument("--burst-deltas", type=int, default=200, help="deltas per fast answer")
+    parser.add_argument("--burst-ms", type=float, default=50.0, help="how fast they come, in ms")
+    parser.add_argument("--sessions", type=int, default=4, help="sessions streaming at once")
     parser.add_argument("--quick", action="store_true", help="2 measured prompts")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.quick:
         args.runs = min(args.runs, 2)
     try:
-        result = asyncio.run(run(args.runs, args.round_trips, args.deltas, args.pace))
+        burst = Burst(args.burst_deltas, args.burst_ms / 1000, args.sessions)
+        result = asyncio.run(run(args.runs, args.round_trips, args.deltas, args.pace, burst))
     except Exception as exc:  # a benchmark reports; it does not fail the build
         sys.stderr.write(f"bench_turn: could not measure: {type(exc).__name__}: {exc}\n")
         result = None
@@ -364,6 +445,7 @@ def main() -> int:
                 "target": "—",
                 "ok": None,
             },
+            *fast_figures(result, args.burst_deltas, args.burst_ms, args.sessions),
             {
                 "name": "deltas matched (received / sent)",
                 "value": f"{result['deltas']}/{result['deltas_expected']}",
