@@ -96,6 +96,12 @@ class AsyncStore:
     async def delete_file_checkpoints(self, session_id: str, turn_ids: Iterable[str]) -> int:
         return await self._call(self.store.delete_file_checkpoints, session_id, list(turn_ids))
 
+    async def rewind(self, session_id: str, keep: int | None) -> None:
+        await self._call(self.store.rewind, session_id, keep)
+
+    async def fork(self, origin: str, record: SessionRecord, keep: int | None = None) -> None:
+        await self._call(self.store.fork, origin, record, keep)
+
     async def load(self, session_id: str) -> StoredSession:
         return await self._call(self.store.load, session_id)
 

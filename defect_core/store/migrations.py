@@ -81,6 +81,7 @@ class Migration:
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "sessions, messages, checkpoints, tool calls", schema.V1),
     Migration(2, "file checkpoints", schema.V2),
+    Migration(3, "history as a tree of turns", schema.V3),
 )
 """Every migration defect has shipped, oldest first. Append only (see the module docstring)."""
 
