@@ -145,6 +145,11 @@ class Settings:
     goal_max_rounds: int = 20
     """Rounds a goal (`/goal`, `defect exec --goal`) may take before it stops; also the
     most times `before_turn_end` hooks may send one turn round again."""
+    checkpoint_max_mb: int = 1024
+    """Megabytes of file checkpoint contents kept in the state directory (`[checkpoints]`);
+    past it the oldest checkpoints are pruned (`defect_core/checkpoints/budget.py`)."""
+    checkpoint_max_age_days: float = 30.0
+    """Checkpoints older than this many days are pruned."""
     sources: tuple[str, ...] = ()
     """The configuration files that were read, lowest layer first (for logs and errors)."""
     provider_origin: str = "the default"

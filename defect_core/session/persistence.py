@@ -2,7 +2,8 @@
 
 Owns `ReplayStateWriter` — the writes of what a replay shows (tool-call states, title, mode,
 options, "always" answers, the compacted history) — and `server_summary`, what the store
-keeps of an MCP server. The messages themselves are written by the session's `_commit`
+keeps of an MCP server, and `tool_call_snapshots` (what a replay shows of the stored tool
+calls). The messages themselves are written by the session's `_commit`
 (`state.py`), whose failure stops the turn.
 
 Invariants:
@@ -26,6 +27,7 @@ from defect_core.events import AgentEvent, Notice
 from defect_core.log import get_logger
 from defect_core.mcp.spec import McpServerSpec
 from defect_core.model import Message
+from defect_core.session.protocol import ToolCallSnapshot
 from defect_core.store import AsyncStore, ToolCallRecord
 
 log = get_logger("defect.agent")
@@ -84,3 +86,20 @@ def server_summary(spec: McpServerSpec) -> dict[str, Any]:
         summary["url"] = spec.url
         summary["headers"] = [name for name, _ in spec.headers]
     return summary
+
+
+def tool_call_snapshots(records: dict[str, ToolCallRecord]) -> dict[str, ToolCallSnapshot]:
+    """What a front end replays of each tool call (`DefaultSession.tool_calls`)."""
+    return {
+        call_id: ToolCallSnapshot(
+            tool_call_id=call_id,
+            title=r.title,
+            kind=r.kind,
+            status=r.status,
+            content=r.displays(),
+            locations=r.location_values(),
+            raw_input=r.raw_input,
+            raw_output=r.raw_output,
+        )
+        for call_id, r in records.items()
+    }
