@@ -146,7 +146,7 @@ async def test_rewind_restores_files_byte_exact_and_the_conversation_keeps_its_b
         line = next(x for x in listing.splitlines() if x.startswith("2."))
         for path in ("bin.dat", "gone.txt", "keep.txt", "made/new.txt", "moved.txt", "old.txt"):
             assert path in line
-        assert "1. \"Say hello.\" — no files changed" in listing
+        assert '1. "Say hello." — no files changed' in listing
 
         answer = await say(agent, sid, "/rewind 2")
         assert "Files restored to before prompt 2" in answer
@@ -211,8 +211,10 @@ async def test_a_kill_mid_turn_leaves_a_checkpoint_that_loads_and_restores(
         turn = asyncio.create_task(agent.prompt(sid, "Change a.txt, then wait."))
         await agent.client.wait_for(lambda: "toolu_s" in json.dumps(agent.wire.messages), TIMEOUT)
         await agent.client.wait_for(
-            lambda: bool(place.rows("SELECT 1 FROM file_checkpoints WHERE session_id = ?", sid))
-            and "digest" in place.rows("SELECT body FROM file_checkpoints")[0][0],
+            lambda: (
+                bool(place.rows("SELECT 1 FROM file_checkpoints WHERE session_id = ?", sid))
+                and "digest" in place.rows("SELECT body FROM file_checkpoints")[0][0]
+            ),
             TIMEOUT,
         )
         agent.process.kill()
@@ -238,4 +240,3 @@ async def test_a_kill_mid_turn_leaves_a_checkpoint_that_loads_and_restores(
         await agent.conn._conn.send_request("session/delete", {"sessionId": sid})
     assert place.rows("SELECT 1 FROM file_checkpoints") == []
     assert place.blobs() == []
-

@@ -38,8 +38,8 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 
 from defect_core import policy
-from defect_core.compaction import CompactionReport, Compactor
 from defect_core.checkpoints import Budget
+from defect_core.compaction import CompactionReport, Compactor
 from defect_core.config import Settings
 from defect_core.events import (
     AgentEvent,
@@ -79,7 +79,6 @@ from defect_core.session.persistence import (
     server_summary,
     tool_call_snapshots,
 )
-from defect_core.session.rewind import Rewinder
 from defect_core.session.protocol import (
     AgentError,
     Backends,
@@ -91,6 +90,7 @@ from defect_core.session.protocol import (
     TurnError,
     TurnInProgress,
 )
+from defect_core.session.rewind import Rewinder
 from defect_core.session.titles import SessionTitle
 from defect_core.store import AsyncStore, SessionRecord, StoredSession, ToolCallRecord
 from defect_core.tools.base import ToolContext, ToolRegistry
@@ -438,13 +438,13 @@ class DefaultSession:
         return self._checkpoints.wrap(
             ToolContext(
                 session_id=self._id,
-            cwd=self._cwd,
-            fs=self._backends.fs,
-            shell=self._backends.shell,
-            tool_call_id=tool_call_id,
-            report=report,
-            allow_read_outside=self._settings.allow_read_outside,
-            settings=self._tool_state,
+                cwd=self._cwd,
+                fs=self._backends.fs,
+                shell=self._backends.shell,
+                tool_call_id=tool_call_id,
+                report=report,
+                allow_read_outside=self._settings.allow_read_outside,
+                settings=self._tool_state,
                 fetch_allow=self._settings.fetch_allow_hosts,
             )
         )
@@ -591,4 +591,3 @@ class DefaultSession:
         self._permissions.cancel_all()
         self._checkpoints.close()
         self._bus.close()
-
