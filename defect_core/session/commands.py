@@ -1,6 +1,7 @@
 """The session's slash commands: the built-in `/compact`, `/context` and `/rewind`
 (`rewind.py`), answered without the model, `/goal` (a goal-mode turn,
-`defect_core/goal.py`: the session starts it; only its usage is answered here), and the user's and project's own Markdown commands, which become prompts.
+`defect_core/goal.py`: the session starts it; only its usage is answered here), and the user's and
+project's own Markdown commands, which become prompts.
 
 Owns the built-in list (`SLASH_COMMANDS`), the recognition of a prompt that is one of them
 (`slash_command`, `parse_slash_command`), the answer to each (`answer_command`, with the
