@@ -7,7 +7,8 @@ Owns `SessionCheckpoints`, the session's side of `defect_core/checkpoints/`:
 - `committed` names the prompt the checkpoint belongs to (its message id, from the
   store's log), `tool_done` saves the partial checkpoint after each tool call, `batch_done`
   starts storing the captured contents on a worker thread once a batch of tool calls is over
-  (overlapping the next model request), and `end` finishes the checkpoint, saves it, and
+  (overlapping the next model request), `stored_since` records them once the model has
+answered (before the next batch runs), and `end` finishes the checkpoint, saves it, and
   prunes the state directory to the configured budget (saying so when it drops anything);
 - `records` reads them back for `/rewind` (`rewind.py`); `forget_session` deletes a session
   with the blobs only its checkpoints used.
@@ -134,9 +135,18 @@ class SessionCheckpoints:
         self._flush = self._pool.submit(checkpointer.flush)
 
     async def stored_since(self) -> None:
-        """Save the partial checkpoint once a background flush has stored more of it."""
-        if self._current is not None and self._flush is not None and self._flush.done():
-            self._flush = None
+        """The model answered after a batch: wait for that batch's flush (started when the
+        batch ended, so normally done by now) and save the partial checkpoint, so the
+        contents are recorded before the next batch of tools runs."""
+        flush, self._flush = self._flush, None
+        if self._current is None or flush is None:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await anyio.to_thread.run_sync(flush.result)
+            except OSError as exc:
+                await self._failed(exc)
+                return
             await self._save(self._current.partial())
 
     async def end(self) -> None:
