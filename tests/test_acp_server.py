@@ -366,7 +366,8 @@ async def test_slash_commands_are_announced_and_answered(tmp_path: Path) -> None
         update = next(
             u for _, u in agent.client.updates if u.session_update == "available_commands_update"
         )
-        assert {c.name for c in update.available_commands} == {"compact", "context", "goal"}
+        names = {c.name for c in update.available_commands}
+        assert names == {"compact", "context", "goal", "rewind"}
         response = await agent.prompt(sid, "/context")
         assert response.stop_reason == "end_turn"
         assert agent.client.text(sid).startswith("Context: ~")

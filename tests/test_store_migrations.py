@@ -115,6 +115,23 @@ FROZEN: dict[int, str] = {
             body TEXT NOT NULL, updated_at TEXT NOT NULL
         );
     """,
+    5: """
+        ALTER TABLE messages ADD COLUMN node INTEGER;
+        UPDATE messages SET node = rowid;
+        CREATE UNIQUE INDEX messages_by_node ON messages (node);
+        ALTER TABLE messages ADD COLUMN parent INTEGER;
+        UPDATE messages SET parent = (SELECT p.node FROM messages AS p
+            WHERE p.session_id = messages.session_id AND p.seq = messages.seq - 1);
+        ALTER TABLE sessions ADD COLUMN head INTEGER;
+        UPDATE sessions SET head = (SELECT m.node FROM messages AS m
+            WHERE m.session_id = sessions.id ORDER BY m.seq DESC LIMIT 1);
+        ALTER TABLE sessions ADD COLUMN undo_head INTEGER;
+        ALTER TABLE sessions ADD COLUMN checkpoint_at INTEGER;
+        UPDATE sessions SET checkpoint_at = (SELECT m.node FROM messages AS m
+            WHERE m.session_id = sessions.id AND m.seq = sessions.checkpoint_seq);
+        ALTER TABLE sessions ADD COLUMN fork_of TEXT;
+        ALTER TABLE sessions ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
+    """,
 }
 
 
@@ -253,6 +270,12 @@ def check_v1_rows(store: SqliteStore) -> None:
     assert [s.id for s in store.list().sessions] == ["sess_shop", "sess_blog"]
 
 
+def v1_rows_at_latest(db: Path) -> None:
+    """The rows of `write_v1_rows`, written by a version-1 defect, then upgraded."""
+    write_v1_rows(database_at(db, 1))
+    SqliteStore(db).close()
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "state" / DB_FILENAME
@@ -309,6 +332,9 @@ def test_migration_1_makes_a_session_database_of_a_new_file(db: Path, start: str
     ]
     with SqliteStore(db, migrations=MIGRATIONS[:1]) as store:
         assert store.schema_version == 1
+    assert schema_of(db) == schema_of(frozen_database(db.parent / "frozen.sqlite3", 1))
+    # The store's own reads and writes need the later migrations too (the tree of turns).
+    with SqliteStore(db) as store:
         store.create(SessionRecord(id="s1", cwd="/w", provider="anthropic", model="m", mode="d"))
         for message in turn:
             store.append_message("s1", message)
@@ -316,11 +342,10 @@ def test_migration_1_makes_a_session_database_of_a_new_file(db: Path, start: str
         store.upsert_tool_call(
             ToolCallRecord(session_id="s1", tool_call_id="t1", title="Read", kind="read")
         )
-    with SqliteStore(db, migrations=MIGRATIONS[:1]) as again:
+    with SqliteStore(db) as again:
         loaded = again.load("s1")
     assert loaded.transcript == turn and loaded.history == [user("Summary.")]
     assert list(loaded.tool_calls) == ["t1"]
-    assert schema_of(db) == schema_of(frozen_database(db.parent / "frozen.sqlite3", 1))
 
 
 def test_rows_a_version_1_defect_wrote_load_with_the_current_store(db: Path) -> None:
@@ -353,7 +378,7 @@ def test_migrations_must_be_numbered_1_2_3_in_order(db: Path) -> None:
 
 
 def test_a_failing_migration_names_itself_and_leaves_the_database_as_it_was(db: Path) -> None:
-    write_v1_rows(database_at(db, SCHEMA_VERSION))
+    v1_rows_at_latest(db)
     broken = Migration(
         SCHEMA_VERSION + 1, "plans", "CREATE TABLE plans (x); INSERT INTO nowhere VALUES (1)"
     )
@@ -397,7 +422,7 @@ def _spawn_migrator(db: Path) -> subprocess.Popen[str]:
 
 
 def test_a_sigkill_in_the_middle_of_a_migration_loses_nothing(db: Path) -> None:
-    write_v1_rows(database_at(db, SCHEMA_VERSION))
+    v1_rows_at_latest(db)
     proc = _spawn_migrator(db)
     assert proc.stdout is not None
     assert proc.stdout.readline() == "opening\n"
@@ -426,7 +451,7 @@ def test_a_sigkill_in_the_middle_of_a_migration_loses_nothing(db: Path) -> None:
 def test_two_processes_opening_an_old_database_at_once_apply_each_migration_once(
     db: Path,
 ) -> None:
-    write_v1_rows(database_at(db, SCHEMA_VERSION))
+    v1_rows_at_latest(db)
     first = _spawn_migrator(db)
     assert first.stdout is not None and first.stdin is not None
     assert first.stdout.readline() == "opening\n"
@@ -580,3 +605,42 @@ store.save_file_checkpoint(FileCheckpointRecord(
     with SqliteStore(db) as store:
         (row,) = store.file_checkpoints("s1")
     assert (row.turn_id, row.finished, row.body["entries"]) == ("t1", False, [])
+
+
+@upgrades_to(5)
+def test_migration_5_turns_each_log_into_a_branch_that_rewinds_and_forks(db: Path) -> None:
+    """Rows a version-4 defect wrote become one branch per session (the compacted history
+    still applies); a rewind moves the head without losing the abandoned branch, and undoing
+    it brings that branch back; a fork shares the prefix and outlives its origin."""
+    write_v1_rows(frozen_database(db, 4))
+    with SqliteStore(db) as store:
+        assert store.schema_version == 5
+        check_v1_rows(store)
+        shop = store.load("sess_shop")
+        assert shop.ids == [("sess_shop", seq) for seq in (1, 2, 3, 4)]
+        store.rewind("sess_shop", 1)  # back to before the first reply
+        rewound = store.load("sess_shop")
+        assert rewound.transcript == shop.transcript[:1]
+        assert rewound.history == rewound.transcript  # the summary covered what is gone
+        assert store.append_message("sess_shop", user("try again")) == 5
+        again = store.load("sess_shop")
+        assert again.transcript == [shop.transcript[0], user("try again")]
+        store.rewind("sess_shop", None)  # undo: the abandoned branch is whole
+        assert store.load("sess_shop").transcript == shop.transcript
+        assert store.load("sess_shop").history == shop.history
+        fork = SessionRecord(id="fork", cwd="/home/ana/shop", provider="p", model="m", mode="d")
+        store.fork("sess_shop", fork, keep=3)
+        forked = store.load("fork")
+        assert forked.transcript == shop.transcript[:3]
+        assert forked.history == [user("Summary: cli.py was read."), shop.transcript[2]]
+        store.append_message("fork", user("the fork goes on"))
+        store.delete("sess_shop")  # the fork still needs its messages: only hidden
+        assert not store.exists("sess_shop")
+        assert [s.id for s in store.list().sessions] == ["fork", "sess_blog"]
+        assert store.load("fork").transcript == [*shop.transcript[:3], user("the fork goes on")]
+        store.delete("fork")  # the last user of the origin's messages: both go
+        raw = sqlite3.connect(db)
+        assert raw.execute("SELECT COUNT(*) FROM messages").fetchone() == (1,)  # sess_blog's
+        assert raw.execute("SELECT id FROM sessions").fetchall() == [("sess_blog",)]
+        raw.close()
+    assert schema_of(db) == schema_of(frozen_database(db.parent / "frozen.sqlite3", 5))

@@ -210,6 +210,25 @@ class BlobStore:
     def total_bytes(self) -> int:
         return sum(self.stored_size(d) for d in self.names())
 
+    def discard(self, digests: Collection[str], *, grace_seconds: float = 5.0) -> SweepReport:
+        """Remove these blobs (a deleted session's, that nothing else references), unless
+        one was written or re-`put` in the last `grace_seconds` (someone else may have just
+        captured the same content for a checkpoint not committed yet)."""
+        cutoff = time.time() - grace_seconds
+        removed = freed = 0
+        for digest in set(digests):
+            path = self.path_of(digest)
+            try:
+                st = path.stat()
+                if st.st_mtime > cutoff:
+                    continue
+                path.unlink()
+            except FileNotFoundError:
+                continue
+            removed += 1
+            freed += st.st_size
+        return SweepReport(removed, freed)
+
     def sweep(self, live: Collection[str], *, grace_seconds: float = 3600.0) -> SweepReport:
         """Remove blobs no checkpoint references, and stray temporaries.
 

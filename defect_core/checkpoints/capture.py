@@ -6,6 +6,9 @@ Owns `Checkpointer`, one per prompt (turn) of one session:
 - `before_command()` / `after_command(watch)`: a shell command runs in between; in a git work
   tree its changes are found and captured (`gitsnap`), elsewhere the checkpoint notes that
   command side effects are not covered;
+- `flush()`: store the prior contents read so far (hash, compress, write, fsync), off the
+  tools' path: the session calls it once a batch of tool calls is over, while the next
+  model request runs;
 - `partial()`: the checkpoint so far (for persisting mid-turn); `finish()`: the checkpoint,
   with the state defect left each file in (what a later restore compares against).
 
@@ -13,9 +16,12 @@ Invariants:
 - First capture wins: a path's `before` is its state before the turn first touched it,
   whatever the turn did to it afterwards.
 - The prior bytes are read before `before_write` returns, so the caller may overwrite the file
-  at once; hashing, compressing and storing them happens on a worker thread, overlapping the
-  tool's own (fsync-bound) write. Bytes read but not yet stored are bounded
-  (`CaptureLimits.pending_bytes`); past that, `before_write` stores synchronously.
+  at once; they are kept in memory, and hashing, compressing, storing and fsyncing them waits
+  for `flush` (or `finish`), so a turn's tools never compete with their own checkpoint for
+  the disk. Bytes read but not yet stored are bounded (`CaptureLimits.pending_bytes`); past
+  that, `before_write` stores synchronously (and durably).
+- A partial checkpoint names every path captured so far: one whose prior content is not
+  stored yet is "uncovered" with that reason (a crash then says so, never a silent gap).
 - A file that cannot be captured (too large, unreadable, not a regular file, a failed blob
   write) becomes an "uncovered" entry with the reason, never a silent gap.
 - Paths are resolved like the tools resolve them (links followed, within the root); a path
@@ -28,7 +34,6 @@ import os
 import stat as stat_mod
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +42,7 @@ from defect_core.checkpoints.gitsnap import StatKey, WorkTreeSnapshot, stat_key
 from defect_core.checkpoints.model import Checkpoint, Entry, FileState, Source
 
 NOT_GIT_NOTE = "command side effects are not covered: the workspace is not a git work tree"
+NOT_STORED = "its prior content was not stored yet when the turn stopped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,25 +56,19 @@ class CaptureLimits:
 
 
 class _Slot:
-    """One path of the turn: its prior state (maybe still being stored) and a hint of the
-    content written last (its digest, maybe still being computed, by `lstat` key)."""
+    """One path of the turn: its prior state (or its bytes, not stored yet) and a hint of
+    the content written last (its bytes, then its digest, by `lstat` key)."""
 
-    __slots__ = ("before", "future", "source", "written")
+    __slots__ = ("before", "pending", "source", "written")
 
     def __init__(self, source: Source) -> None:
         self.before: FileState | None = None
-        self.future: Future[FileState] | None = None
+        self.pending: tuple[bytes, int] | None = None
         self.source: Source = source
-        self.written: tuple[StatKey, str | Future[str]] | None = None
+        self.written: tuple[StatKey, str | bytes] | None = None
 
     def state(self) -> FileState:
-        if self.before is not None:
-            return self.before
-        assert self.future is not None
-        try:
-            return self.future.result()
-        except Exception as exc:  # a failed blob write: the entry says so
-            return FileState.uncovered(f"could not be stored: {exc}")
+        return self.before if self.before is not None else FileState.uncovered(NOT_STORED)
 
 
 class Checkpointer:
@@ -92,8 +92,8 @@ class Checkpointer:
         self._slots: dict[str, _Slot] = {}
         self._notes: list[str] = []
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()
         self._pending = 0
-        self._pool: ThreadPoolExecutor | None = None
 
     # -- paths -------------------------------------------------------------------------
 
@@ -165,42 +165,57 @@ class Checkpointer:
         key = stat_key(self.root / rel)
         with self._lock:
             slot = self._slots.get(rel)
-        if slot is None or key is None:
-            return
-        with self._lock:
-            pool = self._pool
-        if pool is not None:  # hashed on the worker, overlapping the next write
-            slot.written = (key, pool.submit(digest_of, data))
-        else:
-            slot.written = (key, digest_of(data))
+            if slot is None or key is None:
+                return
+            if self._pending + len(data) <= self.limits.pending_bytes:
+                slot.written = (key, data)  # hashed by `flush`, off the tool's path
+                return
+        slot.written = (key, digest_of(data))
 
     def _store(self, slot: _Slot, data: bytes, mode: int) -> None:
-        """Store the prior bytes: on the worker while the pending budget allows, else now."""
-        size = len(data)
+        """Keep the prior bytes for `flush` while the pending budget allows, else store now."""
         with self._lock:
-            overlap = self._pending + size <= self.limits.pending_bytes
-            if overlap:
-                self._pending += size
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
-                pool = self._pool
+            if self._pending + len(data) <= self.limits.pending_bytes:
+                self._pending += len(data)
+                slot.pending = (data, mode)
+                return
+        slot.before = self._put(data, mode, durable=self.durable)
 
-        def store() -> FileState:
-            try:
-                digest = self.blobs.put(data, durable=self.durable)
-            finally:
-                if overlap:
+    def _put(self, data: bytes, mode: int, *, durable: bool) -> FileState:
+        try:
+            digest = self.blobs.put(data, durable=durable)
+        except OSError as exc:
+            return FileState.uncovered(f"could not be stored ({exc.strerror or exc})")
+        return FileState("file", digest=digest, size=len(data), mode=mode)
+
+    def flush(self) -> None:
+        """Store every prior content read so far and hash what the tools wrote; when
+        durable, fsync the new blobs and their directories (in parallel) before returning,
+        so a checkpoint saved after it never names a blob a power cut could lose."""
+        with self._flushing:
+            with self._lock:
+                work = [s for s in self._slots.values() if s.pending is not None]
+                hints = [s for s in self._slots.values() if isinstance(_hint(s), bytes)]
+            stored: list[str] = []
+            for slot in work:
+                assert slot.pending is not None
+                data, mode = slot.pending
+                state = self._put(data, mode, durable=False)
+                if state.digest is not None:
+                    stored.append(state.digest)
+                with self._lock:
+                    slot.before, slot.pending = state, None
+                    self._pending -= len(data)
+            for slot in hints:
+                with self._lock:
+                    written = slot.written
+                if written is not None and isinstance(written[1], bytes):
+                    digest = digest_of(written[1])
                     with self._lock:
-                        self._pending -= size
-            return FileState("file", digest=digest, size=size, mode=mode)
-
-        if overlap:
-            slot.future = pool.submit(store)
-        else:
-            try:
-                slot.before = store()
-            except OSError as exc:
-                slot.before = FileState.uncovered(f"could not be stored ({exc.strerror or exc})")
+                        if slot.written is written:
+                            slot.written = (written[0], digest)
+            if self.durable and stored:
+                self.blobs.sync(stored)
 
     # -- shell commands ----------------------------------------------------------------
 
@@ -253,10 +268,6 @@ class Checkpointer:
             slots = list(self._slots.items())
         entries = []
         for rel, slot in slots:
-            if not finished and slot.before is None:
-                assert slot.future is not None
-                if not slot.future.done():
-                    continue  # not stored yet: a partial checkpoint holds only what is
             before = slot.state()
             after = self._after(rel, slot) if finished else None
             entries.append(Entry(rel, before, after, slot.source))
@@ -271,9 +282,10 @@ class Checkpointer:
             return FileState("symlink", target=os.readlink(full))
         if not stat_mod.S_ISREG(key[4]):
             return FileState.uncovered("not a regular file after the turn")
-        if slot.written is not None and slot.written[0] == key:
-            hint = slot.written[1]
-            digest = hint if isinstance(hint, str) else hint.result()
+        written = slot.written
+        if written is not None and written[0] == key:
+            hint = written[1]
+            digest = hint if isinstance(hint, str) else digest_of(hint)
         else:
             try:
                 digest = digest_of(_read(full))
@@ -300,22 +312,14 @@ class Checkpointer:
         return self._checkpoint(self._entries(finished=False), finished=False)
 
     def finish(self) -> Checkpoint:
-        """Wait for the stores, record what defect left in each file, and (when durable)
-        make the blobs' renames durable, before the checkpoint's metadata is committed."""
-        entries = self._entries(finished=True)
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        checkpoint = self._checkpoint(entries, finished=True)
-        if self.durable:
-            self.blobs.sync_dirs(checkpoint.blob_digests())
-        return checkpoint
+        """Store what is pending (durably, when `durable`) and record what defect left in
+        each file: the checkpoint to commit once this returns."""
+        self.flush()
+        return self._checkpoint(self._entries(finished=True), finished=True)
 
     def close(self) -> None:
-        """Stop the worker (after `finish`, or when the turn's checkpoint is abandoned)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        """Store what is pending (when the turn's checkpoint is abandoned mid-way)."""
+        self.flush()
 
 
 def _read(path: Path) -> bytes:
@@ -330,3 +334,7 @@ def _read(path: Path) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def _hint(slot: _Slot) -> str | bytes | None:
+    return None if slot.written is None else slot.written[1]

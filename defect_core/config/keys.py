@@ -55,6 +55,10 @@ Keys (every one optional; tables merge key by key across layers):
     [fetch]
     allow = ["127.0.0.1:8080", "intranet.example"]  # hosts fetch may reach though not public
 
+    [checkpoints]                     # file checkpoints of each prompt, for /rewind
+    max_mb = 1024                     # blobs kept in the state directory (oldest pruned first)
+    max_age_days = 30                 # checkpoints older than this are pruned
+
     [capabilities.web_search]         # the provider's own web search (capabilities.py)
     mode = "delegate"                 # delegate | disabled (default); also per provider:
     max_uses = 5                      # [anthropic.capabilities.web_search] and the like
@@ -265,6 +269,10 @@ TABLE_KEYS: dict[str, dict[str, tuple[str, Check]]] = {
         "base_url": ("bedrock_base_url", _url),
     },
     "fetch": {"allow": ("fetch_allow_hosts", host_list)},
+    "checkpoints": {
+        "max_mb": ("checkpoint_max_mb", at_least(1)),
+        "max_age_days": ("checkpoint_max_age_days", _number(positive=True)),
+    },
 }
 MODEL_PROVIDERS = ("anthropic", "bedrock", "scripted")
 

@@ -150,6 +150,11 @@ class Settings:
     them none; 0 offers no `spawn_agent` at all."""
     background_max_tasks: int = 4
     """Background tasks (`spawn_agent` with `run_in_background`) one session runs at once."""
+    checkpoint_max_mb: int = 1024
+    """Megabytes of file checkpoint contents kept in the state directory (`[checkpoints]`);
+    past it the oldest checkpoints are pruned (`defect_core/checkpoints/budget.py`)."""
+    checkpoint_max_age_days: float = 30.0
+    """Checkpoints older than this many days are pruned."""
     sources: tuple[str, ...] = ()
     """The configuration files that were read, lowest layer first (for logs and errors)."""
     provider_origin: str = "the default"

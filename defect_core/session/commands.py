@@ -1,6 +1,7 @@
-"""The session's slash commands: the built-in `/compact` and `/context`, answered without the
-model, `/goal` (a goal-mode turn, `defect_core/goal.py`: the session starts it; only its usage
-is answered here), and the user's and project's own Markdown commands, which become prompts.
+"""The session's slash commands: the built-in `/compact`, `/context` and `/rewind`
+(`rewind.py`), answered without the model, `/goal` (a goal-mode turn,
+`defect_core/goal.py`: the session starts it; only its usage is answered here), and the user's and
+project's own Markdown commands, which become prompts.
 
 Owns the built-in list (`SLASH_COMMANDS`), the recognition of a prompt that is one of them
 (`slash_command`, `parse_slash_command`), the answer to each (`answer_command`, with the
@@ -49,6 +50,11 @@ SLASH_COMMANDS: tuple[tuple[str, str], ...] = (
     ("compact", "Summarise the conversation so far to free context (optionally: what to keep)"),
     ("context", "Show how much of the context window is used, and by what"),
     ("goal", "Work on your own towards an objective until it is reached: /goal <objective>"),
+    (
+        "rewind",
+        "List the prompts with the files each changed; /rewind N [files|conversation] [force] "
+        "goes back to before prompt N; /rewind undo",
+    ),
 )
 GOAL_USAGE = (
     "Usage: /goal <objective> — the agent works on its own towards the objective, round after "

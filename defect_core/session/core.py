@@ -33,6 +33,7 @@ from defect_core.mcp import McpHub, load_mcp_json, merge_servers
 from defect_core.providers.base import LlmProvider
 from defect_core.providers.live import ModelCatalog, ProviderSet
 from defect_core.providers.registry import build_named
+from defect_core.session.checkpointing import forget_session
 from defect_core.session.persistence import server_summary
 from defect_core.session.protocol import (
     Backends,
@@ -262,7 +263,7 @@ class DefaultAgentCore:
         if session is not None:
             await session.close()
         if self._store is not None:
-            await self._store.delete(session_id)
+            await forget_session(self._store, session_id)
 
     async def aclose(self) -> None:
         for session_id in list(self._sessions):

@@ -20,12 +20,14 @@ Invariants:
 from __future__ import annotations
 
 from defect_core import policy
-from defect_core.config import Settings
+from defect_core.config import Settings, default_selection
 from defect_core.errors import InvalidOption
 from defect_core.log import get_logger
 from defect_core.providers.base import ModelInfo
+from defect_core.providers.live import ProviderSet
 from defect_core.selection import ModelSelection
 from defect_core.session.protocol import ConfigOption, OptionChoice
+from defect_core.store import SessionRecord
 
 log = get_logger("defect.agent")
 
@@ -161,3 +163,26 @@ def checked_choice(options: list[ConfigOption], option_id: str, value: str) -> C
         allowed = ", ".join(c.value for c in option.choices)
         raise InvalidOption(f"invalid value {value!r} for {option_id}; choose one of: {allowed}")
     return option
+
+
+def first_selection(
+    settings: Settings, providers: ProviderSet, record: SessionRecord | None, session_id: str
+) -> tuple[ModelSelection, str | None]:
+    """The selection a session starts with: the stored one (restored by a load), else the
+    configuration's default; and the provider unstamped thinking is taken to come from (the
+    stored one: histories written before sessions could switch had only that one)."""
+    default = providers.default()
+    if record is None:
+        return default_selection(settings, default.default_model(), default.name), None
+    if providers.get(record.provider) is not None:
+        return ModelSelection(record.provider, record.model), record.provider
+    fallback = default_selection(settings, default.default_model(), default.name)
+    log.warning(
+        "stored_provider_unavailable",
+        session_id=session_id,
+        provider=record.provider,
+        model=record.model,
+        using=fallback.value,
+        fix="configure that provider again ([providers.NAME]) to continue on it",
+    )
+    return fallback, record.provider

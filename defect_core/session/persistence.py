@@ -2,9 +2,9 @@
 
 Owns `ReplayStateWriter` — the writes of what a replay shows (tool-call states, title, mode,
 options, "always" answers, the plan, the compacted history) —, `server_summary`, what the store
-keeps of an MCP server, and `snapshots`, the tool-call records as the door shows them. The
-messages themselves are written by the session's `_commit` (`state.py`), whose failure stops
-the turn.
+keeps of an MCP server, and `tool_call_snapshots` (what a replay shows of the stored tool
+calls). The messages themselves are written by the session's `_commit` (`state.py`), whose
+failure stops the turn.
 
 Invariants:
 - A write of replay state never stops the session (what the model sees is the message log),
@@ -93,8 +93,8 @@ def server_summary(spec: McpServerSpec) -> dict[str, Any]:
     return summary
 
 
-def snapshots(records: dict[str, ToolCallRecord]) -> dict[str, ToolCallSnapshot]:
-    """The session's tool-call records as the door shows them (for replay)."""
+def tool_call_snapshots(records: dict[str, ToolCallRecord]) -> dict[str, ToolCallSnapshot]:
+    """What a front end replays of each tool call (`DefaultSession.tool_calls`)."""
     return {
         call_id: ToolCallSnapshot(
             tool_call_id=call_id,

@@ -40,8 +40,9 @@ from anyio.abc import ObjectReceiveStream
 
 from defect_core import policy
 from defect_core.agents.delegation import Delegation
+from defect_core.checkpoints import Budget
 from defect_core.compaction import CompactionReport, Compactor
-from defect_core.config import Settings, default_selection
+from defect_core.config import Settings
 from defect_core.events import (
     AgentEvent,
     AgentTextDelta,
@@ -58,7 +59,6 @@ from defect_core.events import (
     TurnEnded,
     TurnFailed,
     TurnStopReason,
-    TurnUsage,
 )
 from defect_core.goal import GoalRun, GoalState, goal_prompt
 from defect_core.history import VecHistory
@@ -73,9 +73,15 @@ from defect_core.providers.base import LlmProvider
 from defect_core.providers.live import ProviderSet
 from defect_core.selection import ModelSelection
 from defect_core.session import options
+from defect_core.session.checkpointing import MessageId, SessionCheckpoints
 from defect_core.session.commands import CommandBook, answer_command, slash_command
+from defect_core.session.notices import opening_notices
 from defect_core.session.permissions import SessionPermissions
-from defect_core.session.persistence import ReplayStateWriter, server_summary, snapshots
+from defect_core.session.persistence import (
+    ReplayStateWriter,
+    server_summary,
+    tool_call_snapshots,
+)
 from defect_core.session.plan import SessionPlan
 from defect_core.session.protocol import (
     AgentError,
@@ -88,6 +94,7 @@ from defect_core.session.protocol import (
     TurnError,
     TurnInProgress,
 )
+from defect_core.session.rewind import Rewinder
 from defect_core.session.titles import SessionTitle
 from defect_core.store import AsyncStore, SessionRecord, StoredSession, ToolCallRecord
 from defect_core.tools.base import ToolContext, ToolRegistry
@@ -132,12 +139,16 @@ class DefaultSession:
         self._writer = ReplayStateWriter(session_id, store, self._bus.publish)
         self._history = VecHistory(stored.history if stored else None)
         self._transcript: list[Message] = list(stored.transcript) if stored else []
+        self._ids: list[MessageId] = list(stored.ids) if stored else []
+        """Each transcript message's name in the store (`/rewind` finds prompts by it)."""
+        budget = Budget(settings.checkpoint_max_mb << 20, settings.checkpoint_max_age_days * 86400)
+        self._checkpoints = SessionCheckpoints(session_id, cwd, store, budget, self._publish)
         self._tool_calls: dict[str, ToolCallRecord] = dict(stored.tool_calls) if stored else {}
         record = stored.record if stored else None
         self.plan = SessionPlan(session_id, self._writer.plan, self._publish)
         tools.add(self.plan.tool())
         self._mode: str = record.mode if record else policy.DEFAULT_MODE
-        self._selection, self._unstamped_provider = _first_selection(
+        self._selection, self._unstamped_provider = options.first_selection(
             settings, providers, record, session_id
         )
         self._effort = (
@@ -236,7 +247,7 @@ class DefaultSession:
         return list(self._transcript)
 
     def tool_calls(self) -> dict[str, ToolCallSnapshot]:
-        return snapshots(self._tool_calls)
+        return tool_call_snapshots(self._tool_calls)
 
     def current_plan(self) -> tuple[PlanEntry, ...]:
         return self.plan.entries
@@ -305,19 +316,15 @@ class DefaultSession:
                 )
             )
             result: TurnResult | None = None
-            with anyio.CancelScope() as scope:
-                self._scope = scope
-                result = await runner.run(prompt, self._turn_config())
+            self._checkpoints.begin()
+            try:
+                with anyio.CancelScope() as scope:
+                    self._scope = scope
+                    result = await runner.run(prompt, self._turn_config())
+            finally:
+                await self._checkpoints.end()  # saved before the turn's last event
             stop: TurnStopReason = "cancelled" if result is None else result.stop_reason
-            usage = None
-            if result is not None:
-                usage = TurnUsage(
-                    input_tokens=result.usage.input_tokens,
-                    output_tokens=result.usage.output_tokens,
-                    cache_read_input_tokens=result.usage.cache_read_input_tokens,
-                    cache_creation_input_tokens=result.usage.cache_creation_input_tokens,
-                    requests=result.requests,
-                )
+            usage = None if result is None else result.turn_usage()
             with anyio.CancelScope(shield=True):
                 await self._bus.publish(TurnEnded(turn, stop, usage))
             return stop
@@ -406,34 +413,54 @@ class DefaultSession:
         """A slash command: answered here, without a model call, and not put in history."""
         with anyio.CancelScope() as scope:
             self._scope = scope
-            text = await answer_command(
-                name,
-                args,
-                context=self._context,
-                history=self._history,
-                config=self._turn_config(),
-                tools=self._tools.specs(),
-            )
+            if name == "rewind":
+                text = await self._rewinder().answer(args)
+            else:
+                text = await answer_command(
+                    name,
+                    args,
+                    context=self._context,
+                    history=self._history,
+                    config=self._turn_config(),
+                    tools=self._tools.specs(),
+                )
             await self._bus.publish(AgentTextDelta(text))
         stop: TurnStopReason = "cancelled" if scope.cancelled_caught else "end_turn"
         with anyio.CancelScope(shield=True):
             await self._bus.publish(TurnEnded(turn, stop))
         return stop
 
+    def _rewinder(self) -> Rewinder:
+        async def adopt(stored: StoredSession) -> None:  # the store's branch, now the live one
+            self._history.replace(stored.history)
+            self._transcript, self._ids = list(stored.transcript), list(stored.ids)
+
+        return Rewinder(
+            session_id=self._id,
+            cwd=self._cwd,
+            store=self._store,
+            checkpoints=self._checkpoints,
+            transcript=self._transcript,
+            ids=self._ids,
+            adopt=adopt,
+        )
+
     def _tool_context(self, tool_call_id: str) -> ToolContext:
         async def report(display: tuple[ToolDisplay, ...]) -> None:
             await self._publish(ToolCallUpdated(tool_call_id, content=display))
 
-        return ToolContext(
-            session_id=self._id,
-            cwd=self._cwd,
-            fs=self._backends.fs,
-            shell=self._backends.shell,
-            tool_call_id=tool_call_id,
-            report=report,
-            allow_read_outside=self._settings.allow_read_outside,
-            settings=self._tool_state,
-            fetch_allow=self._settings.fetch_allow_hosts,
+        return self._checkpoints.wrap(
+            ToolContext(
+                session_id=self._id,
+                cwd=self._cwd,
+                fs=self._backends.fs,
+                shell=self._backends.shell,
+                tool_call_id=tool_call_id,
+                report=report,
+                allow_read_outside=self._settings.allow_read_outside,
+                settings=self._tool_state,
+                fetch_allow=self._settings.fetch_allow_hosts,
+            )
         )
 
     # --- what the turn hands back: messages, events, rewrites -------------------------------
@@ -441,8 +468,11 @@ class DefaultSession:
     async def _commit(self, message: Message) -> None:
         self._history.append(message)
         self._transcript.append(message)
+        seq = len(self._transcript)
         if self._store is not None:
-            await self._store.append_message(self._id, message)
+            seq = await self._store.append_message(self._id, message)
+        self._ids.append((self._id, seq))
+        await self._checkpoints.committed(message, (self._id, seq))
         title = self._title.committed(message)
         if title is not None:
             await self._writer.update(title=title)
@@ -459,6 +489,8 @@ class DefaultSession:
             self._tool_calls[record.tool_call_id] = record
             await self._writer.tool_call(record)
         await self._bus.publish(event)
+        if isinstance(event, ToolCallUpdated) and event.status in ("completed", "failed"):
+            await self._checkpoints.tool_done()
 
     async def _rules_changed(self) -> None:
         await self._writer.update(permissions=self._permissions.rules.to_dict())
@@ -547,18 +579,7 @@ class DefaultSession:
 
     def notices(self) -> tuple[str, ...]:
         """What the user should read when the session opens (no saving, failed MCP servers)."""
-        notices: list[str] = []
-        if self._unsaved_reason is not None:
-            notices.append(
-                f"This session is not being saved, so it will be lost when defect exits: "
-                f"{self._unsaved_reason}"
-            )
-        notice = self._mcp.failure_notice() if self._mcp is not None else None
-        if notice:
-            notices.append(notice)
-        if hooks_notice := self._hooks.untrusted_notice():
-            notices.append(hooks_notice)
-        return tuple(notices)
+        return opening_notices(self._unsaved_reason, self._mcp, self._hooks)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -572,27 +593,5 @@ class DefaultSession:
         if self._mcp is not None:
             await self._mcp.aclose()
         self._permissions.cancel_all()
+        self._checkpoints.close()
         self._bus.close()
-
-
-def _first_selection(
-    settings: Settings, providers: ProviderSet, record: SessionRecord | None, session_id: str
-) -> tuple[ModelSelection, str | None]:
-    """The selection a session starts with: the stored one (restored by a load), else the
-    configuration's default; and the provider unstamped thinking is taken to come from (the
-    stored one: histories written before sessions could switch had only that one)."""
-    default = providers.default()
-    if record is None:
-        return default_selection(settings, default.default_model(), default.name), None
-    if providers.get(record.provider) is not None:
-        return ModelSelection(record.provider, record.model), record.provider
-    fallback = default_selection(settings, default.default_model(), default.name)
-    log.warning(
-        "stored_provider_unavailable",
-        session_id=session_id,
-        provider=record.provider,
-        model=record.model,
-        using=fallback.value,
-        fix="configure that provider again ([providers.NAME]) to continue on it",
-    )
-    return fallback, record.provider

@@ -116,6 +116,12 @@ class AsyncStore:
     async def plan(self, session_id: str) -> builtins.list[dict[str, Any]]:
         return await self._call(self.store.plan, session_id)
 
+    async def rewind(self, session_id: str, keep: int | None) -> None:
+        await self._call(self.store.rewind, session_id, keep)
+
+    async def fork(self, origin: str, record: SessionRecord, keep: int | None = None) -> None:
+        await self._call(self.store.fork, origin, record, keep)
+
     async def load(self, session_id: str) -> StoredSession:
         return await self._call(self.store.load, session_id)
 

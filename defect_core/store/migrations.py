@@ -83,6 +83,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(2, "file checkpoints", schema.V2),
     Migration(3, "subagent runs and transcripts", schema.V3),
     Migration(4, "session plans", schema.V4),
+    Migration(5, "history as a tree of turns", schema.V5),
 )
 """Every migration defect has shipped, oldest first. Append only (see the module docstring)."""
 

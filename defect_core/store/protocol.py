@@ -9,7 +9,9 @@ Invariants every implementation keeps:
   durable when it returns; messages are numbered per session (`seq` = 1, 2, …, gap-free).
 - History vs transcript: `checkpoint` records what compaction wrote back without rewriting the
   log, so `load` returns `history` (the last checkpoint + every message appended after it) and
-  `transcript` (the whole original log, which `session/load` replays).
+  `transcript` (the whole original log of the current branch, which `session/load` replays).
+- The log is a tree of turns (`tree.py`): `rewind` and `fork` move or share heads, never
+  delete a message; a session's branch is what `load` returns.
 - Stored as-is, never repaired: an orphan `tool_use` is stored and loaded as an orphan; only
   the copy sent to a provider is made wire-legal (docs/architecture.md, Integrity).
 - Faults are per call and never destroy data: errors are `StorageError`s saying what could not
@@ -130,6 +132,16 @@ class SessionStore(Protocol):
 
     def plan(self, session_id: str) -> builtins.list[dict[str, Any]]:
         """The session's latest plan (`[]`: none); `CorruptSession` if it cannot be read."""
+
+    def rewind(self, session_id: str, keep: int | None) -> None:
+        """Move the session's current head back so its branch keeps its first `keep`
+        messages; the rest stays stored. `keep=None` undoes the last rewind (twice: redoes).
+        `ValueError` when there is nothing to undo or `keep` is past the branch."""
+        ...
+
+    def fork(self, origin: str, record: SessionRecord, keep: int | None = None) -> None:
+        """Create `record` as a fork of `origin` sharing its branch (or the first `keep`
+        messages of it), in one transaction. From then on the two are independent."""
         ...
 
     def load(self, session_id: str) -> StoredSession:

@@ -181,7 +181,10 @@ class StoredSession:
     transcript: list[Message]
     tool_calls: dict[str, ToolCallRecord]
     last_seq: int = 0
-    """The seq of the last logged message (0 for none)."""
+    """The seq of the session's own last message on its branch (0 for none)."""
+    ids: list[tuple[str, int]] = field(default_factory=list)
+    """Each transcript message's name: `(session id, seq)`; a fork's first messages are
+    its origin's (`defect_core/store/tree.py`)."""
 
 
 class InvalidCursor(AgentError):

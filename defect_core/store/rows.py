@@ -75,7 +75,8 @@ def session_from_rows(
     path: Path,
     session_id: str,
     row: tuple[Any, ...],
-    message_rows: list[tuple[int, bytes]],
+    branch: list[tuple[int, str, int, bytes]],
+    cut: int | None,
     checkpoint_rows: list[tuple[int, bytes]],
     tool_rows: list[tuple[Any, ...]],
 ) -> StoredSession:
@@ -124,24 +125,22 @@ def session_from_rows(
         mcp_servers=mcp_servers,
         permissions=permissions,
     )
-    checkpoint_seq: int | None = row[11]
-
     transcript: list[Message] = []
-    after_checkpoint: list[Message] = []
+    ids: list[tuple[str, int]] = []
     last_seq = 0
-    for seq, blob in message_rows:
-        message = parse_message(blob, f"message row seq {seq}")
-        transcript.append(message)
-        if checkpoint_seq is not None and seq > checkpoint_seq:
-            after_checkpoint.append(message)
-        last_seq = seq
-    if checkpoint_seq is None:
+    for _node, owner, seq, blob in branch:
+        where = f"message row seq {seq}" + ("" if owner == session_id else f" of {owner!r}")
+        transcript.append(parse_message(blob, where))
+        ids.append((owner, seq))
+        if owner == session_id:
+            last_seq = seq
+    if cut is None:
         history = list(transcript)
     else:
         history = [
             parse_message(blob, f"checkpoint row pos {pos}") for pos, blob in checkpoint_rows
         ]
-        history.extend(after_checkpoint)
+        history.extend(transcript[cut:])
 
     tool_calls: dict[str, ToolCallRecord] = {}
     for tc_id, title, kind, status, content, locations, raw_input, raw_output in tool_rows:
@@ -172,6 +171,7 @@ def session_from_rows(
         transcript=transcript,
         tool_calls=tool_calls,
         last_seq=last_seq,
+        ids=ids,
     )
 
 

@@ -114,6 +114,35 @@ CREATE TABLE session_plans (
 list of `{"content", "priority", "status"}`. The plan is whole each time, so the latest is all
 a replay needs: one row per session, replaced. No row is no plan."""
 
+V5: Final = """
+ALTER TABLE messages ADD COLUMN node INTEGER;
+UPDATE messages SET node = rowid;
+CREATE UNIQUE INDEX messages_by_node ON messages (node);
+ALTER TABLE messages ADD COLUMN parent INTEGER;
+UPDATE messages SET parent = (
+    SELECT p.node FROM messages AS p
+    WHERE p.session_id = messages.session_id AND p.seq = messages.seq - 1
+);
+ALTER TABLE sessions ADD COLUMN head INTEGER;
+UPDATE sessions SET head = (
+    SELECT m.node FROM messages AS m WHERE m.session_id = sessions.id ORDER BY m.seq DESC LIMIT 1
+);
+ALTER TABLE sessions ADD COLUMN undo_head INTEGER;
+ALTER TABLE sessions ADD COLUMN checkpoint_at INTEGER;
+UPDATE sessions SET checkpoint_at = (
+    SELECT m.node FROM messages AS m
+    WHERE m.session_id = sessions.id AND m.seq = sessions.checkpoint_seq
+);
+ALTER TABLE sessions ADD COLUMN fork_of TEXT;
+ALTER TABLE sessions ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0
+"""
+"""Version 5: the history as a tree of turns (`defect_core/store/tree.py`). Every message is
+a node (`node`, unique across sessions) with its `parent` (NULL: the root); a session's
+current branch ends at `head`; `undo_head` is the head before the last rewind;
+`checkpoint_at` is the node compaction's history covers; a fork's first messages are its
+origin's (`fork_of`), shared, not copied, and an origin deleted while a fork still needs its
+messages is only marked `deleted` until no fork does."""
+
 SESSION_TABLES: Final = (
     "messages",
     "checkpoint_messages",

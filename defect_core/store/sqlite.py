@@ -54,7 +54,7 @@ from defect_core.errors import DuplicateSessionId, SessionNotFound, StorageError
 from defect_core.listing import SessionPage, SessionSummary
 from defect_core.log import get_logger
 from defect_core.model import Message
-from defect_core.store import rows
+from defect_core.store import rows, tree
 from defect_core.store.faults import storage_error
 from defect_core.store.migrations import MIGRATIONS, Migration, check_version, migrate, numbered
 from defect_core.store.paths import default_store_path
@@ -213,6 +213,11 @@ class SqliteStore:
     # -- writes --
 
     def create(self, record: SessionRecord) -> None:
+        with self._write(f"create session {record.id!r}") as conn:
+            self._insert(conn, record)
+
+    @staticmethod
+    def _insert(conn: sqlite3.Connection, record: SessionRecord) -> None:
         values = (
             record.id,
             record.cwd,
@@ -226,14 +231,13 @@ class SqliteStore:
             rows.dumps(record.mcp_servers, "mcp_servers"),
             rows.dumps(record.permissions, "permissions"),
         )
-        with self._write(f"create session {record.id!r}") as conn:
-            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (record.id,)).fetchone():
-                raise DuplicateSessionId(f"session {record.id!r} already exists")
-            conn.execute(
-                "INSERT INTO sessions (id, cwd, title, created_at, updated_at, provider, model,"
-                " mode, config, mcp_servers, permissions) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                values,
-            )
+        if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (record.id,)).fetchone():
+            raise DuplicateSessionId(f"session {record.id!r} already exists")
+        conn.execute(
+            "INSERT INTO sessions (id, cwd, title, created_at, updated_at, provider, model,"
+            " mode, config, mcp_servers, permissions) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            values,
+        )
 
     def update(
         self,
@@ -279,10 +283,7 @@ class SqliteStore:
                 "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
             ).fetchone()
             seq = int(last) + 1
-            conn.execute(
-                "INSERT INTO messages (session_id, seq, created_at, body) VALUES (?,?,?,?)",
-                (session_id, seq, now, body),
-            )
+            tree.append_node(conn, session_id, seq, now, body)
         return seq
 
     def upsert_tool_call(self, record: ToolCallRecord) -> None:
@@ -329,21 +330,57 @@ class SqliteStore:
             (last,) = conn.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
             ).fetchone()
-            covers = int(last) if covers_seq is None else covers_seq
-            if not 0 <= covers <= int(last):
-                raise ValueError(
-                    f"checkpoint of session {session_id!r} claims to cover seq {covers}, "
-                    f"but the log ends at seq {last}"
-                )
+            head = tree.head_of(conn, session_id).head
+            if covers_seq is None:  # the head: what the live history ends with
+                covers, at = self._seq_of(conn, session_id, head), head
+            else:
+                covers = covers_seq
+                if not 0 <= covers <= int(last):
+                    raise ValueError(
+                        f"checkpoint of session {session_id!r} claims to cover seq {covers}, "
+                        f"but the log ends at seq {last}"
+                    )
+                found = conn.execute(
+                    "SELECT node FROM messages WHERE session_id = ? AND seq = ?",
+                    (session_id, covers),
+                ).fetchone()
+                at = None if found is None else int(found[0])
             conn.execute("DELETE FROM checkpoint_messages WHERE session_id = ?", (session_id,))
             conn.executemany(
                 "INSERT INTO checkpoint_messages (session_id, pos, body) VALUES (?,?,?)",
                 [(session_id, pos, body) for pos, body in enumerate(bodies)],
             )
             conn.execute(
-                "UPDATE sessions SET checkpoint_seq = ? WHERE id = ?", (covers, session_id)
+                "UPDATE sessions SET checkpoint_seq = ?, checkpoint_at = ? WHERE id = ?",
+                (covers, at, session_id),
             )
         return covers
+
+    @staticmethod
+    def _seq_of(conn: sqlite3.Connection, session_id: str, node: int | None) -> int:
+        """`node`'s seq when it is one of this session's own messages, else 0."""
+        if node is None:
+            return 0
+        row = conn.execute(
+            "SELECT seq FROM messages WHERE node = ? AND session_id = ?", (node, session_id)
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def rewind(self, session_id: str, keep: int | None) -> None:
+        """Move the session's head back to the first `keep` messages of its branch (the rest
+        stays stored); `keep=None` undoes the last rewind. `ValueError` when impossible."""
+        now = self._clock()
+        with self._write(f"rewind session {session_id!r}") as conn:
+            self._bump(conn, session_id, now)
+            tree.move_head(conn, session_id, keep)
+
+    def fork(self, origin: str, record: SessionRecord, keep: int | None = None) -> None:
+        """Create `record` as a fork of `origin`: its history is `origin`'s branch (whole,
+        or its first `keep` messages), shared, not copied."""
+        with self._write(f"fork session {origin!r}") as conn:  # one transaction: whole or none
+            tree.head_of(conn, origin)  # SessionNotFound before anything is written
+            self._insert(conn, record)
+            tree.fork(conn, origin, record.id, keep)
 
     def save_file_checkpoint(self, record: FileCheckpointRecord) -> None:
         """Insert or replace one turn's file checkpoint, in one transaction: a kill leaves
@@ -468,15 +505,28 @@ class SqliteStore:
 
     def delete(self, session_id: str) -> None:
         with self._write(f"delete session {session_id!r}") as conn:
+            row = conn.execute(
+                "SELECT fork_of FROM sessions WHERE id = ? AND deleted = 0", (session_id,)
+            ).fetchone()
+            if row is None:
+                return  # unknown, or already deleted (kept only for its forks)
+            keep_messages = tree.needed_by_forks(conn, session_id)
             for table in SESSION_TABLES:
-                conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+                if not (keep_messages and table == "messages"):
+                    conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            if keep_messages:  # its forks still share these messages: hidden until they go
+                conn.execute("UPDATE sessions SET deleted = 1 WHERE id = ?", (session_id,))
+                return
             conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+            tree.collect(conn, row[0])
 
     # -- reads --
 
     def exists(self, session_id: str) -> bool:
         with self._read(f"look up session {session_id!r}") as conn:
-            row = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            row = conn.execute(
+                "SELECT 1 FROM sessions WHERE id = ? AND deleted = 0", (session_id,)
+            ).fetchone()
             return row is not None
 
     def load(self, session_id: str) -> StoredSession:
@@ -484,15 +534,14 @@ class SqliteStore:
             row = conn.execute(
                 "SELECT id, cwd, title, created_at, updated_at, provider, model, mode,"
                 " CAST(config AS BLOB), CAST(mcp_servers AS BLOB), CAST(permissions AS BLOB),"
-                " checkpoint_seq FROM sessions WHERE id = ?",
+                " checkpoint_seq FROM sessions WHERE id = ? AND deleted = 0",
                 (session_id,),
             ).fetchone()
             if row is None:
                 raise SessionNotFound(f"session {session_id!r} not found")
-            message_rows = conn.execute(
-                "SELECT seq, CAST(body AS BLOB) FROM messages WHERE session_id = ? ORDER BY seq",
-                (session_id,),
-            ).fetchall()
+            place = tree.head_of(conn, session_id)
+            branch = tree.branch(conn, place.head)
+            cut = tree.compaction_cut([b[0] for b in branch], place)
             checkpoint_rows = conn.execute(
                 "SELECT pos, CAST(body AS BLOB) FROM checkpoint_messages WHERE session_id = ?"
                 " ORDER BY pos",
@@ -506,7 +555,7 @@ class SqliteStore:
             ).fetchall()
         # Parsing happens outside the lock: it is the slow part, and needs no database.
         return rows.session_from_rows(
-            self.path, session_id, row, message_rows, checkpoint_rows, tool_rows
+            self.path, session_id, row, branch, cut, checkpoint_rows, tool_rows
         )
 
     def list(
@@ -515,7 +564,7 @@ class SqliteStore:
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         limit = min(limit, MAX_PAGE_SIZE)
-        clauses: builtins.list[str] = []
+        clauses: builtins.list[str] = ["deleted = 0"]
         params: builtins.list[Any] = []
         if cwd is not None:
             clauses.append("cwd = ?")
@@ -524,7 +573,7 @@ class SqliteStore:
             after_updated, after_id = rows.decode_cursor(cursor)
             clauses.append("(updated_at, id) < (?, ?)")
             params.extend((after_updated, after_id))
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        where = f"WHERE {' AND '.join(clauses)}"
         with self._read("list sessions") as conn:
             found = conn.execute(
                 f"SELECT id, cwd, title, updated_at FROM sessions {where}"
@@ -541,7 +590,8 @@ class SqliteStore:
     def latest_for_cwd(self, cwd: str) -> str | None:
         with self._read("find the latest session") as conn:
             row = conn.execute(
-                "SELECT id FROM sessions WHERE cwd = ? ORDER BY updated_at DESC, id DESC LIMIT 1",
+                "SELECT id FROM sessions WHERE cwd = ? AND deleted = 0"
+                " ORDER BY updated_at DESC, id DESC LIMIT 1",
                 (cwd,),
             ).fetchone()
         return None if row is None else str(row[0])

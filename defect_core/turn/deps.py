@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from defect_core import policy
 from defect_core.compaction import Compactor
-from defect_core.events import AgentEvent, PermissionRequested, TurnStopReason
+from defect_core.events import AgentEvent, PermissionRequested, TurnStopReason, TurnUsage
 from defect_core.history import History
 from defect_core.hooks.engine import HookEngine
 from defect_core.model import ContentBlock, Message
@@ -122,3 +122,14 @@ class TurnResult:
     stop_reason: TurnStopReason
     usage: Usage = field(default_factory=Usage)
     requests: int = 0
+
+    def turn_usage(self) -> TurnUsage:
+        """What the turn consumed, as its `TurnEnded` event reports it."""
+        u = self.usage
+        return TurnUsage(
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cache_read_input_tokens=u.cache_read_input_tokens,
+            cache_creation_input_tokens=u.cache_creation_input_tokens,
+            requests=self.requests,
+        )

@@ -1,0 +1,31 @@
+"""What a session tells its user when it opens: the things that work differently from what
+they would assume.
+
+Owns `opening_notices`. Invariant: a notice names the cause and what it means for the user
+(this session is not saved; an MCP server failed; project hooks wait for trust) — a silent
+degradation is the failure this module exists to prevent. Pure: the session (`state.py`)
+hands over what it knows; nothing here touches the store or the network.
+"""
+
+from __future__ import annotations
+
+from defect_core.hooks.engine import HookEngine
+from defect_core.mcp import McpHub
+
+
+def opening_notices(
+    unsaved_reason: str | None, mcp: McpHub | None, hooks: HookEngine
+) -> tuple[str, ...]:
+    """The warnings a front end shows after `session/new` or a load, in order."""
+    notices: list[str] = []
+    if unsaved_reason is not None:
+        notices.append(
+            f"This session is not being saved, so it will be lost when defect exits: "
+            f"{unsaved_reason}"
+        )
+    notice = mcp.failure_notice() if mcp is not None else None
+    if notice:
+        notices.append(notice)
+    if hooks_notice := hooks.untrusted_notice():
+        notices.append(hooks_notice)
+    return tuple(notices)

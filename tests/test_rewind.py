@@ -1,0 +1,242 @@
+"""`/rewind` through the real `defect acp` process, against the strict fake Anthropic API.
+
+Each test drives real tools on real files (a git work tree for `bash` side effects), reads
+the session database and the state directory as an auditor would, and restarts the process
+where the promise is "after a restart": files come back byte-exact, a user's edit is a
+conflict that is kept, the conversation rewinds without losing the abandoned branch, and a
+kill -9 mid-turn leaves a checkpoint that loads and restores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sqlite3
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply, ToolUseBlock
+from tests.support.acp_harness import Agent, RecordingClient, agent_env, spawn_defect
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 20.0
+BINARY = bytes(range(256)) * 4 + b"\x00\xff\xfe"
+
+
+class Place:
+    def __init__(self, root: Path) -> None:
+        self.work = root / "work"
+        self.state = root / "state"
+        self.work.mkdir()
+
+    def env(self, fake: FakeProvider) -> dict[str, str]:
+        return agent_env(
+            DEFECT_PROVIDER="anthropic",
+            ANTHROPIC_BASE_URL=fake.url,
+            ANTHROPIC_API_KEY=DEFAULT_API_KEY,
+            DEFECT_STATE_DIR=str(self.state),
+            DEFECT_RETRIES="0",
+        )
+
+    def rows(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        db = self.state / "sessions.sqlite3"
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            return conn.execute(sql, args).fetchall()
+
+    def blobs(self) -> list[Path]:
+        return sorted(p for p in (self.state / "checkpoints" / "blobs").rglob("*") if p.is_file())
+
+
+@pytest.fixture
+def place(tmp_path: Path) -> Place:
+    return Place(tmp_path)
+
+
+def git(work: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=work,
+        check=True,
+        capture_output=True,
+    )
+
+
+def snapshot(work: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(work)): p.read_bytes()
+        for p in sorted(work.rglob("*"))
+        if p.is_file() and ".git" not in p.parts
+    }
+
+
+@contextlib.asynccontextmanager
+async def running(place: Place, *replies: Reply) -> AsyncIterator[tuple[Agent, FakeProvider]]:
+    async with FakeProvider() as fake:
+        fake.enqueue(*replies)
+        async with spawn_defect(env=place.env(fake), client=RecordingClient()) as agent:
+            await agent.initialize()
+            yield agent, fake
+
+
+async def new_session(agent: Agent, place: Place) -> str:
+    session_id = await agent.new_session(place.work)
+    await agent.conn.set_session_mode(session_id=session_id, mode_id="yolo")
+    return session_id
+
+
+async def say(agent: Agent, session_id: str, text: str) -> str:
+    """Prompt once; the text the agent answered with in that turn."""
+    before = len(agent.client.text(session_id))
+    response = await asyncio.wait_for(agent.prompt(session_id, text), TIMEOUT)
+    assert response.stop_reason == "end_turn"
+    return agent.client.text(session_id)[before:]
+
+
+def accepted(fake: FakeProvider) -> list[Any]:
+    for r in fake.requests:
+        assert r.done.is_set() and not r.rejected, f"request #{r.index}: {r.error_message}"
+    return [r for r in fake.requests if r.route == "anthropic"]
+
+
+def edits() -> Reply:
+    """One batch of tool calls touching every kind of change."""
+    return Reply.of(
+        [
+            ToolUseBlock("toolu_w", "write_file", {"path": "keep.txt", "content": "rewritten\n"}),
+            ToolUseBlock("toolu_c", "write_file", {"path": "made/new.txt", "content": "fresh\n"}),
+            ToolUseBlock(
+                "toolu_b",
+                "bash",
+                {"command": "rm gone.txt && mv old.txt moved.txt && printf 'x' > bin.dat"},
+            ),
+        ]
+    )
+
+
+async def test_rewind_restores_files_byte_exact_and_the_conversation_keeps_its_branch(
+    place: Place,
+) -> None:
+    work = place.work
+    (work / "keep.txt").write_text("original\n")
+    (work / "gone.txt").write_text("to be deleted\n")
+    (work / "old.txt").write_text("to be renamed\n")
+    (work / "bin.dat").write_bytes(BINARY)
+    git(work, "init", "-q")
+    git(work, "add", ".")
+    git(work, "commit", "-qm", "start")
+    before = snapshot(work)
+
+    async with running(
+        place, Reply.text("Hello."), edits(), Reply.text("Done."), Reply.text("Hi again.")
+    ) as (agent, fake):
+        sid = await new_session(agent, place)
+        await say(agent, sid, "Say hello.")
+        await say(agent, sid, "Change the files.")
+        after = snapshot(work)
+        assert after != before and "moved.txt" in after and "made/new.txt" in after
+        listing = await say(agent, sid, "/rewind")
+        assert listing.index('2. "Change the files."') < listing.index('1. "Say hello."')
+        line = next(x for x in listing.splitlines() if x.startswith("2."))
+        for path in ("bin.dat", "gone.txt", "keep.txt", "made/new.txt", "moved.txt", "old.txt"):
+            assert path in line
+        assert '1. "Say hello." — no files changed' in listing
+
+        answer = await say(agent, sid, "/rewind 2")
+        assert "Files restored to before prompt 2" in answer
+        assert "Conversation rewound to before prompt 2" in answer
+        assert snapshot(work) == before  # byte-exact, the binary file and the rename too
+
+        await say(agent, sid, "Something else.")
+        requests = accepted(fake)
+        fake.assert_script_consumed()
+    # The request after the rewind: the history up to before prompt 2, then the new prompt,
+    # sent exactly as the first turn's history was (the cache's prefix is unchanged).
+    last, first_of_2 = requests[-1].body["messages"], requests[1].body["messages"]
+    assert [m["role"] for m in last] == ["user", "assistant", "user"]
+    assert last[:2] == first_of_2[:2]
+    assert last[2]["content"][-1]["text"] == "Something else."
+    assert requests[-1].body["system"] == requests[1].body["system"]
+
+    # The abandoned branch is still stored; undo brings it back, and a restart loads it.
+    assert len(place.rows("SELECT 1 FROM messages WHERE session_id = ?", sid)) == 8
+    async with running(place) as (agent, _fake):
+        await agent.conn.load_session(cwd=str(work), session_id=sid, mcp_servers=[])
+        assert agent.client.text(sid) == "Hello.Hi again."
+        answer = await say(agent, sid, "/rewind undo")
+        assert "as before the rewind" in answer and "Conversation back" in answer
+        assert snapshot(work) == after
+    async with running(place) as (agent, _fake):
+        await agent.conn.load_session(cwd=str(work), session_id=sid, mcp_servers=[])
+        assert agent.client.text(sid) == "Hello.Done."
+
+
+async def test_a_user_edit_after_the_turn_is_a_conflict_and_is_kept(place: Place) -> None:
+    (place.work / "a.txt").write_text("one\n")
+    write = Reply.tool_use("toolu_a", "write_file", {"path": "a.txt", "content": "two\n"})
+    async with running(place, write, Reply.text("Changed.")) as (agent, fake):
+        sid = await new_session(agent, place)
+        await say(agent, sid, "Change a.txt.")
+        (place.work / "a.txt").write_text("the user's own edit\n")
+        answer = await say(agent, sid, "/rewind 1")
+        assert "conflict: a.txt: changed since defect changed it" in answer
+        assert "Nothing was overwritten" in answer and "not rewound either" in answer
+        assert (place.work / "a.txt").read_text() == "the user's own edit\n"
+        assert agent.client.text(sid).startswith("Changed.")
+        answer = await say(agent, sid, "/rewind 1 files force")
+        assert "Files restored to before prompt 1: a.txt." in answer
+        assert (place.work / "a.txt").read_text() == "one\n"
+        accepted(fake)
+
+
+async def test_a_kill_mid_turn_leaves_a_checkpoint_that_loads_and_restores(
+    place: Place,
+) -> None:
+    """SIGKILL while the turn's second batch runs: the first batch's checkpoint was saved
+    (partial, its contents stored), a new process lists it as unfinished and restores it
+    with `force`; session/delete then removes it and its blobs."""
+    (place.work / "a.txt").write_text("one\n")
+    replies = (
+        Reply.tool_use("toolu_a", "write_file", {"path": "a.txt", "content": "two\n"}),
+        Reply.tool_use("toolu_s", "bash", {"command": "exec sleep 30"}),
+    )
+    async with running(place, *replies) as (agent, _fake):
+        sid = await new_session(agent, place)
+        turn = asyncio.create_task(agent.prompt(sid, "Change a.txt, then wait."))
+        await agent.client.wait_for(lambda: "toolu_s" in json.dumps(agent.wire.messages), TIMEOUT)
+        await agent.client.wait_for(
+            lambda: (
+                bool(place.rows("SELECT 1 FROM file_checkpoints WHERE session_id = ?", sid))
+                and "digest" in place.rows("SELECT body FROM file_checkpoints")[0][0]
+            ),
+            TIMEOUT,
+        )
+        agent.process.kill()
+        await asyncio.wait_for(agent.process.wait(), TIMEOUT)
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(turn, TIMEOUT)
+    assert (place.work / "a.txt").read_text() == "two\n"
+    ((finished,),) = place.rows("SELECT finished FROM file_checkpoints WHERE session_id = ?", sid)
+    assert finished == 0
+    async with running(place) as (agent, _fake):
+        await agent.conn.load_session(cwd=str(place.work), session_id=sid, mcp_servers=[])
+        listing = await say(agent, sid, "/rewind")
+        assert '1. "Change a.txt, then wait." — a.txt' in listing
+        assert "did not finish" in listing
+        answer = await say(agent, sid, "/rewind 1 files")
+        assert "the turn did not finish" in answer
+        assert (place.work / "a.txt").read_text() == "two\n"
+        answer = await say(agent, sid, "/rewind 1 files force")
+        assert (place.work / "a.txt").read_text() == "one\n"
+        assert place.blobs()
+        for blob in place.blobs():  # older than the delete's grace for fresh captures
+            os.utime(blob, (1_000_000_000, 1_000_000_000))
+        await agent.conn._conn.send_request("session/delete", {"sessionId": sid})
+    assert place.rows("SELECT 1 FROM file_checkpoints") == []
+    assert place.blobs() == []
