@@ -328,7 +328,9 @@ async def spawn_defect(
             *(command or [sys.executable, "-m", "defect_acp", "acp", *args]),
             env=env or agent_env(),
             cwd=str(cwd or REPO),
-            transport_kwargs={"stderr": stderr_file.fileno()},
+            # A loaded CI machine can take more than the SDK's 2 s to let the agent exit
+            # (MCP servers stop first); past that the SDK terminates it and can race its exit.
+            transport_kwargs={"stderr": stderr_file.fileno(), "shutdown_timeout": 10.0},
             observers=[wire.observe],
             use_unstable_protocol=True,
         ) as (conn, process):
