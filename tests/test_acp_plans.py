@@ -260,3 +260,30 @@ def test_defect_exec_streams_each_plan_as_a_json_line_and_shows_it_on_stderr(
     assert [line["entries"] for line in lines if line["type"] == "plan"] == [FIRST, SECOND]
     assert lines[-1]["type"] == "result" and lines[-1]["text"] == "Planned."
     assert "plan: ✓ Read the failing test · ▶ Fix the parser · ○ Run the whole suite" in done.stderr
+
+
+async def test_the_plan_follows_the_conversation_through_a_rewind_and_its_undo(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    """`/rewind N conversation` moves the session to the branch before prompt N: the plan
+    becomes that branch's last plan (shown, and what a load replays); undo brings the later
+    plan back."""
+    fake_provider.enqueue(Reply.tool_use("toolu_p1", "update_plan", {"entries": FIRST}))
+    fake_provider.enqueue(Reply.text("Planned."))
+    fake_provider.enqueue(Reply.tool_use("toolu_p2", "update_plan", {"entries": SECOND}))
+    fake_provider.enqueue(Reply.text("Moved on."))
+    async with spawn_defect(env=plan_env(fake_provider, tmp_path)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(tmp_path)
+        assert (await agent.prompt(sid, "plan the fix")).stop_reason == "end_turn"
+        assert (await agent.prompt(sid, "go on")).stop_reason == "end_turn"
+        assert plans(agent.client, sid) == [FIRST, SECOND]
+        assert (await agent.prompt(sid, "/rewind 2 conversation")).stop_reason == "end_turn"
+        assert plans(agent.client, sid)[-1] == FIRST, "the branch before prompt 2 had FIRST"
+        agent.assert_schema_clean()
+    async with spawn_defect(env=plan_env(fake_provider, tmp_path)) as again:
+        await load(again, sid, tmp_path)
+        assert plans(again.client, sid) == [FIRST]
+        assert (await again.prompt(sid, "/rewind undo")).stop_reason == "end_turn"
+        assert plans(again.client, sid)[-1] == SECOND
+        again.assert_schema_clean()

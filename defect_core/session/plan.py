@@ -8,6 +8,8 @@ Invariants:
 - A new plan is saved before it is published: a session killed right after the user saw a
   plan loads with that plan, and `session/load` shows it again (`defect_acp/updates.py`).
 - Only the latest plan is kept: it is the whole plan each time, so it is all a replay needs.
+- The plan follows the conversation: when `/rewind` moves the session to another branch, the
+  plan becomes the last one `update_plan` set on that branch (`follow`), none if it set none.
 - A stored plan that cannot be read (a damaged row, or a shape a newer defect wrote) is logged
   and dropped, never a reason to refuse the session: the plan is a view, the messages are the
   truth. A plan that cannot be saved is a warning to the user (`persistence.py`), never the
@@ -22,8 +24,9 @@ from typing import Any, get_args
 from defect_core.errors import StorageError
 from defect_core.events import AgentEvent, PlanEntry, PlanPriority, PlanStatus, PlanUpdated
 from defect_core.log import get_logger
+from defect_core.model import Message, ToolResultBlock, ToolUseBlock
 from defect_core.store import AsyncStore
-from defect_core.tools.plan import UpdatePlanTool
+from defect_core.tools.plan import UPDATE_PLAN, UpdatePlanTool
 
 log = get_logger("defect.agent")
 
@@ -53,6 +56,27 @@ class SessionPlan:
         self.entries = entries
         await self._save(plan_to_json(entries))
         await self._publish(PlanUpdated(entries))
+
+    async def follow(self, transcript: list[Message]) -> None:
+        """Take the plan of the branch `transcript` is (after a rewind): the input of its last
+        `update_plan` call that was not refused; saved and shown when it differs."""
+        refused = {
+            b.tool_use_id
+            for m in transcript
+            for b in m.content
+            if isinstance(b, ToolResultBlock) and b.is_error
+        }
+        entries: tuple[PlanEntry, ...] = ()
+        for message in reversed(transcript):
+            calls = [
+                b for b in message.content if isinstance(b, ToolUseBlock) and b.name == UPDATE_PLAN
+            ]
+            kept = [b for b in calls if b.id not in refused and isinstance(b.input, dict)]
+            if kept:
+                entries = plan_from_json(kept[-1].input.get("entries", []), self._session_id)
+                break
+        if entries != self.entries:
+            await self.replace(entries)
 
     async def load(self, store: AsyncStore) -> None:
         """Read the stored plan (a loaded session's replay shows it)."""

@@ -434,6 +434,7 @@ class DefaultSession:
         async def adopt(stored: StoredSession) -> None:  # the store's branch, now the live one
             self._history.replace(stored.history)
             self._transcript, self._ids = list(stored.transcript), list(stored.ids)
+            await self.plan.follow(self._transcript)
 
         return Rewinder(
             session_id=self._id,
