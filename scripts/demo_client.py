@@ -5,7 +5,8 @@ Spawns `defect acp` (no API key needed) as every client of defect's own does
 ACP SDK's client side (`acp.connect_to_agent`) over real stdio, and prints what an editor
 would show: streamed text, thoughts, tool calls with their status, a diff, a permission
 question (answered by this script), a plan kept step by step, a subagent's work streamed on its
-call, a cancel, and each turn's stop reason. Exits 0 when every step behaved; 1 otherwise.
+call, a cancel, `/rewind` taking an edit back, and each turn's stop reason. Exits 0 when
+every step behaved; 1 otherwise.
 
 Run it with `make run`, or `python scripts/demo_client.py [--workspace DIR]`.
 """
@@ -300,6 +301,10 @@ async def run(workspace: Path, state_dir: Path) -> int:
         show_models(switched.config_options)
         check(await prompt("hello from the lab") == "end_turn", "a turn on the other provider")
         check(await prompt("/context") == "end_turn", "/context answers without the model")
+
+        check(await prompt("/rewind") == "end_turn", "/rewind lists the prompts and their files")
+        check(await prompt("/rewind 2 files") == "end_turn", "/rewind restores prompt 2's files")
+        check(not (workspace / "NOTES.md").exists(), "the rewind took NOTES.md back out")
 
     if failures:
         print(f"\n{RED}Demo finished with problems: {', '.join(failures)}{RESET}")
