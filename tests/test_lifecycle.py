@@ -598,6 +598,7 @@ async def open_unsaved(agent: Agent, work: Path) -> str:
     assert caps is not None and caps.load_session is False
     assert caps.session_capabilities is not None
     assert caps.session_capabilities.list is None and caps.session_capabilities.resume is None
+    assert caps.session_capabilities.fork is None  # a fork lives in the store
     sid = await agent.new_session(work)
     await agent.client.wait_for(lambda: NOT_SAVED in agent.client.text(sid))
     return sid
