@@ -3,8 +3,9 @@
 Each test drives real tools on real files (a git work tree for `bash` side effects), reads
 the session database and the state directory as an auditor would, and restarts the process
 where the promise is "after a restart": files come back byte-exact, a user's edit is a
-conflict that is kept, the conversation rewinds without losing the abandoned branch, and a
-kill -9 mid-turn leaves a checkpoint that loads and restores.
+conflict that is kept, the conversation rewinds without losing the abandoned branch, a
+kill -9 mid-turn leaves a checkpoint that loads and restores, and a kill -9 in the middle of a
+restore leaves every file whole (old or restored) and a session that loads and finishes it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tests.support.workspace_rig import (
     Place,
     accepted,
     git,
+    load,
     new_session,
     running,
     say,
@@ -173,3 +175,56 @@ async def test_a_kill_mid_turn_leaves_a_checkpoint_that_loads_and_restores(
         await agent.conn._conn.send_request("session/delete", {"sessionId": sid})
     assert place.rows("SELECT 1 FROM file_checkpoints") == []
     assert place.blobs() == []
+
+
+async def test_a_kill_during_the_restore_leaves_each_file_old_or_restored_and_loads(
+    place: Place,
+) -> None:
+    """SIGKILL a `/rewind` midway through its files (`DEFECT_TEST_RESTORE_PAUSE` waits after
+    each restored file): every file holds what defect left or its restored content, byte-exact,
+    with no temporary left beside it; the conversation was not rewound (files go first). A new
+    process loads the session, its next request is valid, and the same `/rewind` finishes."""
+    originals = {f"f{i}.txt": f"original {i}\n".encode() * 2000 for i in range(6)}
+    for name, data in originals.items():
+        (place.work / name).write_bytes(data)
+    edit = Reply.of(
+        [
+            ToolUseBlock(f"toolu_{i}", "write_file", {"path": name, "content": f"edited {i}\n"})
+            for i, name in enumerate(originals)
+        ]
+    )
+
+    def restored() -> list[str]:
+        return [n for n, data in originals.items() if (place.work / n).read_bytes() == data]
+
+    pause = {"DEFECT_TEST_RESTORE_PAUSE": "0.5"}
+    async with running(place, edit, Reply.text("Edited."), env=pause) as (agent, fake):
+        sid = await new_session(agent, place)
+        await say(agent, sid, "Edit them.")
+        accepted(fake)
+        edited = snapshot(place.work)
+        assert all(edited[name] != data for name, data in originals.items())
+        rewind = asyncio.create_task(agent.prompt(sid, "/rewind 1"))
+        async with asyncio.timeout(TIMEOUT):
+            while not restored():
+                await asyncio.sleep(0.01)
+        agent.process.kill()
+        await asyncio.wait_for(agent.process.wait(), TIMEOUT)
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(rewind, TIMEOUT)
+    now = snapshot(place.work)
+    assert set(now) == set(originals)  # nothing half-written, no temporary left behind
+    assert all(now[n] in (originals[n], edited[n]) for n in originals)
+    assert 1 <= len(restored()) < len(originals), "the kill was meant to land midway"
+    assert place.rows("SELECT undo_head FROM sessions WHERE id = ?", sid) == [(None,)]
+
+    async with running(place, Reply.text("Still here.")) as (agent, fake):
+        await load(agent, place, sid)
+        assert agent.client.text(sid) == "Edited."
+        assert await say(agent, sid, "Still here?") == "Still here."
+        answer = await say(agent, sid, "/rewind 1")
+        assert "Files restored to before prompt 1" in answer and "conflict" not in answer
+        assert snapshot(place.work) == originals
+        (request,) = accepted(fake)
+    roles = [m["role"] for m in request.body["messages"]]
+    assert roles == ["user", "assistant", "user", "assistant", "user"]
