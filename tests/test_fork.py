@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from acp import RequestError
 from acp import schema as s
 
 from defect_fakeapi import Reply
@@ -88,6 +89,9 @@ async def test_session_fork_diverges_survives_a_restart_and_outlives_its_origin(
         await say(agent, origin, "Make a.txt.")
         assert len(agent.client.permission_requests) == 1  # a command: asked, "always"
 
+        with pytest.raises(RequestError) as unknown:
+            await agent.conn.fork_session(session_id="sess_none", cwd=str(place.work))
+        assert unknown.value.code == -32002
         forked = await agent.conn.fork_session(
             session_id=origin, cwd=str(place.work), mcp_servers=[]
         )

@@ -4,8 +4,9 @@ Each test drives real tools on real files (a git work tree for `bash` side effec
 the session database and the state directory as an auditor would, and restarts the process
 where the promise is "after a restart": files come back byte-exact, a user's edit is a
 conflict that is kept, the conversation rewinds without losing the abandoned branch, a
-kill -9 mid-turn leaves a checkpoint that loads and restores, and a kill -9 in the middle of a
-restore leaves every file whole (old or restored) and a session that loads and finishes it.
+kill -9 mid-turn leaves a checkpoint that loads and restores, a kill -9 while a checkpoint is
+being stored leaves the previous one whole, and a kill -9 in the middle of a restore leaves
+every file whole (old or restored) and a session that loads and finishes it.
 """
 
 from __future__ import annotations
@@ -228,3 +229,52 @@ async def test_a_kill_during_the_restore_leaves_each_file_old_or_restored_and_lo
         (request,) = accepted(fake)
     roles = [m["role"] for m in request.body["messages"]]
     assert roles == ["user", "assistant", "user", "assistant", "user"]
+
+
+async def test_a_kill_during_the_checkpoint_leaves_the_previous_one_whole(place: Place) -> None:
+    """SIGKILL while a batch's prior contents are being stored (`DEFECT_TEST_CHECKPOINT_PAUSE`
+    waits after each): the saved checkpoint is the one before the flush, whole — each file
+    named, its content said not stored yet — and the blobs already written are whole but
+    unreferenced. A new process lists it, restores nothing it does not have (and says so),
+    and the session's next request is valid."""
+    originals = {f"f{i}.txt": f"original {i}\n".encode() * 5000 for i in range(4)}
+    for name, data in originals.items():
+        (place.work / name).write_bytes(data)
+    edit = Reply.of(
+        [
+            ToolUseBlock(f"toolu_{i}", "write_file", {"path": name, "content": f"edited {i}\n"})
+            for i, name in enumerate(originals)
+        ]
+    )
+    pause = {"DEFECT_TEST_CHECKPOINT_PAUSE": "0.5"}
+    async with running(place, edit, Reply.text("Done."), env=pause) as (agent, _fake):
+        sid = await new_session(agent, place)
+        turn = asyncio.create_task(agent.prompt(sid, "Edit them."))
+        async with asyncio.timeout(TIMEOUT):
+            while not (place.state / "checkpoints" / "blobs").exists() or not place.blobs():
+                await asyncio.sleep(0.01)
+        agent.process.kill()
+        await asyncio.wait_for(agent.process.wait(), TIMEOUT)
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(turn, TIMEOUT)
+    assert 1 <= len(place.blobs()) < len(originals), "the kill was meant to land midway"
+    ((finished, body),) = place.rows(
+        "SELECT finished, body FROM file_checkpoints WHERE session_id = ?", sid
+    )
+    entries = json.loads(body)["entries"]
+    assert finished == 0 and sorted(e["path"] for e in entries) == sorted(originals)
+    assert all(e["before"]["kind"] == "uncovered" for e in entries)  # the previous save
+    edited = snapshot(place.work)
+
+    async with running(place, Reply.text("Still here.")) as (agent, fake):
+        await load(agent, place, sid)
+        listing = await say(agent, sid, "/rewind")
+        assert '1. "Edit them." — f0.txt, f1.txt, f2.txt, f3.txt' in listing
+        assert "did not finish" in listing
+        answer = await say(agent, sid, "/rewind 1 files force")
+        for name in originals:
+            assert f"not covered: {name}: its prior content was not stored yet" in answer
+        assert snapshot(place.work) == edited  # nothing it does not have, nothing half
+        assert await say(agent, sid, "Still here?") == "Still here."
+        (request,) = accepted(fake)
+    assert request.body["messages"][-1]["content"][-1]["text"] == "Still here?"
