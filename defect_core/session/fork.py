@@ -18,6 +18,9 @@ Invariants:
   resumes, rewinds and deletes on its own; deleting the origin keeps the fork whole (the store
   keeps the shared messages while a fork needs them).
 - Without a store there is nothing to fork into: the answer says so, nothing changes.
+
+Why a module of its own: a fork makes a session where a rewind moves one; they share only
+the numbering of prompts (`rewind.prompts`), and `state.py` has no room to spare.
 """
 
 from __future__ import annotations
@@ -30,8 +33,7 @@ from pathlib import Path
 from defect_core.model import Message
 from defect_core.session.checkpointing import MessageId
 from defect_core.session.rewind import prompts
-from defect_core.store import AsyncStore, SessionRecord
-from defect_core.store.records import now_iso
+from defect_core.store import AsyncStore, SessionRecord, now_iso
 
 USAGE = (
     "Usage: /fork — a new session with this conversation so far; /fork N — with the "
