@@ -23,9 +23,9 @@ What is checked:
   text: SQLite, the model's API and the client's UTF-8 stream cannot carry it);
 - `initialize`: `protocolVersion` (uint16), `clientCapabilities.fs.readTextFile`/
   `writeTextFile` and `terminal` (booleans), `clientInfo.name`;
-- `session/new`, `load`, `resume`, `list`: `cwd` (a string the OS can take as a path: no NUL,
-  within the path and name length limits), `sessionId`, `mcpServers` (each a stdio server
-  with `name`, `command`, `args`, `env`, or an http/sse one with `type`, `name`, `url`,
+- `session/new`, `load`, `resume`, `fork`, `list`: `cwd` (a string the OS can take as a path:
+  no NUL, within the path and name length limits), `sessionId`, `mcpServers` (each a stdio
+  server with `name`, `command`, `args`, `env`, or an http/sse one with `type`, `name`, `url`,
   `headers`), `additionalDirectories`;
 - `session/prompt`: a non-empty `prompt` with something in it, each block's fields by its
   type, inline images as the model's API takes them and embedded blobs as valid base64 (a
@@ -404,6 +404,7 @@ _CHECKS: dict[str, Check] = {
     "session/new": _new,
     "session/load": _load,
     "session/resume": _resume,
+    "session/fork": _resume,
     "session/list": _list,
     "session/close": _session,
     "session/delete": _session,

@@ -77,7 +77,7 @@ def agent_connection(agent: Any, transport: Any) -> AgentSideConnection:
     transport: the SDK's stdio framing drops malformed lines silently or dies on them, where
     ACP requires -32700/-32600 answers (`defect_acp/transport.py`). The agent is not an SDK
     `Agent` subclass (`defect_acp/server.py` says why), hence `Any`; unstable methods
-    (`session/list`, `session/resume`, `session/close`) are routed only with
+    (`session/list`, `session/resume`, `session/close`, `session/fork`) are routed only with
     `use_unstable_protocol`."""
     from acp.agent.connection import AgentSideConnection
 

@@ -128,7 +128,7 @@ class DefectAgent:
         """Runs after a response left: sends what must follow an answer."""
         if "result" not in response:
             return
-        if method in ("session/new", "session/load", "session/resume"):
+        if method in ("session/new", "session/load", "session/resume", "session/fork"):
             result = response.get("result") or {}
             session_id = result.get("sessionId") or (params or {}).get("sessionId")
             for follow in self._after_answer.pop(session_id, []) if session_id else []:
@@ -176,6 +176,8 @@ class DefectAgent:
                     resume=s.SessionResumeCapabilities() if saved else None,
                     delete=s.SessionDeleteCapabilities(),
                     close=s.SessionCloseCapabilities(),
+                    # Unstable in ACP; a fork lives in the store, so only when sessions are saved.
+                    fork=s.SessionForkCapabilities() if saved else None,
                 ),
             ),
             auth_methods=[],
@@ -271,6 +273,31 @@ class DefectAgent:
     ) -> s.ResumeSessionResponse:
         session = await self._restore(session_id, cwd, mcp_servers)
         return s.ResumeSessionResponse(
+            modes=project.modes(session.current_mode(), session.available_modes()),
+            config_options=project.config_options(session.config_options()),
+        )
+
+    async def fork_session(
+        self,
+        cwd: str,
+        session_id: str,
+        mcp_servers: list[Any] | None = None,
+        additional_directories: list[str] | None = None,
+        **kwargs: Any,
+    ) -> s.ForkSessionResponse:
+        """`session/fork` (unstable): a new session sharing `session_id`'s history so far,
+        opened like a loaded one but not replayed (the client has the origin's history)."""
+        path = _absolute_cwd(cwd)
+        fork_id = f"sess_{uuid.uuid4().hex}"
+        try:
+            session = await self._core.fork_session(
+                session_id, fork_id, path, self._backends(fork_id, path), _mcp_specs(mcp_servers)
+            )
+        except AgentError as err:
+            raise to_request_error(err) from None
+        self._attach(session)
+        return s.ForkSessionResponse(
+            session_id=session.id,
             modes=project.modes(session.current_mode(), session.available_modes()),
             config_options=project.config_options(session.config_options()),
         )

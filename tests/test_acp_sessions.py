@@ -139,7 +139,13 @@ async def test_capabilities_advertise_session_methods(tmp_path: Path) -> None:
         )
         caps = result["agentCapabilities"]
         assert caps["loadSession"] is True
-        assert caps["sessionCapabilities"] == {"list": {}, "resume": {}, "close": {}, "delete": {}}
+        assert caps["sessionCapabilities"] == {
+            "list": {},
+            "resume": {},
+            "close": {},
+            "delete": {},
+            "fork": {},
+        }
         agent.assert_schema_clean()
 
 

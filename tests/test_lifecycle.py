@@ -598,6 +598,7 @@ async def open_unsaved(agent: Agent, work: Path) -> str:
     assert caps is not None and caps.load_session is False
     assert caps.session_capabilities is not None
     assert caps.session_capabilities.list is None and caps.session_capabilities.resume is None
+    assert caps.session_capabilities.fork is None  # a fork lives in the store
     sid = await agent.new_session(work)
     await agent.client.wait_for(lambda: NOT_SAVED in agent.client.text(sid))
     return sid
@@ -617,6 +618,13 @@ async def test_a_state_directory_that_cannot_be_created_is_told_and_sessions_sti
         assert "cannot create the state directory" in warning and str(blocker) in warning
         assert await stop_of(agent, sid, "hello") == "end_turn"
         assert agent.client.text(sid).endswith("still here")
+        # Nothing to fork into: /fork says so, session/fork (not offered) fails with why.
+        before = len(agent.client.text(sid))
+        assert await stop_of(agent, sid, "/fork") == "end_turn"
+        assert "not saved, so it cannot be forked" in agent.client.text(sid)[before:]
+        with pytest.raises(RequestError) as refused:
+            await agent.conn.fork_session(session_id=sid, cwd=str(work))
+        assert refused.value.code == -32603 and "none can be forked" in str(refused.value)
         assert "session_store_unavailable" in agent.stderr()
         agent.assert_schema_clean()
     assert blocker.read_text() == "not a directory\n"

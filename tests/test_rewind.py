@@ -3,106 +3,42 @@
 Each test drives real tools on real files (a git work tree for `bash` side effects), reads
 the session database and the state directory as an auditor would, and restarts the process
 where the promise is "after a restart": files come back byte-exact, a user's edit is a
-conflict that is kept, the conversation rewinds without losing the abandoned branch, and a
-kill -9 mid-turn leaves a checkpoint that loads and restores.
+conflict that is kept, the conversation rewinds without losing the abandoned branch, a
+kill -9 mid-turn leaves a checkpoint that loads and restores, a kill -9 while a checkpoint is
+being stored leaves the previous one whole, and a kill -9 in the middle of a restore leaves
+every file whole (old or restored) and a session that loads and finishes it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import sqlite3
-import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply, ToolUseBlock
-from tests.support.acp_harness import Agent, RecordingClient, agent_env, spawn_defect
+from defect_fakeapi import Reply, ToolUseBlock
+from tests.support.workspace_rig import (
+    TIMEOUT,
+    Place,
+    accepted,
+    git,
+    load,
+    new_session,
+    running,
+    say,
+    snapshot,
+)
 
 pytestmark = pytest.mark.anyio
 
-TIMEOUT = 20.0
 BINARY = bytes(range(256)) * 4 + b"\x00\xff\xfe"
-
-
-class Place:
-    def __init__(self, root: Path) -> None:
-        self.work = root / "work"
-        self.state = root / "state"
-        self.work.mkdir()
-
-    def env(self, fake: FakeProvider) -> dict[str, str]:
-        return agent_env(
-            DEFECT_PROVIDER="anthropic",
-            ANTHROPIC_BASE_URL=fake.url,
-            ANTHROPIC_API_KEY=DEFAULT_API_KEY,
-            DEFECT_STATE_DIR=str(self.state),
-            DEFECT_RETRIES="0",
-        )
-
-    def rows(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        db = self.state / "sessions.sqlite3"
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-            return conn.execute(sql, args).fetchall()
-
-    def blobs(self) -> list[Path]:
-        return sorted(p for p in (self.state / "checkpoints" / "blobs").rglob("*") if p.is_file())
 
 
 @pytest.fixture
 def place(tmp_path: Path) -> Place:
     return Place(tmp_path)
-
-
-def git(work: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=work,
-        check=True,
-        capture_output=True,
-    )
-
-
-def snapshot(work: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(work)): p.read_bytes()
-        for p in sorted(work.rglob("*"))
-        if p.is_file() and ".git" not in p.parts
-    }
-
-
-@contextlib.asynccontextmanager
-async def running(place: Place, *replies: Reply) -> AsyncIterator[tuple[Agent, FakeProvider]]:
-    async with FakeProvider() as fake:
-        fake.enqueue(*replies)
-        async with spawn_defect(env=place.env(fake), client=RecordingClient()) as agent:
-            await agent.initialize()
-            yield agent, fake
-
-
-async def new_session(agent: Agent, place: Place) -> str:
-    session_id = await agent.new_session(place.work)
-    await agent.conn.set_session_mode(session_id=session_id, mode_id="yolo")
-    return session_id
-
-
-async def say(agent: Agent, session_id: str, text: str) -> str:
-    """Prompt once; the text the agent answered with in that turn."""
-    before = len(agent.client.text(session_id))
-    response = await asyncio.wait_for(agent.prompt(session_id, text), TIMEOUT)
-    assert response.stop_reason == "end_turn"
-    return agent.client.text(session_id)[before:]
-
-
-def accepted(fake: FakeProvider) -> list[Any]:
-    for r in fake.requests:
-        assert r.done.is_set() and not r.rejected, f"request #{r.index}: {r.error_message}"
-    return [r for r in fake.requests if r.route == "anthropic"]
 
 
 def edits() -> Reply:
@@ -240,3 +176,105 @@ async def test_a_kill_mid_turn_leaves_a_checkpoint_that_loads_and_restores(
         await agent.conn._conn.send_request("session/delete", {"sessionId": sid})
     assert place.rows("SELECT 1 FROM file_checkpoints") == []
     assert place.blobs() == []
+
+
+async def test_a_kill_during_the_restore_leaves_each_file_old_or_restored_and_loads(
+    place: Place,
+) -> None:
+    """SIGKILL a `/rewind` midway through its files (`DEFECT_TEST_RESTORE_PAUSE` waits after
+    each restored file): every file holds what defect left or its restored content, byte-exact,
+    with no temporary left beside it; the conversation was not rewound (files go first). A new
+    process loads the session, its next request is valid, and the same `/rewind` finishes."""
+    originals = {f"f{i}.txt": f"original {i}\n".encode() * 2000 for i in range(6)}
+    for name, data in originals.items():
+        (place.work / name).write_bytes(data)
+    edit = Reply.of(
+        [
+            ToolUseBlock(f"toolu_{i}", "write_file", {"path": name, "content": f"edited {i}\n"})
+            for i, name in enumerate(originals)
+        ]
+    )
+
+    def restored() -> list[str]:
+        return [n for n, data in originals.items() if (place.work / n).read_bytes() == data]
+
+    pause = {"DEFECT_TEST_RESTORE_PAUSE": "0.5"}
+    async with running(place, edit, Reply.text("Edited."), env=pause) as (agent, fake):
+        sid = await new_session(agent, place)
+        await say(agent, sid, "Edit them.")
+        accepted(fake)
+        edited = snapshot(place.work)
+        assert all(edited[name] != data for name, data in originals.items())
+        rewind = asyncio.create_task(agent.prompt(sid, "/rewind 1"))
+        async with asyncio.timeout(TIMEOUT):
+            while not restored():
+                await asyncio.sleep(0.01)
+        agent.process.kill()
+        await asyncio.wait_for(agent.process.wait(), TIMEOUT)
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(rewind, TIMEOUT)
+    now = snapshot(place.work)
+    assert set(now) == set(originals)  # nothing half-written, no temporary left behind
+    assert all(now[n] in (originals[n], edited[n]) for n in originals)
+    assert 1 <= len(restored()) < len(originals), "the kill was meant to land midway"
+    assert place.rows("SELECT undo_head FROM sessions WHERE id = ?", sid) == [(None,)]
+
+    async with running(place, Reply.text("Still here.")) as (agent, fake):
+        await load(agent, place, sid)
+        assert agent.client.text(sid) == "Edited."
+        assert await say(agent, sid, "Still here?") == "Still here."
+        answer = await say(agent, sid, "/rewind 1")
+        assert "Files restored to before prompt 1" in answer and "conflict" not in answer
+        assert snapshot(place.work) == originals
+        (request,) = accepted(fake)
+    roles = [m["role"] for m in request.body["messages"]]
+    assert roles == ["user", "assistant", "user", "assistant", "user"]
+
+
+async def test_a_kill_during_the_checkpoint_leaves_the_previous_one_whole(place: Place) -> None:
+    """SIGKILL while a batch's prior contents are being stored (`DEFECT_TEST_CHECKPOINT_PAUSE`
+    waits after each): the saved checkpoint is the one before the flush, whole — each file
+    named, its content said not stored yet — and the blobs already written are whole but
+    unreferenced. A new process lists it, restores nothing it does not have (and says so),
+    and the session's next request is valid."""
+    originals = {f"f{i}.txt": f"original {i}\n".encode() * 5000 for i in range(4)}
+    for name, data in originals.items():
+        (place.work / name).write_bytes(data)
+    edit = Reply.of(
+        [
+            ToolUseBlock(f"toolu_{i}", "write_file", {"path": name, "content": f"edited {i}\n"})
+            for i, name in enumerate(originals)
+        ]
+    )
+    pause = {"DEFECT_TEST_CHECKPOINT_PAUSE": "0.5"}
+    async with running(place, edit, Reply.text("Done."), env=pause) as (agent, _fake):
+        sid = await new_session(agent, place)
+        turn = asyncio.create_task(agent.prompt(sid, "Edit them."))
+        async with asyncio.timeout(TIMEOUT):
+            while not (place.state / "checkpoints" / "blobs").exists() or not place.blobs():
+                await asyncio.sleep(0.01)
+        agent.process.kill()
+        await asyncio.wait_for(agent.process.wait(), TIMEOUT)
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(turn, TIMEOUT)
+    assert 1 <= len(place.blobs()) < len(originals), "the kill was meant to land midway"
+    ((finished, body),) = place.rows(
+        "SELECT finished, body FROM file_checkpoints WHERE session_id = ?", sid
+    )
+    entries = json.loads(body)["entries"]
+    assert finished == 0 and sorted(e["path"] for e in entries) == sorted(originals)
+    assert all(e["before"]["kind"] == "uncovered" for e in entries)  # the previous save
+    edited = snapshot(place.work)
+
+    async with running(place, Reply.text("Still here.")) as (agent, fake):
+        await load(agent, place, sid)
+        listing = await say(agent, sid, "/rewind")
+        assert '1. "Edit them." — f0.txt, f1.txt, f2.txt, f3.txt' in listing
+        assert "did not finish" in listing
+        answer = await say(agent, sid, "/rewind 1 files force")
+        for name in originals:
+            assert f"not covered: {name}: its prior content was not stored yet" in answer
+        assert snapshot(place.work) == edited  # nothing it does not have, nothing half
+        assert await say(agent, sid, "Still here?") == "Still here."
+        (request,) = accepted(fake)
+    assert request.body["messages"][-1]["content"][-1]["text"] == "Still here?"

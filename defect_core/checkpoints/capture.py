@@ -26,6 +26,10 @@ Invariants:
   write) becomes an "uncovered" entry with the reason, never a silent gap.
 - Paths are resolved like the tools resolve them (links followed, within the root); a path
   outside the root is never recorded.
+
+`DEFECT_TEST_CHECKPOINT_PAUSE` (seconds, unset in use) waits in `flush` after each stored
+content, so `tests/test_rewind.py` can kill -9 a checkpoint midway and find the previous one
+whole.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from defect_core.checkpoints.model import Checkpoint, Entry, FileState, Source
 
 NOT_GIT_NOTE = "command side effects are not covered: the workspace is not a git work tree"
 NOT_STORED = "its prior content was not stored yet when the turn stopped"
+TEST_PAUSE_ENV = "DEFECT_TEST_CHECKPOINT_PAUSE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +202,7 @@ class Checkpointer:
                 work = [s for s in self._slots.values() if s.pending is not None]
                 hints = [s for s in self._slots.values() if isinstance(_hint(s), bytes)]
             stored: list[str] = []
+            pause = float(os.environ.get(TEST_PAUSE_ENV) or 0)
             for slot in work:
                 assert slot.pending is not None
                 data, mode = slot.pending
@@ -206,6 +212,8 @@ class Checkpointer:
                 with self._lock:
                     slot.before, slot.pending = state, None
                     self._pending -= len(data)
+                if pause > 0:
+                    time.sleep(pause)
             for slot in hints:
                 with self._lock:
                     written = slot.written

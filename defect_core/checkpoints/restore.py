@@ -18,12 +18,20 @@ Invariants:
 - Blobs are read (and their hashes checked) before the first write.
 - With a `recorder` (a `Checkpointer`), each path's present state is captured before it is
   overwritten, so the rewind itself can be undone.
+
+A kill -9 in the middle of a restore leaves each file with its old content or its restored
+one (never half: the rename is the only step a reader sees), and the conversation as it was
+(`defect_core/session/rewind.py` moves it only after the files); the same `/rewind` run again
+finds the restored files already right and finishes the rest. `DEFECT_TEST_RESTORE_PAUSE`
+(seconds, unset in use) waits after each restored file, so `tests/test_rewind.py` can kill a
+restore midway.
 """
 
 from __future__ import annotations
 
 import os
 import stat as stat_mod
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +40,8 @@ from defect_core.checkpoints.blobs import BlobError, BlobStore, digest_of
 from defect_core.checkpoints.capture import Checkpointer
 from defect_core.checkpoints.model import Checkpoint, FileState
 from defect_core.tools.beneath import replace_beneath, symlink_beneath, unlink_beneath
+
+TEST_PAUSE_ENV = "DEFECT_TEST_RESTORE_PAUSE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +168,7 @@ def restore(
     if report.blocked and not force:
         return report
     skip = {n.path for n in (*report.failed, *report.uncovered)} | set(report.unchanged)
+    pause = float(os.environ.get(TEST_PAUSE_ENV) or 0)
     for rel, planned in plan.files.items():
         if rel in skip:
             continue
@@ -177,5 +188,7 @@ def restore(
             report.failed.append(PathNote(rel, f"not restored: {exc.strerror or exc}"))
             continue
         report.restored.append(rel)
+        if pause > 0:
+            time.sleep(pause)
     report.applied = True
     return report

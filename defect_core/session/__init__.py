@@ -7,6 +7,8 @@ One room per job, lowest first (docs/layers.md):
                     and the errors, listings, MCP specs and `Frontend` a front end needs
 - `options.py`      mode, model, reasoning effort: the choices and what they mean for a turn
 - `commands.py`     `/compact`, `/context`: answered without the model
+- `rewind.py`       `/rewind`: the prompts, and going back before one (files, conversation)
+- `fork.py`         forks: `session/fork` and `/fork`, a new session sharing the history
 - `titles.py`       a session's title, from its first answered prompt
 - `permissions.py`  remembered "always" answers and the open questions to the user
 - `persistence.py`  writes of replay state, and what a failing store means for the user

@@ -1,5 +1,5 @@
-"""The session's slash commands: the built-in `/compact`, `/context` and `/rewind`
-(`rewind.py`), answered without the model, `/goal` (a goal-mode turn,
+"""The session's slash commands: the built-in `/compact`, `/context`, `/rewind`
+(`rewind.py`) and `/fork` (`fork.py`), answered without the model, `/goal` (a goal-mode turn,
 `defect_core/goal.py`: the session starts it; only its usage is answered here), and the user's and
 project's own Markdown commands, which become prompts.
 
@@ -54,6 +54,11 @@ SLASH_COMMANDS: tuple[tuple[str, str], ...] = (
         "rewind",
         "List the prompts with the files each changed; /rewind N [files|conversation] [force] "
         "goes back to before prompt N; /rewind undo",
+    ),
+    (
+        "fork",
+        "A new session with this conversation so far (/fork N: up to before prompt N); "
+        "answers its id, to open with session/load",
     ),
 )
 GOAL_USAGE = (

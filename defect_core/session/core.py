@@ -1,4 +1,4 @@
-"""`DefaultAgentCore`: the process's sessions — create, load, find, list, close, delete.
+"""`DefaultAgentCore`: the process's sessions — create, load, fork, find, list, close, delete.
 
 Owns the live sessions of one process, the settings each starts from, the providers they
 share (every configured one, built once per shape, with one live model catalog), the store,
@@ -34,6 +34,7 @@ from defect_core.providers.base import LlmProvider
 from defect_core.providers.live import ModelCatalog, ProviderSet
 from defect_core.providers.registry import build_named
 from defect_core.session.checkpointing import forget_session
+from defect_core.session.fork import fork_stored
 from defect_core.session.persistence import server_summary
 from defect_core.session.protocol import (
     Backends,
@@ -228,6 +229,31 @@ class DefaultAgentCore:
         finally:
             del self._loading[session_id]
             done.set()
+
+    async def fork_session(
+        self,
+        origin_id: str,
+        fork_id: str,
+        cwd: Path,
+        backends: Backends,
+        mcp_servers: tuple[McpServerSpec, ...] = (),
+    ) -> DefaultSession:
+        """Store a fork of `origin_id` (`fork.py`: one transaction) and open it. A fork that
+        could not be opened is removed again: nothing is left behind."""
+        if self._store is None:
+            raise StorageError(
+                f"sessions are not saved ({self.storage_problem}): none can be forked"
+            )
+        await _check_cwd(cwd)
+        if fork_id in self._sessions or await self._store.exists(fork_id):
+            raise DuplicateSessionId(f"session id already in use: {fork_id}")
+        await fork_stored(self._store, origin_id, fork_id, cwd=cwd)
+        try:
+            return await self.load_session(fork_id, backends, mcp_servers, cwd=cwd)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await forget_session(self._store, fork_id)
+            raise
 
     def session(self, session_id: str) -> DefaultSession | None:
         return self._sessions.get(session_id)

@@ -225,6 +225,18 @@ class AgentCore(Protocol):
         """Restore a stored session (or return it if it is already live)."""
         ...
 
+    async def fork_session(
+        self,
+        origin_id: str,
+        fork_id: str,
+        cwd: Path,
+        backends: Backends,
+        mcp_servers: tuple[McpServerSpec, ...] = (),
+    ) -> Session:
+        """A new stored session `fork_id` sharing `origin_id`'s history so far, with a copy of
+        its config, permissions and plan (`fork.py`), opened live."""
+        ...
+
     async def latest_session(self, cwd: Path) -> str | None:
         """The most recently updated stored session for `cwd`."""
         ...

@@ -4,10 +4,10 @@ Owns session state (history, transcript, event bus, tools, mode, the `(provider,
 selection and the switch between providers, reasoning effort, tool-call records, title,
 permission memory), the one-turn-at-a-time rule, cancellation, and the writes that make the
 session durable. The pieces with rules of their own live beside it: `options.py` (what may be
-chosen), `commands.py` (`/compact`, `/context`), `titles.py` (naming), `permissions.py`
-(remembered answers, open questions), `persistence.py` (writes of replay state) and `plan.py`
-(the plan `update_plan` keeps); subagents and background tasks are its `delegation`
-(`defect_core/agents/delegation.py`); `core.py` creates and loads sessions.
+chosen), `commands.py` (`/compact`, `/context`), `rewind.py`, `fork.py`, `titles.py`
+(naming), `permissions.py` (remembered answers, open questions), `persistence.py` (writes of
+replay state) and `plan.py` (the plan `update_plan` keeps); subagents and background tasks are
+its `delegation` (`defect_core/agents/delegation.py`); `core.py` creates and loads sessions.
 
 Invariants:
 - A session runs at most one turn; `cancel_turn` cancels that turn's scope and is idempotent.
@@ -75,13 +75,10 @@ from defect_core.selection import ModelSelection
 from defect_core.session import options
 from defect_core.session.checkpointing import MessageId, SessionCheckpoints
 from defect_core.session.commands import CommandBook, answer_command, slash_command
+from defect_core.session.fork import answer_fork
 from defect_core.session.notices import opening_notices
 from defect_core.session.permissions import SessionPermissions
-from defect_core.session.persistence import (
-    ReplayStateWriter,
-    server_summary,
-    tool_call_snapshots,
-)
+from defect_core.session.persistence import ReplayStateWriter, server_summary, tool_call_snapshots
 from defect_core.session.plan import SessionPlan
 from defect_core.session.protocol import (
     AgentError,
@@ -415,6 +412,8 @@ class DefaultSession:
             self._scope = scope
             if name == "rewind":
                 text = await self._rewinder().answer(args)
+            elif name == "fork":
+                text = await answer_fork(args, self._id, self._store, self._transcript, self._ids)
             else:
                 text = await answer_command(
                     name,

@@ -10,8 +10,11 @@ Invariants:
   remembers the previous head in `undo_head`, so the rewind can itself be undone); the
   abandoned branch stays stored, reachable from `undo_head`.
 - A fork shares its origin's nodes: its head starts at one of them, and its own messages hang
-  below it. An origin deleted while a fork still reaches its nodes is only marked `deleted`
-  (hidden from every read) and removed when the last fork that needs it goes.
+  below it. What a replay and `/rewind` need besides the messages (tool-call states,
+  subagents, the plan, the file checkpoints of the shared prompts) is copied, in the same
+  transaction, so the two sessions never write each other's rows. An origin deleted while a
+  fork still reaches its nodes is only marked `deleted` (hidden from every read) and removed
+  when the last fork that needs it goes.
 - A branch is the path from the head to a root, oldest first; a parent always has a smaller
   node number than its child, so the walk ends.
 
@@ -22,6 +25,7 @@ cross from a fork into its origin; `seq` stays each session's own count (the pro
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass
 
@@ -124,7 +128,9 @@ def fork(conn: sqlite3.Connection, origin: str, fork_id: str, keep: int | None) 
     place = head_of(conn, origin)
     head = place.head if keep is None else node_at(conn, origin, keep)
     conn.execute("UPDATE sessions SET head = ?, fork_of = ? WHERE id = ?", (head, origin, fork_id))
-    nodes = [row[0] for row in branch(conn, head)]
+    shared = branch(conn, head)
+    _copy_replay_state(conn, origin, fork_id, {(sid, seq) for _, sid, seq, _ in shared}, keep)
+    nodes = [row[0] for row in shared]
     if compaction_cut(nodes, place) is None:
         return
     conn.execute(
@@ -136,6 +142,62 @@ def fork(conn: sqlite3.Connection, origin: str, fork_id: str, keep: int | None) 
         "UPDATE sessions SET checkpoint_seq = 0, checkpoint_at = ? WHERE id = ?",
         (place.checkpoint_at, fork_id),
     )
+
+
+_COPIED: dict[str, str] = {
+    "tool_calls": "tool_call_id, title, kind, status, content, locations, raw_input,"
+    " raw_output, updated_at",
+    "subagents": "tool_call_id, agent, task, status, background, created_at, updated_at",
+    "subagent_messages": "tool_call_id, seq, created_at, body",
+}
+"""The rows a fork gets a copy of: keyed by tool call, so only the calls of its branch are
+ever shown (a replay walks the messages), and each session then updates its own."""
+
+
+def _copy_replay_state(
+    conn: sqlite3.Connection,
+    origin: str,
+    fork_id: str,
+    shared: set[tuple[str, int]],
+    keep: int | None,
+) -> None:
+    """Give the fork its own copy of the origin's replay state: tool-call states and
+    subagents; the plan when it forks the whole branch (a plan is the latest, not per prompt);
+    and, when both work in the same directory, the file checkpoints of the prompts it shares
+    (not the origin's rewinds: those undo the origin's own `/rewind`)."""
+    for table, columns in _COPIED.items():
+        conn.execute(
+            f"INSERT INTO {table} (session_id, {columns})"
+            f" SELECT ?, {columns} FROM {table} WHERE session_id = ?",
+            (fork_id, origin),
+        )
+    if keep is None:
+        conn.execute(
+            "INSERT INTO session_plans (session_id, body, updated_at)"
+            " SELECT ?, body, updated_at FROM session_plans WHERE session_id = ?",
+            (fork_id, origin),
+        )
+    (places,) = conn.execute(
+        "SELECT COUNT(DISTINCT cwd) FROM sessions WHERE id IN (?, ?)", (origin, fork_id)
+    ).fetchone()
+    if places != 1:
+        return
+    found = conn.execute(
+        "SELECT turn_id, created_at, finished, body FROM file_checkpoints WHERE session_id = ?",
+        (origin,),
+    ).fetchall()
+    for turn_id, created_at, finished, body in found:
+        try:
+            meta = json.loads(body).get("meta") or {}
+            prompt = tuple(meta.get("prompt") or ())
+        except (ValueError, AttributeError, TypeError):
+            continue  # unreadable: `/rewind` skips it in the origin too
+        if prompt in shared and not meta.get("rewind"):
+            conn.execute(
+                "INSERT INTO file_checkpoints (session_id, turn_id, created_at, finished, body)"
+                " VALUES (?,?,?,?,?)",
+                (fork_id, turn_id, created_at, finished, body),
+            )
 
 
 def needed_by_forks(conn: sqlite3.Connection, session_id: str) -> bool:
