@@ -287,3 +287,29 @@ async def test_the_plan_follows_the_conversation_through_a_rewind_and_its_undo(
         assert (await again.prompt(sid, "/rewind undo")).stop_reason == "end_turn"
         assert plans(again.client, sid)[-1] == SECOND
         again.assert_schema_clean()
+
+
+async def test_a_fork_before_a_prompt_gets_the_plan_its_branch_ended_with(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    """`/fork 2` keeps the conversation up to before prompt 2: a load of the fork shows the
+    plan that conversation had (FIRST), while the origin keeps SECOND."""
+    fake_provider.enqueue(Reply.tool_use("toolu_p1", "update_plan", {"entries": FIRST}))
+    fake_provider.enqueue(Reply.text("Planned."))
+    fake_provider.enqueue(Reply.tool_use("toolu_p2", "update_plan", {"entries": SECOND}))
+    fake_provider.enqueue(Reply.text("Moved on."))
+    async with spawn_defect(env=plan_env(fake_provider, tmp_path)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(tmp_path)
+        assert (await agent.prompt(sid, "plan the fix")).stop_reason == "end_turn"
+        assert (await agent.prompt(sid, "go on")).stop_reason == "end_turn"
+        assert (await agent.prompt(sid, "/fork 2")).stop_reason == "end_turn"
+        answer = agent.client.text(sid)
+        fork = answer[answer.index("new session") :].split(": ", 1)[1].split()[0]
+        assert fork.startswith("sess_") and fork != sid
+    async with spawn_defect(env=plan_env(fake_provider, tmp_path)) as again:
+        await load(again, fork, tmp_path)
+        assert plans(again.client, fork) == [FIRST]
+        await again.conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+        assert plans(again.client, sid) == [SECOND]
+        again.assert_schema_clean()

@@ -5,7 +5,8 @@ Owns what a fork is made of and the `/fork` command:
   (fork)", a copy of the origin's mode, `(provider, model)`, reasoning effort and "always"
   answers, and the origin's branch — whole, or up to before a prompt — shared with the origin,
   not copied (`defect_core/store/tree.py`, which also gives the fork its own copy of the
-  replay state, the plan and the file checkpoints of the prompts it shares);
+  replay state, the plan and the file checkpoints of the prompts it shares; a fork up to
+  before a prompt gets the plan its branch ended with);
 - `answer_fork` answers `/fork` and `/fork N` (the history up to before prompt N, as
   `/rewind N conversation` would leave it) with the new session's id and how to open it:
   for clients without `session/fork`, a fork is one `session/load` away (and listed by
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from defect_core.model import Message
 from defect_core.session.checkpointing import MessageId
+from defect_core.session.plan import plan_of, plan_to_json
 from defect_core.session.rewind import prompts
 from defect_core.store import AsyncStore, SessionRecord, now_iso
 
@@ -103,6 +105,8 @@ async def answer_fork(
         what = f'the conversation up to before prompt {number} ("{found[number - 1].text[:60]}")'
     fork_id = new_fork_id()
     record = await fork_stored(store, session_id, fork_id, keep=keep)
+    if keep is not None and (plan := plan_of(transcript[:keep], fork_id)):
+        await store.save_plan(fork_id, plan_to_json(plan))  # that branch's plan
     title = f' "{record.title}"' if record.title else ""
     return (
         f"Forked {what} into a new session{title}: {fork_id}\n"

@@ -18,7 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, get_args
 
 from defect_core.errors import StorageError
@@ -57,24 +57,10 @@ class SessionPlan:
         await self._save(plan_to_json(entries))
         await self._publish(PlanUpdated(entries))
 
-    async def follow(self, transcript: list[Message]) -> None:
-        """Take the plan of the branch `transcript` is (after a rewind): the input of its last
-        `update_plan` call that was not refused; saved and shown when it differs."""
-        refused = {
-            b.tool_use_id
-            for m in transcript
-            for b in m.content
-            if isinstance(b, ToolResultBlock) and b.is_error
-        }
-        entries: tuple[PlanEntry, ...] = ()
-        for message in reversed(transcript):
-            calls = [
-                b for b in message.content if isinstance(b, ToolUseBlock) and b.name == UPDATE_PLAN
-            ]
-            kept = [b for b in calls if b.id not in refused and isinstance(b.input, dict)]
-            if kept:
-                entries = plan_from_json(kept[-1].input.get("entries", []), self._session_id)
-                break
+    async def follow(self, transcript: Sequence[Message]) -> None:
+        """Take the plan of the branch `transcript` is (after a rewind); saved and shown when
+        it differs."""
+        entries = plan_of(transcript, self._session_id)
         if entries != self.entries:
             await self.replace(entries)
 
@@ -86,6 +72,29 @@ class SessionPlan:
             log.warning("plan_not_loaded", session_id=self._session_id, error=str(exc))
             return
         self.entries = plan_from_json(data, self._session_id)
+
+
+def plan_of(transcript: Sequence[Message], session_id: str = "") -> tuple[PlanEntry, ...]:
+    """The plan a branch ends with: the input of its last `update_plan` call that was not
+    refused (`()`: none)."""
+    refused = {
+        b.tool_use_id
+        for m in transcript
+        for b in m.content
+        if isinstance(b, ToolResultBlock) and b.is_error
+    }
+    for message in reversed(transcript):
+        kept = [
+            b
+            for b in message.content
+            if isinstance(b, ToolUseBlock)
+            and b.name == UPDATE_PLAN
+            and b.id not in refused
+            and isinstance(b.input, dict)
+        ]
+        if kept:
+            return plan_from_json(kept[-1].input.get("entries", []), session_id)
+    return ()
 
 
 def plan_to_json(entries: tuple[PlanEntry, ...]) -> list[dict[str, Any]]:
