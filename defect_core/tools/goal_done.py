@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import Field
 
-from defect_core.events import TextDisplay, ToolDisplay, ToolKind
-from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolOutput, input_schema
+from defect_core.events import TextDisplay, ToolKind
+from defect_core.tools.base import ModelTool, Safety, ToolCallView, ToolContext, ToolOutput
 from defect_core.tools.workspace import ToolArgs, parse_args
 
 GOAL_DONE = "goal_done"
@@ -25,9 +25,8 @@ class GoalDoneArgs(ToolArgs):
     )
 
 
-class GoalDoneTool:
+class GoalDoneTool(ModelTool):
     args_model = GoalDoneArgs
-    """What `run` validates its arguments with; the input schema is derived from it."""
 
     def __init__(self, reached: Callable[[str], None]) -> None:
         self._reached = reached
@@ -44,10 +43,6 @@ class GoalDoneTool:
         )
 
     @property
-    def input_schema(self) -> dict[str, Any]:
-        return input_schema(self.args_model)
-
-    @property
     def safety(self) -> Safety:
         return Safety.READ_ONLY
 
@@ -57,12 +52,6 @@ class GoalDoneTool:
 
     def describe(self, args: dict[str, Any], ctx: ToolContext) -> ToolCallView:
         return ToolCallView(title="Goal reached", kind="think")
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[ToolDisplay, ...]:
-        return ()
-
-    def permission_key(self, args: dict[str, Any]) -> str:
-        return self.name
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         a = parse_args(self.args_model, args, self.name)

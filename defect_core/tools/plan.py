@@ -28,8 +28,8 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints
 
-from defect_core.events import PlanEntry, PlanPriority, PlanStatus, ToolDisplay, ToolKind
-from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolOutput, input_schema
+from defect_core.events import PlanEntry, PlanPriority, PlanStatus, ToolKind
+from defect_core.tools.base import ModelTool, Safety, ToolCallView, ToolContext, ToolOutput
 from defect_core.tools.workspace import ToolArgs, parse_args
 
 UPDATE_PLAN = "update_plan"
@@ -57,9 +57,8 @@ PlanSink = Callable[[tuple[PlanEntry, ...]], Awaitable[None]]
 """Where a validated plan goes: the session stores it and publishes `PlanUpdated`."""
 
 
-class UpdatePlanTool:
+class UpdatePlanTool(ModelTool):
     args_model = PlanArgs
-    """What `run` validates its arguments with; the input schema is derived from it."""
 
     def __init__(self, sink: PlanSink) -> None:
         self._sink = sink
@@ -77,10 +76,6 @@ class UpdatePlanTool:
         )
 
     @property
-    def input_schema(self) -> dict[str, Any]:
-        return input_schema(self.args_model)
-
-    @property
     def safety(self) -> Safety:
         return Safety.READ_ONLY
 
@@ -90,12 +85,6 @@ class UpdatePlanTool:
 
     def describe(self, args: dict[str, Any], ctx: ToolContext) -> ToolCallView:
         return ToolCallView(title="Update plan", kind="think")
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[ToolDisplay, ...]:
-        return ()
-
-    def permission_key(self, args: dict[str, Any]) -> str:
-        return self.name
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         a = parse_args(self.args_model, args, self.name)
