@@ -29,7 +29,7 @@ import hashlib
 import os
 import secrets
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,20 +214,9 @@ class BlobStore:
         """Remove these blobs (a deleted session's, that nothing else references), unless
         one was written or re-`put` in the last `grace_seconds` (someone else may have just
         captured the same content for a checkpoint not committed yet)."""
-        cutoff = time.time() - grace_seconds
-        removed = freed = 0
-        for digest in set(digests):
-            path = self.path_of(digest)
-            try:
-                st = path.stat()
-                if st.st_mtime > cutoff:
-                    continue
-                path.unlink()
-            except FileNotFoundError:
-                continue
-            removed += 1
-            freed += st.st_size
-        return SweepReport(removed, freed)
+        return _remove_older(
+            [self.path_of(digest) for digest in set(digests)], time.time() - grace_seconds
+        )
 
     def sweep(self, live: Collection[str], *, grace_seconds: float = 3600.0) -> SweepReport:
         """Remove blobs no checkpoint references, and stray temporaries.
@@ -235,19 +224,23 @@ class BlobStore:
         Anything younger than `grace_seconds` is kept: another defect process may have
         just written a blob for a checkpoint it has not committed yet."""
         keep = set(live)
-        cutoff = time.time() - grace_seconds
-        removed = freed = 0
         candidates = [self.path_of(d) for d in self.names() if d not in keep]
         if self._tmp.is_dir():
             candidates.extend(self._tmp.iterdir())
-        for path in candidates:
-            try:
-                st = path.stat()
-                if st.st_mtime > cutoff:
-                    continue
-                path.unlink()
-            except FileNotFoundError:
+        return _remove_older(candidates, time.time() - grace_seconds)
+
+
+def _remove_older(paths: Iterable[Path], cutoff: float) -> SweepReport:
+    """Unlink each of `paths` last written before `cutoff` (epoch seconds); what went."""
+    removed = freed = 0
+    for path in paths:
+        try:
+            st = path.stat()
+            if st.st_mtime > cutoff:
                 continue
-            removed += 1
-            freed += st.st_size
-        return SweepReport(removed, freed)
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        removed += 1
+        freed += st.st_size
+    return SweepReport(removed, freed)
