@@ -17,8 +17,9 @@ Three levels, by how full the window is (fractions of the model's context window
 - background (≥ `soft`): at most one summarisation runs off the turn's critical path, on a
   snapshot. Its result is written back with `History.splice_prefix`, so the messages the turn
   appended meanwhile survive (docs/architecture.md, Storage).
-  It does not start on the request right after a rewrite: nothing of the new prefix is
-  cached yet, and the summary, sent beside that request, would pay to write it a second time.
+  The API caches a prefix once a response to it has begun, so the summary waits for the reply
+  of the request it starts beside (`reply_began`), and does not start on the request right
+  after a rewrite: either way it would pay to write the conversation a second time.
 - full (≥ `hard`, or `/compact`): the turn waits for a summary before its next request.
 
 Invariants:
@@ -53,6 +54,7 @@ from defect_core.events import (
     TextDisplay,
     ToolCallStarted,
     ToolCallUpdated,
+    ToolStatus,
     UsageReported,
 )
 from defect_core.history import History, estimate_message_tokens, overhead_tokens
@@ -375,6 +377,7 @@ class Compactor:
         """How many times the history was rewritten: a reply to a request built before the
         last rewrite measured another history (`TurnRunner` then does not calibrate on it)."""
         self._background: asyncio.Task[None] | None = None
+        self._gate: asyncio.Event | None = None  # the background summary waits on it
         self._counter = 0
 
     def use_provider(
@@ -396,6 +399,12 @@ class Compactor:
         used = self._history.token_estimate() or 0
         return used if self._calibrated else used + overhead_tokens(system, tools)
 
+    def reply_began(self) -> None:
+        """The request sent after `before_request` has begun its reply (or is over): its
+        prefix is cached, so a background summary started beside it may go."""
+        if self._gate is not None:
+            self._gate.set()
+
     def result_too_large(self, chars: int, window: int) -> bool:
         return chars // 4 > self.thresholds.max_result_share * window
 
@@ -414,6 +423,7 @@ class Compactor:
     ) -> None:
         """Compact as the window requires. The request's shape (all but `window`) is what a
         summary request sends too, so that it reads the conversation from the prompt cache."""
+        self.reply_began()  # the request before this one is over
         t = self.thresholds
         shape = ModelRequest(model, system, [], tools, max_tokens, thinking_budget, web_search)
         used = self.estimate(system, tools)
@@ -437,11 +447,11 @@ class Compactor:
             if used >= t.hard * window:
                 await self._compact(shape, window, "the context is nearly full", "")
         elif used >= t.soft * window and self._background is None and not self._rewritten:
-            # Not right after a rewrite: the summary would write the new prefix a second time
-            # beside this request (a prefix is cached once a response to it has begun).
+            # Not right after a rewrite: nothing of the new prefix is cached yet.
             snapshot = self._history.snapshot()
+            self._gate = asyncio.Event()
             self._background = asyncio.create_task(
-                self._background_compaction(snapshot, shape, window),
+                self._background_compaction(snapshot, shape, window, self._gate),
                 name="defect-background-compaction",
             )
 
@@ -468,6 +478,7 @@ class Compactor:
         self, shape: ModelRequest, window: int, reason: str, focus: str
     ) -> CompactionReport | None:
         if self._background is not None:
+            self.reply_began()  # nothing is in flight now: the summary need not wait
             await asyncio.shield(self._background)
         self._counter += 1
         call_id = f"compact_{self._counter}"
@@ -485,41 +496,29 @@ class Compactor:
         before = self.estimate(shape.system, shape.tools)
         report = await self._summarise_into_history(snapshot, shape, window, "full", before, focus)
         if report is None:
-            await self._publish(
-                ToolCallUpdated(
-                    call_id,
-                    status="failed",
-                    content=(
-                        TextDisplay(
-                            "Compaction skipped: nothing to summarise, or the "
-                            "summary request failed (see the log)."
-                        ),
-                    ),
-                )
-            )
+            skipped = "nothing to summarise, or the summary request failed (see the log)"
+            await self._finish_call(call_id, "failed", f"Compaction skipped: {skipped}.")
             return None
         after = self.estimate(shape.system, shape.tools)
         report = CompactionReport("full", before, after, report.messages_summarised)
-        await self._publish(
-            ToolCallUpdated(
-                call_id,
-                status="completed",
-                content=(
-                    TextDisplay(
-                        f"Summarised {report.messages_summarised} messages: "
-                        f"~{report.tokens_before:,} → ~{report.tokens_after:,} tokens."
-                    ),
-                ),
-            )
+        await self._finish_call(
+            call_id,
+            "completed",
+            f"Summarised {report.messages_summarised} messages: "
+            f"~{report.tokens_before:,} → ~{report.tokens_after:,} tokens.",
         )
         await self._publish(UsageReported(used=report.tokens_after, size=window))
         return report
 
+    async def _finish_call(self, call_id: str, status: ToolStatus, text: str) -> None:
+        await self._publish(ToolCallUpdated(call_id, status=status, content=(TextDisplay(text),)))
+
     async def _background_compaction(
-        self, snapshot: list[Message], shape: ModelRequest, window: int
+        self, snapshot: list[Message], shape: ModelRequest, window: int, gate: asyncio.Event
     ) -> None:
         try:
             before = self.estimate(shape.system, shape.tools)
+            await gate.wait()
             report = await self._summarise_into_history(
                 snapshot, shape, window, "background", before, ""
             )

@@ -8,6 +8,7 @@ real Anthropic SDK, with a small configured window, and check every request it s
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -42,7 +43,7 @@ from defect_core.model import (
 )
 from defect_core.providers.anthropic.request import encode_request
 from defect_core.providers.anthropic_wire import encode_messages
-from defect_core.providers.base import ModelRequest
+from defect_core.providers.base import ModelRequest, StreamChunk
 from defect_core.providers.scripted import ScriptedProvider
 from defect_core.session import Backends, DefaultAgentCore, DefaultSession
 from defect_core.store import AsyncStore, SqliteStore
@@ -221,6 +222,7 @@ async def test_background_compaction_keeps_messages_appended_meanwhile() -> None
     assert len(history) == 32, "background compaction must not hold up the request"
     history.append(user("appended while the summary was in flight"))
     history.append(assistant("and an answer"))
+    ctx.reply_began()
     with anyio.fail_after(5):
         while not (history.snapshot() and is_summary(history.snapshot()[0])):
             await anyio.sleep(0.02)
@@ -230,6 +232,51 @@ async def test_background_compaction_keeps_messages_appended_meanwhile() -> None
     assert recorder.checkpoints and recorder.checkpoints[-1] == after
     outbound = repair_outbound([*after, user("next")])
     validate_request({"model": "m", "max_tokens": 10, "messages": encode_messages(outbound)})
+
+
+class CountingProvider(ScriptedProvider):
+    """The offline model, counting the requests it was sent."""
+
+    sent = 0
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
+        self.sent += 1
+        async for chunk in super().stream(request):
+            yield chunk
+
+
+async def test_a_background_summary_waits_for_the_reply_beside_it_to_begin() -> None:
+    """The API caches a prefix only once a response to it has begun: a summary sent beside
+    the turn's request, before that, would write the whole conversation a second time."""
+    history = VecHistory([m for i in range(8) for m in tool_round(i, 400)])
+    provider = CountingProvider([{"text": "## Goal\nsummary of the start"}])
+    ctx = manager(history, provider, Recorder())
+    window = int(ctx.estimate("", ()) / 0.75)  # between soft (0.70) and hard (0.85)
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    await anyio.wait_all_tasks_blocked()
+    assert provider.sent == 0, "the summary waits while the turn's request has no reply"
+    ctx.reply_began()
+    with anyio.fail_after(5):
+        while not is_summary(history.snapshot()[0]):
+            await anyio.sleep(0.02)
+    assert provider.sent == 1
+
+
+async def test_a_waiting_background_summary_goes_when_the_next_request_is_prepared() -> None:
+    """A request that never began a reply (a hook stopped the turn) does not hold the summary
+    back past the next request, nor does a full compaction wait for it forever."""
+    history = VecHistory([m for i in range(8) for m in tool_round(i, 400)])
+    provider = CountingProvider([{"text": "## Goal\nsummary of the start"}])
+    ctx = manager(history, provider, Recorder())
+    window = int(ctx.estimate("", ()) / 0.75)
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    await anyio.wait_all_tasks_blocked()
+    assert provider.sent == 0
+    with anyio.fail_after(5):
+        await ctx.compact(
+            model="m", system="", tools=(), max_tokens=4_000, window=window, reason="asked"
+        )
+    assert provider.sent >= 1 and is_summary(history.snapshot()[0])
 
 
 async def test_full_compaction_waits_and_is_shown_as_a_think_call() -> None:

@@ -19,6 +19,9 @@ Invariants:
   `failed`, also when the stream breaks before its result (it then never becomes history).
 - After a `pause_turn` reply the request is the history as it is (`paused=True`): the API
   continues the paused assistant message instead of answering a new user message.
+- The compactor is told when the reply has begun, or the call is over without one
+  (`Compactor.reply_began`): a background summary waits for it, so that it reads this
+  request's prefix from the prompt cache instead of writing it a second time.
 """
 
 from __future__ import annotations
@@ -136,6 +139,14 @@ async def stream_reply(deps: TurnDeps, config: TurnConfig, *, paused: bool = Fal
     """Send the request built from the history now and stream its reply to the front end;
     the completed reply, or `TurnError` once retries (and one compaction) cannot help.
     `paused`: the last reply paused (`pause_turn`); this request continues it."""
+    try:
+        return await _stream_with_retries(deps, config, paused)
+    finally:
+        if deps.compactor is not None:
+            deps.compactor.reply_began()
+
+
+async def _stream_with_retries(deps: TurnDeps, config: TurnConfig, paused: bool) -> Completed:
     request = build_request(deps, config, paused=paused)
     attempt = 0
     compacted = False
@@ -146,6 +157,8 @@ async def stream_reply(deps: TurnDeps, config: TurnConfig, *, paused: bool = Fal
             # aclosing: a stream left early (cancel, failure) closes its response now.
             async with contextlib.aclosing(deps.provider.stream(request)) as stream:
                 async for chunk in stream:
+                    if deps.compactor is not None:
+                        deps.compactor.reply_began()
                     if isinstance(chunk, TextDelta):
                         forwarded = True
                         await deps.publish(AgentTextDelta(chunk.text))
