@@ -10,16 +10,15 @@ Three levels, by how full the window is (fractions of the model's context window
 - micro (≥ `micro`): no model call. Old, large tool results outside the most recent turns
   are replaced by a short placeholder saying the output was cleared and the tool can be run
   again. Ids and error flags are kept, the list keeps its length, and it is idempotent. It
-  rewrites history in the middle of the prompt cache's prefix (everything after the first
-  cleared result is written again, at 1.25×), so it is batched: it runs only when it frees at
-  least `micro_batch` of the window at once, and then clears everything clearable, so it
-  does not recur request after request as each turn leaves the protected tail.
+  rewrites the prompt cache's prefix from the first cleared result on (`first_clearable`: the
+  requests keep the prefix before it cached), so it is batched: it runs only when it frees
+  `micro_batch` of the window at once, and then clears everything clearable, so it does not
+  recur request after request as each turn leaves the protected tail.
 - background (≥ `soft`): at most one summarisation runs off the turn's critical path, on a
   snapshot. Its result is written back with `History.splice_prefix`, so the messages the turn
-  appended meanwhile survive (docs/architecture.md, Storage).
-  The API caches a prefix once a response to it has begun, so the summary waits for the reply
-  of the request it starts beside (`reply_began`), and does not start on the request right
-  after a rewrite: either way it would pay to write the conversation a second time.
+  appended meanwhile survive (docs/architecture.md, Storage). A prefix is cached once a
+  response to it has begun: the summary waits for the reply of the request it starts beside
+  (`reply_began`), and does not start right after a rewrite (it would write it a second time).
 - full (≥ `hard`, or `/compact`): the turn waits for a summary before its next request.
 
 Invariants:
@@ -166,6 +165,15 @@ def micro_gain(messages: list[Message], thresholds: Thresholds) -> int:
             if type(block) is ToolResultBlock and _clearable(block, thresholds):
                 gain += max(0, _result_chars(block) - _CLEARED_CHARS) // 4
     return gain
+
+
+def first_clearable(messages: list[Message], thresholds: Thresholds) -> str | None:
+    """The id of the first result `micro_compact` clears, now or once it is old."""
+    for message in messages:
+        for block in message.content if message.role == "user" else ():
+            if type(block) is ToolResultBlock and _clearable(block, thresholds):
+                return block.tool_use_id
+    return None
 
 
 _CLEARED_CHARS = 300
@@ -377,6 +385,7 @@ class Compactor:
         """How many times the history was rewritten: a reply to a request built before the
         last rewrite measured another history (`TurnRunner` then does not calibrate on it)."""
         self._background: asyncio.Task[None] | None = None
+        self.cleared_from: str | None = None  # the first result cleared since the last reply
         self._gate: asyncio.Event | None = None  # the background summary waits on it
         self._counter = 0
 
@@ -394,14 +403,14 @@ class Compactor:
         """The runner recorded a real input size (`History.record_input_tokens`)."""
         self._calibrated = True
         self._rewritten = False
+        self.cleared_from = None
 
     def estimate(self, system: str, tools: tuple[ToolSpec, ...]) -> int:
         used = self._history.token_estimate() or 0
         return used if self._calibrated else used + overhead_tokens(system, tools)
 
     def reply_began(self) -> None:
-        """The request sent after `before_request` has begun its reply (or is over): its
-        prefix is cached, so a background summary started beside it may go."""
+        """The request after `before_request` began its reply, or is over: a summary may go."""
         if self._gate is not None:
             self._gate.set()
 
@@ -427,11 +436,11 @@ class Compactor:
         t = self.thresholds
         shape = ModelRequest(model, system, [], tools, max_tokens, thinking_budget, web_search)
         used = self.estimate(system, tools)
-        if used >= t.micro * window and micro_gain(self._history.snapshot(), t) >= (
-            t.micro_batch * window
-        ):
-            rewritten = micro_compact(self._history.snapshot(), t)
+        history = self._history.snapshot()
+        if used >= t.micro * window and micro_gain(history, t) >= t.micro_batch * window:
+            rewritten = micro_compact(history, t)
             if rewritten is not None:
+                self.cleared_from = first_clearable(history, t)
                 before = used
                 self._history.replace(rewritten)
                 self._calibrated = False
