@@ -10,10 +10,10 @@ Three levels, by how full the window is (fractions of the model's context window
 - micro (≥ `micro`): no model call. Old, large tool results outside the most recent turns
   are replaced by a short placeholder saying the output was cleared and the tool can be run
   again. Ids and error flags are kept, the list keeps its length, and it is idempotent. It
-  rewrites the prompt cache's prefix from the first cleared result on (`first_clearable`: the
-  requests keep the prefix before it cached), so it is batched: it runs only when it frees
-  `micro_batch` of the window at once, and then clears everything clearable, so it does not
-  recur request after request as each turn leaves the protected tail.
+  rewrites the cached prefix from the first cleared result on (`first_clearable`: requests
+  keep the prefix before it cached), so it runs only when it frees `micro_batch` of the window
+  at once, clears all it can then (not to recur as each turn leaves the protected tail), and
+  never while a background summary, whose splice rewrites the prefix anyway, is in flight.
 - background (≥ `soft`): at most one summarisation runs off the turn's critical path, on a
   snapshot. Its result is written back with `History.splice_prefix`, so the messages the turn
   appended meanwhile survive (docs/architecture.md, Storage). A prefix is cached once a
@@ -437,7 +437,8 @@ class Compactor:
         shape = ModelRequest(model, system, [], tools, max_tokens, thinking_budget, web_search)
         used = self.estimate(system, tools)
         history = self._history.snapshot()
-        if used >= t.micro * window and micro_gain(history, t) >= t.micro_batch * window:
+        idle = self._background is None  # a summary in flight rewrites the prefix anyway
+        if idle and used >= t.micro * window and micro_gain(history, t) >= t.micro_batch * window:
             rewritten = micro_compact(history, t)
             if rewritten is not None:
                 self.cleared_from = first_clearable(history, t)
@@ -456,7 +457,6 @@ class Compactor:
             if used >= t.hard * window:
                 await self._compact(shape, window, "the context is nearly full", "")
         elif used >= t.soft * window and self._background is None and not self._rewritten:
-            # Not right after a rewrite: nothing of the new prefix is cached yet.
             snapshot = self._history.snapshot()
             self._gate = asyncio.Event()
             self._background = asyncio.create_task(

@@ -279,6 +279,44 @@ async def test_a_waiting_background_summary_goes_when_the_next_request_is_prepar
     assert provider.sent >= 1 and is_summary(history.snapshot()[0])
 
 
+class HeldProvider(CountingProvider):
+    """The offline model, answering only once `release` is set."""
+
+    def __init__(self, script: list[dict[str, Any]]) -> None:
+        super().__init__(script)
+        self.release = anyio.Event()
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
+        self.sent += 1
+        await self.release.wait()
+        async for chunk in ScriptedProvider.stream(self, request):
+            yield chunk
+
+
+async def test_no_micro_compaction_while_a_background_summary_is_in_flight() -> None:
+    """The summary's splice rewrites the cached prefix anyway: clearing results just before
+    it would pay to write the whole conversation once more for nothing."""
+    small = [m for i in range(8) for m in tool_round(i, 400)]
+    large = [m for i in range(8, 10) for m in tool_round(i, 3_000)]
+    history = VecHistory([*small, *large])
+    provider = HeldProvider([{"text": "## Goal\nsummary of the start"}])
+    ctx = manager(history, provider, Recorder())
+    window = int(ctx.estimate("", ()) / 0.75)  # between soft (0.70) and hard (0.85)
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    for i in (10, 11):  # the large results leave the protected turns
+        for message in tool_round(i, 10):
+            history.append(message)
+    assert micro_gain(history.snapshot(), ctx.thresholds) >= ctx.thresholds.micro_batch * window
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    await anyio.wait_all_tasks_blocked()
+    assert provider.sent == 1, "the summary is in flight"
+    assert CLEARED_PREFIX not in str(history.snapshot()), "nothing cleared beside it"
+    provider.release.set()
+    with anyio.fail_after(5):
+        while not is_summary(history.snapshot()[0]):
+            await anyio.sleep(0.02)
+
+
 async def test_full_compaction_waits_and_is_shown_as_a_think_call() -> None:
     history = VecHistory([m for i in range(8) for m in tool_round(i, 400)])
     recorder = Recorder()
