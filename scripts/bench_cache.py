@@ -26,11 +26,14 @@ Reported:
   turns follow a new summary), after the thinking and the model change 2.1k and 8.9k (the
   cache is per model, and thinking keys the messages), after the two micro-compactions 0.9k
   and 10.2k (from the first cleared result on), and the first request's 2.7k. Only doing less
-  of those (compacting or clearing less, never switching) would go lower. For comparison, an
+  of those (compacting or clearing less, never switching) would go lower. Where the
+  background summary's splice lands moves both figures: the fake answers at once, a summary
+  as slow as 50 ms per event lands it later (0.258 against a floor of 0.250). For comparison, an
   agent sending 23.5k tokens of fixed overhead per request for the same work pays about twice
   as much (the measurement the issue quotes): 0.42.
 - fixed overhead per request: the system prompt and the tool definitions, in the fake's tokens.
-  Target ≤ 4,000 (a Claude-Code-based ACP agent: 23,500).
+  Target ≤ 4,000 (a Claude-Code-based ACP agent: 23,500). Measured (2026-11): 2,637, the
+  system prompt 557 and ten tools 2,074 (`update_plan` 200, `spawn_agent` 331).
 - for reference: the floor's share spent on new prefixes; the peer's cost ratio; requests in
   the session; the share read from cache by the requests right after a compaction and by the
   summary requests; micro-compactions and the tokens they had written again; requests that
