@@ -10,15 +10,15 @@ Three levels, by how full the window is (fractions of the model's context window
 - micro (≥ `micro`): no model call. Old, large tool results outside the most recent turns
   are replaced by a short placeholder saying the output was cleared and the tool can be run
   again. Ids and error flags are kept, the list keeps its length, and it is idempotent. It
-  rewrites history in the middle of the prompt cache's prefix (everything after the first
-  cleared result is written again, at 1.25×), so it is batched: it runs only when it frees at
-  least `micro_batch` of the window at once, and then clears everything clearable, so it
-  does not recur request after request as each turn leaves the protected tail.
+  rewrites the cached prefix from the first cleared result on (`first_clearable`: requests
+  keep the prefix before it cached), so it runs only when it frees `micro_batch` of the window
+  at once, clears all it can then (not to recur as each turn leaves the protected tail), and
+  never while a background summary, whose splice rewrites the prefix anyway, is in flight.
 - background (≥ `soft`): at most one summarisation runs off the turn's critical path, on a
   snapshot. Its result is written back with `History.splice_prefix`, so the messages the turn
-  appended meanwhile survive (docs/architecture.md, Storage).
-  It does not start on the request right after a rewrite: nothing of the new prefix is
-  cached yet, and the summary, sent beside that request, would pay to write it a second time.
+  appended meanwhile survive (docs/architecture.md, Storage). A prefix is cached once a
+  response to it has begun: the summary waits for the reply of the request it starts beside
+  (`reply_began`), and does not start right after a rewrite (it would write it a second time).
 - full (≥ `hard`, or `/compact`): the turn waits for a summary before its next request.
 
 Invariants:
@@ -53,6 +53,7 @@ from defect_core.events import (
     TextDisplay,
     ToolCallStarted,
     ToolCallUpdated,
+    ToolStatus,
     UsageReported,
 )
 from defect_core.history import History, estimate_message_tokens, overhead_tokens
@@ -164,6 +165,15 @@ def micro_gain(messages: list[Message], thresholds: Thresholds) -> int:
             if type(block) is ToolResultBlock and _clearable(block, thresholds):
                 gain += max(0, _result_chars(block) - _CLEARED_CHARS) // 4
     return gain
+
+
+def first_clearable(messages: list[Message], thresholds: Thresholds) -> str | None:
+    """The id of the first result `micro_compact` clears, now or once it is old."""
+    for message in messages:
+        for block in message.content if message.role == "user" else ():
+            if type(block) is ToolResultBlock and _clearable(block, thresholds):
+                return block.tool_use_id
+    return None
 
 
 _CLEARED_CHARS = 300
@@ -375,6 +385,8 @@ class Compactor:
         """How many times the history was rewritten: a reply to a request built before the
         last rewrite measured another history (`TurnRunner` then does not calibrate on it)."""
         self._background: asyncio.Task[None] | None = None
+        self.cleared_from: str | None = None  # the first result cleared since the last reply
+        self._gate: asyncio.Event | None = None  # the background summary waits on it
         self._counter = 0
 
     def use_provider(
@@ -391,10 +403,16 @@ class Compactor:
         """The runner recorded a real input size (`History.record_input_tokens`)."""
         self._calibrated = True
         self._rewritten = False
+        self.cleared_from = None
 
     def estimate(self, system: str, tools: tuple[ToolSpec, ...]) -> int:
         used = self._history.token_estimate() or 0
         return used if self._calibrated else used + overhead_tokens(system, tools)
+
+    def reply_began(self) -> None:
+        """The request after `before_request` began its reply, or is over: a summary may go."""
+        if self._gate is not None:
+            self._gate.set()
 
     def result_too_large(self, chars: int, window: int) -> bool:
         return chars // 4 > self.thresholds.max_result_share * window
@@ -414,14 +432,16 @@ class Compactor:
     ) -> None:
         """Compact as the window requires. The request's shape (all but `window`) is what a
         summary request sends too, so that it reads the conversation from the prompt cache."""
+        self.reply_began()  # the request before this one is over
         t = self.thresholds
         shape = ModelRequest(model, system, [], tools, max_tokens, thinking_budget, web_search)
         used = self.estimate(system, tools)
-        if used >= t.micro * window and micro_gain(self._history.snapshot(), t) >= (
-            t.micro_batch * window
-        ):
-            rewritten = micro_compact(self._history.snapshot(), t)
+        history = self._history.snapshot()
+        idle = self._background is None  # a summary in flight rewrites the prefix anyway
+        if idle and used >= t.micro * window and micro_gain(history, t) >= t.micro_batch * window:
+            rewritten = micro_compact(history, t)
             if rewritten is not None:
+                self.cleared_from = first_clearable(history, t)
                 before = used
                 self._history.replace(rewritten)
                 self._calibrated = False
@@ -437,11 +457,10 @@ class Compactor:
             if used >= t.hard * window:
                 await self._compact(shape, window, "the context is nearly full", "")
         elif used >= t.soft * window and self._background is None and not self._rewritten:
-            # Not right after a rewrite: the summary would write the new prefix a second time
-            # beside this request (a prefix is cached once a response to it has begun).
             snapshot = self._history.snapshot()
+            self._gate = asyncio.Event()
             self._background = asyncio.create_task(
-                self._background_compaction(snapshot, shape, window),
+                self._background_compaction(snapshot, shape, window, self._gate),
                 name="defect-background-compaction",
             )
 
@@ -468,6 +487,7 @@ class Compactor:
         self, shape: ModelRequest, window: int, reason: str, focus: str
     ) -> CompactionReport | None:
         if self._background is not None:
+            self.reply_began()  # nothing is in flight now: the summary need not wait
             await asyncio.shield(self._background)
         self._counter += 1
         call_id = f"compact_{self._counter}"
@@ -485,41 +505,29 @@ class Compactor:
         before = self.estimate(shape.system, shape.tools)
         report = await self._summarise_into_history(snapshot, shape, window, "full", before, focus)
         if report is None:
-            await self._publish(
-                ToolCallUpdated(
-                    call_id,
-                    status="failed",
-                    content=(
-                        TextDisplay(
-                            "Compaction skipped: nothing to summarise, or the "
-                            "summary request failed (see the log)."
-                        ),
-                    ),
-                )
-            )
+            skipped = "nothing to summarise, or the summary request failed (see the log)"
+            await self._finish_call(call_id, "failed", f"Compaction skipped: {skipped}.")
             return None
         after = self.estimate(shape.system, shape.tools)
         report = CompactionReport("full", before, after, report.messages_summarised)
-        await self._publish(
-            ToolCallUpdated(
-                call_id,
-                status="completed",
-                content=(
-                    TextDisplay(
-                        f"Summarised {report.messages_summarised} messages: "
-                        f"~{report.tokens_before:,} → ~{report.tokens_after:,} tokens."
-                    ),
-                ),
-            )
+        await self._finish_call(
+            call_id,
+            "completed",
+            f"Summarised {report.messages_summarised} messages: "
+            f"~{report.tokens_before:,} → ~{report.tokens_after:,} tokens.",
         )
         await self._publish(UsageReported(used=report.tokens_after, size=window))
         return report
 
+    async def _finish_call(self, call_id: str, status: ToolStatus, text: str) -> None:
+        await self._publish(ToolCallUpdated(call_id, status=status, content=(TextDisplay(text),)))
+
     async def _background_compaction(
-        self, snapshot: list[Message], shape: ModelRequest, window: int
+        self, snapshot: list[Message], shape: ModelRequest, window: int, gate: asyncio.Event
     ) -> None:
         try:
             before = self.estimate(shape.system, shape.tools)
+            await gate.wait()
             report = await self._summarise_into_history(
                 snapshot, shape, window, "background", before, ""
             )

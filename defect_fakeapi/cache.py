@@ -18,6 +18,9 @@ The rules it follows (the API's documented prompt caching):
   another figure or rule); an entry lives `ttl` seconds from its last write or hit.
 - Writing costs 1.25× an input token, reading 0.1× (`cost_ratio`).
 
+`least_usages` gives, for a sequence of requests, the least each could have paid under the
+same rules with ideal breakpoints and foresight: the floor a client's cost is measured against.
+
 Tokens are the fake's estimate (`script.estimate_tokens`: canonical JSON bytes / 4), counted
 per block, so the figures are comparable between runs, not with the real tokenizer.
 """
@@ -28,7 +31,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +148,45 @@ class PromptCache:
                     written = max(written, cumulative[b])
         creation = max(0, written - read)
         return CacheUsage(total - read - creation, creation, read)
+
+
+def least_usages(
+    requests: Sequence[tuple[Mapping[str, Any], str]],
+    *,
+    min_tokens: int | Callable[[str], int] = minimum_cacheable_tokens,
+) -> list[CacheUsage]:
+    """The least each of `requests` (body, model), sent in order, could pay: it reads the
+    longest prefix an earlier request of the same model sent (as if a breakpoint sat on every
+    block and nothing expired), writes what a later request reads beyond that, and sends the
+    rest uncached. What no breakpoint placement can save: a prefix seen for the first time
+    (the first request, a new model or thinking setting, a rewritten history) is paid for."""
+    prefixes: list[tuple[str, dict[bytes, int], int]] = []
+    for body, model in requests:
+        running = hashlib.sha256(model.encode())
+        lengths: dict[bytes, int] = {}
+        total = 0
+        for segment in _segments(body):
+            running.update(segment.canonical)
+            total += segment.tokens
+            lengths[running.copy().digest()] = total
+        prefixes.append((model, lengths, total))
+
+    def shared(index: int, others: range) -> int:
+        model, lengths, _ = prefixes[index]
+        minimum = min_tokens if isinstance(min_tokens, int) else min_tokens(model)
+        longest = 0
+        for other in others:
+            if prefixes[other][0] == model:
+                common = lengths.keys() & prefixes[other][1].keys()
+                longest = max([longest, *(lengths[d] for d in common)])
+        return longest if longest >= minimum else 0
+
+    usages = []
+    for index, (_, _, total) in enumerate(prefixes):
+        read = shared(index, range(index))
+        written = max(0, shared(index, range(index + 1, len(prefixes))) - read)
+        usages.append(CacheUsage(total - read - written, written, read))
+    return usages
 
 
 def _segments(body: Mapping[str, Any]) -> Iterator[_Segment]:

@@ -8,6 +8,7 @@ real Anthropic SDK, with a small configured window, and check every request it s
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -42,7 +43,7 @@ from defect_core.model import (
 )
 from defect_core.providers.anthropic.request import encode_request
 from defect_core.providers.anthropic_wire import encode_messages
-from defect_core.providers.base import ModelRequest
+from defect_core.providers.base import ModelRequest, StreamChunk
 from defect_core.providers.scripted import ScriptedProvider
 from defect_core.session import Backends, DefaultAgentCore, DefaultSession
 from defect_core.store import AsyncStore, SqliteStore
@@ -221,6 +222,7 @@ async def test_background_compaction_keeps_messages_appended_meanwhile() -> None
     assert len(history) == 32, "background compaction must not hold up the request"
     history.append(user("appended while the summary was in flight"))
     history.append(assistant("and an answer"))
+    ctx.reply_began()
     with anyio.fail_after(5):
         while not (history.snapshot() and is_summary(history.snapshot()[0])):
             await anyio.sleep(0.02)
@@ -230,6 +232,89 @@ async def test_background_compaction_keeps_messages_appended_meanwhile() -> None
     assert recorder.checkpoints and recorder.checkpoints[-1] == after
     outbound = repair_outbound([*after, user("next")])
     validate_request({"model": "m", "max_tokens": 10, "messages": encode_messages(outbound)})
+
+
+class CountingProvider(ScriptedProvider):
+    """The offline model, counting the requests it was sent."""
+
+    sent = 0
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
+        self.sent += 1
+        async for chunk in super().stream(request):
+            yield chunk
+
+
+async def test_a_background_summary_waits_for_the_reply_beside_it_to_begin() -> None:
+    """The API caches a prefix only once a response to it has begun: a summary sent beside
+    the turn's request, before that, would write the whole conversation a second time."""
+    history = VecHistory([m for i in range(8) for m in tool_round(i, 400)])
+    provider = CountingProvider([{"text": "## Goal\nsummary of the start"}])
+    ctx = manager(history, provider, Recorder())
+    window = int(ctx.estimate("", ()) / 0.75)  # between soft (0.70) and hard (0.85)
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    await anyio.wait_all_tasks_blocked()
+    assert provider.sent == 0, "the summary waits while the turn's request has no reply"
+    ctx.reply_began()
+    with anyio.fail_after(5):
+        while not is_summary(history.snapshot()[0]):
+            await anyio.sleep(0.02)
+    assert provider.sent == 1
+
+
+async def test_a_waiting_background_summary_goes_when_the_next_request_is_prepared() -> None:
+    """A request that never began a reply (a hook stopped the turn) does not hold the summary
+    back past the next request, nor does a full compaction wait for it forever."""
+    history = VecHistory([m for i in range(8) for m in tool_round(i, 400)])
+    provider = CountingProvider([{"text": "## Goal\nsummary of the start"}])
+    ctx = manager(history, provider, Recorder())
+    window = int(ctx.estimate("", ()) / 0.75)
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    await anyio.wait_all_tasks_blocked()
+    assert provider.sent == 0
+    with anyio.fail_after(5):
+        await ctx.compact(
+            model="m", system="", tools=(), max_tokens=4_000, window=window, reason="asked"
+        )
+    assert provider.sent >= 1 and is_summary(history.snapshot()[0])
+
+
+class HeldProvider(CountingProvider):
+    """The offline model, answering only once `release` is set."""
+
+    def __init__(self, script: list[dict[str, Any]]) -> None:
+        super().__init__(script)
+        self.release = anyio.Event()
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
+        self.sent += 1
+        await self.release.wait()
+        async for chunk in ScriptedProvider.stream(self, request):
+            yield chunk
+
+
+async def test_no_micro_compaction_while_a_background_summary_is_in_flight() -> None:
+    """The summary's splice rewrites the cached prefix anyway: clearing results just before
+    it would pay to write the whole conversation once more for nothing."""
+    small = [m for i in range(8) for m in tool_round(i, 400)]
+    large = [m for i in range(8, 10) for m in tool_round(i, 3_000)]
+    history = VecHistory([*small, *large])
+    provider = HeldProvider([{"text": "## Goal\nsummary of the start"}])
+    ctx = manager(history, provider, Recorder())
+    window = int(ctx.estimate("", ()) / 0.75)  # between soft (0.70) and hard (0.85)
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    for i in (10, 11):  # the large results leave the protected turns
+        for message in tool_round(i, 10):
+            history.append(message)
+    assert micro_gain(history.snapshot(), ctx.thresholds) >= ctx.thresholds.micro_batch * window
+    await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
+    await anyio.wait_all_tasks_blocked()
+    assert provider.sent == 1, "the summary is in flight"
+    assert CLEARED_PREFIX not in str(history.snapshot()), "nothing cleared beside it"
+    provider.release.set()
+    with anyio.fail_after(5):
+        while not is_summary(history.snapshot()[0]):
+            await anyio.sleep(0.02)
 
 
 async def test_full_compaction_waits_and_is_shown_as_a_think_call() -> None:

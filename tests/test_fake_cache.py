@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, PromptCache, Reply
-from defect_fakeapi.cache import LOOKBACK_BLOCKS, minimum_cacheable_tokens
+from defect_fakeapi.cache import LOOKBACK_BLOCKS, least_usages, minimum_cacheable_tokens
 
 CC = {"type": "ephemeral"}
 MODEL = "claude-sonnet-5-5"
@@ -189,6 +189,29 @@ def test_automatic_caching_marks_the_last_block() -> None:
     auto["cache_control"] = CC
     assert cache.account(auto, MODEL).cache_creation_input_tokens > 0
     assert cache.account(auto, MODEL).cache_read_input_tokens > 0
+
+
+def test_the_least_usages_read_every_shared_prefix_and_write_only_what_is_read_again() -> None:
+    """The floor the cost benchmark states: no breakpoints needed, each request reads what any
+    earlier one of its model sent, writes what a later one reads, the rest goes uncached."""
+    grown, edited = body(4, mark_last=False), body(4, mark_last=False)
+    edited["messages"][2]["content"] = [text("an edited question " + "e" * 400)]
+    requests = [(body(3, mark_last=False), MODEL), (grown, MODEL), (edited, MODEL)]
+    requests.append((body(4), "claude-opus-5-5"))
+    first, second, third, other = least_usages(requests)
+    assert first.cache_read_input_tokens == 0
+    assert 0 < first.input_tokens < first.total, "its last message is never sent again"
+    assert second.cache_read_input_tokens == first.cache_creation_input_tokens
+    assert second.cache_creation_input_tokens == 0, "the edit shares less than it read"
+    assert second.input_tokens == second.total - second.cache_read_input_tokens > 0
+    assert third.cache_read_input_tokens < second.cache_read_input_tokens, "up to the edit"
+    assert third.cache_creation_input_tokens == 0, "nothing after it reads it"
+    assert other.cache_read_input_tokens == 0, "another model shares nothing"
+    actual = PromptCache(clock=Clock())
+    paid = [actual.account(b, m) for b, m in requests]
+    assert sum(u.cost_ratio() * u.total for u in paid) >= sum(
+        u.cost_ratio() * u.total for u in (first, second, third, other)
+    )
 
 
 def test_the_sdk_sees_the_simulated_usage_over_http() -> None:

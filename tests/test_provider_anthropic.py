@@ -62,6 +62,7 @@ from defect_fakeapi import (
     FakeProvider,
     Reply,
     count_cache_breakpoints,
+    validate_request,
 )
 
 pytestmark = pytest.mark.anyio
@@ -306,6 +307,59 @@ async def test_encoding_places_at_most_four_breakpoints_never_on_thinking() -> N
     assert "temperature" not in body
     # the encoder never edits the model's message values
     assert "cache_control" not in history[4].content[1].model_dump()
+
+
+def tool_loop(steps: int, calls: int) -> list[Message]:
+    """A prompt, then `steps` rounds of `calls` parallel tool calls and their results."""
+    history = [user("look everything up")]
+    for step in range(steps):
+        ids = [f"toolu_{step}_{c}" for c in range(calls)]
+        history.append(
+            Message(
+                role="assistant",
+                content=tuple(ToolUseBlock(id=i, name="lookup", input={"key": i}) for i in ids),
+            )
+        )
+        history.append(
+            Message(
+                role="user", content=tuple(ToolResultBlock(tool_use_id=i, content=i) for i in ids)
+            )
+        )
+    return history
+
+
+def marked_blocks(body: dict[str, Any]) -> list[tuple[int, int]]:
+    return [
+        (m, b)
+        for m, message in enumerate(body["messages"])
+        for b, block in enumerate(message["content"])
+        if "cache_control" in block
+    ]
+
+
+async def test_the_second_message_breakpoint_keeps_the_prefix_before_the_cache_anchor() -> None:
+    """The previous user message is within the newest breakpoint's 20-block look-back: its
+    breakpoint would read nothing more, so it goes on the last block before the anchor (the
+    first result a micro-compaction will clear), keeping that prefix cached."""
+    history = tool_loop(12, 1)
+    tools = (ToolSpec("lookup", "d", LOOKUP_SCHEMA),)
+    plain = encode_request(ModelRequest("m", "system", history, tools, 8000))
+    assert marked_blocks(plain) == [(22, 0), (24, 0)]
+    body = encode_request(ModelRequest("m", "system", history, tools, 8000, cache_anchor=4))
+    assert marked_blocks(body) == [(3, 0), (24, 0)], "the tool call before message 4"
+    assert count_cache_breakpoints(body) == 4
+    validate_request(body)
+    late = encode_request(ModelRequest("m", "system", history, tools, 8000, cache_anchor=24))
+    assert marked_blocks(late) == [(23, 0), (24, 0)], "also right before the newest"
+
+
+async def test_the_previous_user_message_keeps_its_breakpoint_when_out_of_reach() -> None:
+    """Twelve parallel calls put the previous user message more than 20 blocks back: its
+    breakpoint is what reads the request before, so the anchor gives way."""
+    history = tool_loop(3, 12)
+    tools = (ToolSpec("lookup", "d", LOOKUP_SCHEMA),)
+    body = encode_request(ModelRequest("m", "system", history, tools, 8000, cache_anchor=2))
+    assert marked_blocks(body) == [(4, 11), (6, 11)]
 
 
 async def test_encoding_without_tools_or_system_still_caches_the_conversation() -> None:

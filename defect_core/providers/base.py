@@ -70,6 +70,9 @@ class ModelRequest:
     agent: str = ""
     """Who asks: "" for a session's own agent, else a subagent's profile name. Never sent on
     a wire; the offline model answers each agent from its own script."""
+    cache_anchor: int | None = None
+    """The first message the history is expected to rewrite next (a micro-compaction's first
+    cleared result), or None: a provider with a prompt cache keeps the prefix before it."""
 
 
 @dataclass(frozen=True, slots=True)

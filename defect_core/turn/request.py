@@ -7,7 +7,9 @@ recover from becomes a `TurnError` carrying the provider's error data.
 
 Invariants:
 - Every request is built from `repair_outbound(history.snapshot())`, never from anything else
-  (less the thinking another provider or model signed: `provenance.py`).
+  (less the thinking another provider or model signed: `provenance.py`). It names where the
+  history will next be rewritten (`ModelRequest.cache_anchor`, from the compactor), so the
+  prompt cache keeps the prefix before it.
 - Only a `Completed` chunk ends a stream: a stream that ends without one is an error
   (`stream_incomplete`, retryable), so a cut stream never becomes history.
 - Retries (bounded, exponential backoff with jitter or the server's `retry-after`) happen only
@@ -19,6 +21,9 @@ Invariants:
   `failed`, also when the stream breaks before its result (it then never becomes history).
 - After a `pause_turn` reply the request is the history as it is (`paused=True`): the API
   continues the paused assistant message instead of answering a new user message.
+- The compactor is told when the reply has begun, or the call is over without one
+  (`Compactor.reply_began`): a background summary waits for it, so that it reads this
+  request's prefix from the prompt cache instead of writing it a second time.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import random
 
 import anyio
 
+from defect_core.compaction import Compactor, first_clearable
 from defect_core.errors import TurnError
 from defect_core.events import (
     AgentTextDelta,
@@ -40,7 +46,7 @@ from defect_core.events import (
 from defect_core.hosted import search_outcome, search_title
 from defect_core.integrity import repair_outbound
 from defect_core.log import get_logger
-from defect_core.model import Message
+from defect_core.model import Message, ToolResultBlock
 from defect_core.provenance import own_thinking_only
 from defect_core.providers.base import (
     CONTEXT_OVERFLOW,
@@ -120,22 +126,46 @@ def outbound_history(deps: TurnDeps, config: TurnConfig) -> list[Message]:
 
 
 def build_request(deps: TurnDeps, config: TurnConfig, *, paused: bool = False) -> ModelRequest:
+    messages = repair_outbound(outbound_history(deps, config), paused=paused)
+    compactor = deps.compactor
     return ModelRequest(
         model=config.model,
         system=config.system_prompt,
-        messages=repair_outbound(outbound_history(deps, config), paused=paused),
+        messages=messages,
         tools=deps.tools.specs(),
         max_tokens=config.max_tokens,
         thinking_budget=config.thinking_budget,
         web_search=config.web_search,
         agent=config.agent,
+        cache_anchor=None if compactor is None else _cache_anchor(messages, compactor),
     )
+
+
+def _cache_anchor(messages: list[Message], compactor: Compactor) -> int | None:
+    """The message holding the first result the last micro-compaction cleared, until a reply
+    was had (the entry before it is what the request after that rewrite reads), else the one
+    holding the first result it would clear next (`ModelRequest.cache_anchor`)."""
+    for wanted in (compactor.cleared_from, first_clearable(messages, compactor.thresholds)):
+        for index, message in enumerate(messages):
+            if wanted is not None and any(
+                isinstance(b, ToolResultBlock) and b.tool_use_id == wanted for b in message.content
+            ):
+                return index
+    return None
 
 
 async def stream_reply(deps: TurnDeps, config: TurnConfig, *, paused: bool = False) -> Completed:
     """Send the request built from the history now and stream its reply to the front end;
     the completed reply, or `TurnError` once retries (and one compaction) cannot help.
     `paused`: the last reply paused (`pause_turn`); this request continues it."""
+    try:
+        return await _stream_with_retries(deps, config, paused)
+    finally:
+        if deps.compactor is not None:
+            deps.compactor.reply_began()
+
+
+async def _stream_with_retries(deps: TurnDeps, config: TurnConfig, paused: bool) -> Completed:
     request = build_request(deps, config, paused=paused)
     attempt = 0
     compacted = False
@@ -146,6 +176,8 @@ async def stream_reply(deps: TurnDeps, config: TurnConfig, *, paused: bool = Fal
             # aclosing: a stream left early (cancel, failure) closes its response now.
             async with contextlib.aclosing(deps.provider.stream(request)) as stream:
                 async for chunk in stream:
+                    if deps.compactor is not None:
+                        deps.compactor.reply_began()
                     if isinstance(chunk, TextDelta):
                         forwarded = True
                         await deps.publish(AgentTextDelta(chunk.text))

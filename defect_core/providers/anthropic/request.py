@@ -11,7 +11,11 @@ Invariants:
 - Pure: the same request gives the same body; no SDK, no I/O (the strict fake API in the tests
   checks exactly what goes out).
 - At most 4 `cache_control` breakpoints: the last tool, the system prompt, and the last
-  cacheable block of the last two user messages (never a thinking block).
+  cacheable block of the last two user messages (never a thinking block). When the second
+  of those is within the API's 20-block look-back of the first (it then reads nothing the
+  first would not), it goes instead on the last cacheable block before
+  `ModelRequest.cache_anchor`, where the history will next be rewritten (a micro-compaction's
+  first cleared result): that prefix stays cached, and the request after the rewrite reads it.
 - The hosted web search (`ModelRequest.web_search`) is the last tool, after the client tools:
   its bytes depend on the configuration only, so it never moves nor changes within a session,
   the last-tool breakpoint sits on it, and the cached prefix (tools → system → messages)
@@ -50,6 +54,8 @@ BEDROCK_ANTHROPIC_VERSION = "bedrock-2023-05-31"
 """SDK 2.10-2.12 put "2026-10-21" in Bedrock bodies; Bedrock documents this value."""
 MAX_CACHE_BREAKPOINTS = 4
 MESSAGE_BREAKPOINTS = 2
+LOOKBACK_BLOCKS = 20
+"""The API looks for a cached prefix at a breakpoint and at most 19 block boundaries before."""
 MIN_THINKING_BUDGET = 1024
 EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 WEB_SEARCH_TOOL_TYPE = "web_search_20250305"
@@ -80,8 +86,10 @@ def encode_request(request: ModelRequest) -> dict[str, Any]:
             {"type": "text", "text": request.system, "cache_control": dict(EPHEMERAL)}
         ]
         breakpoints += 1
-    _mark_latest_user_messages(
-        body["messages"], min(MESSAGE_BREAKPOINTS, MAX_CACHE_BREAKPOINTS - breakpoints)
+    _mark_messages(
+        body["messages"],
+        min(MESSAGE_BREAKPOINTS, MAX_CACHE_BREAKPOINTS - breakpoints),
+        request.cache_anchor,
     )
     budget = _thinking_budget(request)
     if budget is not None:
@@ -111,25 +119,71 @@ def route_options(route: Route) -> dict[str, Any]:
     return {}
 
 
-def _mark_latest_user_messages(messages: list[dict[str, Any]], count: int) -> None:
+Spot = tuple[int, int]
+"""A content block: (message index, block index)."""
+
+
+def _mark_messages(messages: list[dict[str, Any]], count: int, anchor: int | None) -> None:
     """Put a breakpoint on the last cacheable block of each of the last `count` user messages:
     the newest caches the whole prompt for the next request; the one before re-reads what the
-    previous request cached, even when the new turn added more than the 20-block look-back."""
-    marked = 0
-    for message in reversed(messages):
-        if marked >= count:
-            return
-        if message.get("role") != "user":
-            continue
+    previous request cached, even when the new turn added more than the 20-block look-back.
+    When the newest's look-back reaches that one anyway, the second breakpoint marks the last
+    cacheable block before message `anchor` instead: each request keeps that prefix cached,
+    and the one after a rewrite from `anchor` on reads it instead of writing it again."""
+    spots = _latest_user_spots(messages, count)
+    before = _spot_before(messages, anchor) if anchor is not None else None
+    if before is not None and len(spots) == 2 and before < spots[0]:
+        offsets = _block_offsets(messages)
+        newest, previous = (offsets[m] + b for m, b in spots)
+        if newest - previous < LOOKBACK_BLOCKS:
+            spots[1] = before
+    for message_index, block_index in spots:
+        content = messages[message_index]["content"]
+        content[block_index] = {**content[block_index], "cache_control": dict(EPHEMERAL)}
+
+
+def _latest_user_spots(messages: list[dict[str, Any]], count: int) -> list[Spot]:
+    """The last cacheable block of each of the last `count` user messages, newest first."""
+    spots: list[Spot] = []
+    for message_index in range(len(messages) - 1, -1, -1):
+        if len(spots) >= count:
+            break
+        message = messages[message_index]
+        if message.get("role") == "user":
+            spot = _last_cacheable(messages, message_index)
+            if spot is not None:
+                spots.append(spot)
+    return spots
+
+
+def _spot_before(messages: list[dict[str, Any]], anchor: int) -> Spot | None:
+    """The last cacheable block of the messages before `anchor`, of either role."""
+    for message_index in range(min(anchor, len(messages)) - 1, -1, -1):
+        spot = _last_cacheable(messages, message_index)
+        if spot is not None:
+            return spot
+    return None
+
+
+def _last_cacheable(messages: list[dict[str, Any]], message_index: int) -> Spot | None:
+    content = messages[message_index].get("content")
+    if not isinstance(content, list):
+        return None
+    for block_index in range(len(content) - 1, -1, -1):
+        block = content[block_index]
+        if block.get("type") in _CACHEABLE and _has_content(block):
+            return (message_index, block_index)
+    return None
+
+
+def _block_offsets(messages: list[dict[str, Any]]) -> list[int]:
+    """Each message's first block, counted in content blocks from the first message's."""
+    offsets, total = [], 0
+    for message in messages:
+        offsets.append(total)
         content = message.get("content")
-        if not isinstance(content, list):
-            continue
-        for index in range(len(content) - 1, -1, -1):
-            block = content[index]
-            if block.get("type") in _CACHEABLE and _has_content(block):
-                content[index] = {**block, "cache_control": dict(EPHEMERAL)}
-                marked += 1
-                break
+        total += len(content) if isinstance(content, list) else 1
+    return offsets
 
 
 def _has_content(block: Mapping[str, Any]) -> bool:
