@@ -223,7 +223,7 @@ class _Rebuild:
     ) -> None:
         self.fixes: list[Rule] = []  # the rule of each fix, in order
         # The prefix proven clean is laid out as it is (`run`): nothing in it is paired again.
-        self.proven = proven if proven is not None and resync else CleanPrefix(0, frozenset())
+        self.proven = proven if proven is not None and resync else CleanPrefix(0, set())
         self.messages = self._pair_server_blocks(messages, self.proven.length)
         self.resync = resync
         self.out: list[Message] = []
@@ -310,7 +310,7 @@ class _Rebuild:
         self.out.extend(messages[: length - 1])
         last = messages[length - 1]
         self.role, self.blocks, self.sources, self.calls = "user", list(last.content), [last], []
-        self.kept = set(call_ids)  # a copy: the rebuild adds to it, the proof is never changed
+        self.kept = call_ids  # the rebuild's own copy: it adds to it
         return length
 
     def _close_group(self) -> None:
