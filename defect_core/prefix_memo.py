@@ -20,19 +20,21 @@ rewind replaces it. Comparing the prefix costs one pointer comparison per messag
 nothing but the new messages.
 
 Bounded: `capacity` proofs per memo, least recently used dropped first. A proof keeps its
-messages alive, so a closed session's messages may outlive it until newer histories push its
-proof out.
+messages alive, so a history that replaces its messages (compaction, rewind) says so
+(`forget_history`, from `history.VecHistory`), and every memo drops the proofs of the old
+list at once; a closed session's proofs go when newer histories push them out.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from defect_core.model import Message
 
-__all__ = ["PrefixMemo", "Proof"]
+__all__ = ["PrefixMemo", "Proof", "forget_history"]
 
 S = TypeVar("S")
 
@@ -57,6 +59,7 @@ class PrefixMemo(Generic[S]):
         self._capacity = capacity
         self._proofs: dict[tuple[int, Hashable], Proof[S]] = {}
         self._lock = threading.Lock()
+        _memos.add(self)
 
     def check_out(self, messages: Sequence[Message], key: Hashable = None) -> Proof[S]:
         """The proof of the first messages of `messages` (taken out of the memo), or a new,
@@ -88,3 +91,19 @@ class PrefixMemo(Generic[S]):
     def clear(self) -> None:
         with self._lock:
             self._proofs.clear()
+
+    def forget(self, first: Message) -> None:
+        """Drop the proofs of histories that open with `first`."""
+        with self._lock:
+            for slot in [slot for slot in self._proofs if slot[0] == id(first)]:
+                if self._proofs[slot].messages[0] is first:
+                    del self._proofs[slot]
+
+
+_memos: weakref.WeakSet[PrefixMemo[Any]] = weakref.WeakSet()
+
+
+def forget_history(first: Message) -> None:
+    """A history that opened with `first` replaced its messages: no memo keeps them alive."""
+    for memo in list(_memos):
+        memo.forget(first)

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from defect_core.history import VecHistory
 from defect_core.integrity import (
     INTERRUPTED_RESULT_TEXT,
     is_wire_legal,
@@ -29,6 +30,8 @@ from defect_core.integrity.proven import clean_prefix, forget_clean_prefixes
 from defect_core.integrity.repair import _rebuild
 from defect_core.integrity.rules import TOOL_CALL_ANSWERED, TOOL_CALL_ID_UNIQUE
 from defect_core.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from defect_core.provenance import _copies, own_thinking_only
+from defect_core.selection import ModelSelection
 from tests.test_integrity_property import conversations, damaged
 
 
@@ -258,3 +261,26 @@ def test_whatever_follows_a_proven_conversation_is_repaired_as_if_fresh(
     assert _rebuild(history, resync=False) == got.messages
     assert (clean_prefix(history).length == len(history) > 0) == is_wire_legal(history)
     assert (got.messages is history) == is_wire_legal(history)
+
+
+def test_a_compacted_or_rewound_vec_history_takes_its_old_proofs_with_it() -> None:
+    def held(first: Message) -> bool:  # the memos' own tables (white box: what is kept alive)
+        return any(
+            proof.messages[0] is first
+            for memo in (proven_module._proofs, _copies)
+            for proof in memo._proofs.values()
+        )
+
+    history = VecHistory(rounds(10))
+    first = history.snapshot()[0]
+    repair_outbound(own_thinking_only(history.snapshot(), ModelSelection("p", "m"), None))
+    assert held(first)
+    history.splice_prefix(5, user("<summary>read five files</summary>"))
+    assert not held(first)
+    new_first = history.snapshot()[0]
+    repair_outbound(history.snapshot())
+    assert held(new_first)
+    history.replace(rounds(2))  # a rewind to another conversation
+    assert not held(new_first)
+    sent = history.snapshot()
+    assert repair_outbound(sent) is sent
