@@ -13,7 +13,9 @@ Why a rebuild in two modes: damage is usually local (an interrupted round, a dup
 message) while the history around it is long and clean. The fast mode emits a stretch that
 `validate.scan` accepts as it is - the validator's own walk, so the two cannot disagree - and
 the slow mode takes one damaged message apart block by block. Both share one state, so the
-result does not depend on the mode (the property tests compare it with a slow-only run).
+result does not depend on the mode (the property tests compare it with a slow-only run). The
+prefix `proven.clean_prefix` knows to be clean (from this walk or an earlier request's) is laid
+out first, as the fast mode would have, so the rebuild starts where the damage starts.
 """
 
 from __future__ import annotations
