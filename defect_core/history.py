@@ -20,6 +20,9 @@ Invariants:
   enters the list, and a running
   total is kept, so `token_estimate` is O(1) with or without a baseline.
 
+A list that `replace` or `splice_prefix` puts aside is announced to `prefix_memo`
+(`forget_history`), so the memos of the per-request checks do not keep its messages alive.
+
 Every method takes the lock, so one history may be shared by the turn, a background
 compaction and the store's subscriber, from tasks or threads.
 """
@@ -43,6 +46,7 @@ from defect_core.model import (
     ToolUseBlock,
     WebSearchResultBlock,
 )
+from defect_core.prefix_memo import forget_history
 
 IMAGE_TOKEN_ESTIMATE = 2_000
 """Images cannot be estimated by characters; a conservative constant is used instead."""
@@ -99,10 +103,12 @@ class VecHistory:
     def replace(self, messages: list[Message]) -> None:
         messages = list(messages)
         with self._lock:
+            old = self._messages
             self._set(messages)
             # The real size of the new list is unknown until the next model call reports it.
             self._last_real_input = None
             self._est_since_baseline = 0
+        _forget_proofs(old)
 
     def splice_prefix(self, drop_count: int, summary: Message) -> int:
         """Replace the first `drop_count` messages of the *current* list with `summary`.
@@ -112,6 +118,7 @@ class VecHistory:
         the current length as a safety net. Returns how many messages were dropped.
         """
         with self._lock:
+            old = self._messages
             drop = max(0, min(drop_count, len(self._messages)))
             head = estimate_message_tokens(summary)
             self._total += head - sum(self._estimates[:drop])
@@ -119,7 +126,8 @@ class VecHistory:
             self._estimates = [head, *self._estimates[drop:]]
             self._last_real_input = None
             self._est_since_baseline = 0
-            return drop
+        _forget_proofs(old)
+        return drop
 
     def record_input_tokens(self, tokens: int) -> None:
         with self._lock:
@@ -191,3 +199,10 @@ def _result_tokens(block: ToolResultBlock) -> int:
         else:
             total += IMAGE_TOKEN_ESTIMATE
     return total
+
+
+def _forget_proofs(old: list[Message]) -> None:
+    """The list opening with `old[0]` was replaced: the per-request checks' memos
+    (`prefix_memo.py`) must not keep its messages alive."""
+    if old:
+        forget_history(old[0])

@@ -21,11 +21,15 @@ Invariants:
   the provider the session was using when it was loaded (`unstamped_provider`), and kept
   only while that provider is asked.
 - No copy when nothing is dropped: the input list itself is returned.
+- Each request walks only the messages no earlier request of the history went through
+  (`prefix_memo.py`: a rewound or compacted history is walked afresh); the copy of the rest is
+  remembered, and the caller always gets a list of its own.
 """
 
 from __future__ import annotations
 
 from defect_core.model import Message, RedactedThinkingBlock, ThinkingBlock
+from defect_core.prefix_memo import PrefixMemo
 from defect_core.selection import ModelSelection
 
 __all__ = ["own_thinking_only", "stamp_origin"]
@@ -61,12 +65,28 @@ def own_thinking_only(
             return unstamped_provider is not None and unstamped_provider != selection.provider
         return block.origin != origin
 
-    if not any(foreign(b) for m in messages if m.role == "assistant" for b in m.content):
-        return messages
-    out: list[Message] = []
-    for message in messages:
+    key = (origin, unstamped_provider)
+    proof = _copies.check_out(messages, key)
+    start = len(proof.messages)
+    out = proof.state  # the copy of the messages gone through, None while it is themselves
+    for index in range(start, len(messages)):
+        message = messages[index]
         if message.role == "assistant" and any(foreign(b) for b in message.content):
+            if out is None:
+                out = messages[:index]
             kept = tuple(b for b in message.content if not foreign(b))
             message = message.model_copy(update={"content": kept})
-        out.append(message)
-    return out
+        if out is not None:
+            out.append(message)
+    proof.messages += messages[start:]
+    proof.state = out
+    copy = messages if out is None else list(out)  # the caller's own list, never the memo's
+    _copies.check_in(proof, key)
+    return copy
+
+
+_copies: PrefixMemo[list[Message] | None] = PrefixMemo(lambda: None)
+"""Per history and (selection, unstamped provider): the copy made of the messages gone through
+already. A request copies again only its new messages, and a message filtered once is sent as
+the same object on every request (so the repair's memo recognises it, and the provider's
+prompt cache sees the same bytes)."""

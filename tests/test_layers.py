@@ -46,7 +46,7 @@ TRANSCRIPT = (
 CHECKPOINT_LAYERS = (
     "The checkpoints package is layered: restore | fs, capture, gitsnap | blobs | budget, model"
 )
-INTEGRITY_LAYERS = "The outbound repair is layered: repair, validate, rules"
+INTEGRITY_LAYERS = "The outbound repair is layered: repair, proven, validate, rules"
 CONTRACTS = (
     LAYERS,
     SESSION_LAYERS,

@@ -101,3 +101,56 @@ def test_a_tool_loop_opened_by_another_provider_is_sent_without_its_thinking() -
         # Without thinking the API accepts the loop; `encode_request` turns thinking off for it.
         body = {"model": "claude-x", "max_tokens": 2048, "messages": encode_messages(outbound)}
         validate_request(body, signature_checker=second.check_signature)
+
+
+# --------------------------------------------------------------------------------------------
+# Each request filters only its new messages (`prefix_memo.py`); nothing it remembers changes
+# what is sent.
+
+
+def conversation(rounds: int, signer: ModelSelection) -> list[Message]:
+    out = [Message(role="user", content=(TextBlock(text="start"),))]
+    for n in range(rounds):
+        thought = ThinkingBlock(thinking=f"t{n}", signature="s", origin=signer.value)
+        out.append(Message(role="assistant", content=(thought, TextBlock(text=f"a{n}"))))
+        out.append(Message(role="user", content=(TextBlock(text=f"q{n}"),)))
+    return out
+
+
+def fresh(history: list[Message], selection: ModelSelection) -> list[Message]:
+    """What a filter that remembers nothing sends: every message judged on its own."""
+    out = []
+    for m in history:
+        kept = tuple(
+            b for b in m.content if getattr(b, "origin", selection.value) == selection.value
+        )
+        out.append(m if len(kept) == len(m.content) else m.model_copy(update={"content": kept}))
+    return out
+
+
+def test_a_switched_session_filters_each_message_once_and_sends_it_as_the_same_object() -> None:
+    history = conversation(6, A)  # then the session switched to B
+    first = own_thinking_only(list(history), B, None)
+    assert first == fresh(history, B)
+    grown = [*history, *conversation(2, B)[1:]]
+    second = own_thinking_only(list(grown), B, None)
+    assert second == fresh(grown, B)
+    # The messages filtered on the first request are sent as the very same objects.
+    assert all(a is b for a, b in zip(first, second[: len(first)], strict=True))
+    # The caller's list is its own: changing it changes nothing the next request sends.
+    second.clear()
+    assert own_thinking_only(list(grown), B, None) == fresh(grown, B)
+
+
+def test_a_rewound_or_differently_asked_history_is_filtered_afresh() -> None:
+    history = conversation(6, A)
+    own_thinking_only(list(history), B, None)
+    # Rewound to the third message, then answered by A again: nothing of A's is foreign to A.
+    rewound = [*history[:3], *conversation(1, A)[1:]]
+    assert own_thinking_only(rewound, A, None) is rewound
+    assert own_thinking_only(list(rewound), B, None) == fresh(rewound, B)
+    # The same history asked as A keeps everything, whatever was remembered for B.
+    assert own_thinking_only(history, A, None) is history
+    # A history whose new tail is foreign where its remembered prefix was not.
+    mixed = [*history, *conversation(1, B)[1:]]
+    assert own_thinking_only(list(mixed), A, None) == fresh(mixed, A)

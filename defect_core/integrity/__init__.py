@@ -1,12 +1,14 @@
 """Make a history snapshot wire-legal for the Messages API, just before it is sent.
 
-Owns the outbound copy's rules and their two users: `rules.py` states each rule once (`RULES`:
-a name, what the copy guarantees, what the repair does), `validate.py` reports which rule a
-history breaks and where, `repair.py` lays out the copy that breaks none (`repair_outbound`,
-the one pure function every request to a provider goes through: the main-loop request and the
-summarisation sub-request of compaction) and holds `drop_malformed_tool_uses`, the filter the
-turn runner applies to a message assembled from a stream before it is committed or any of its
-tool calls run. docs/architecture.md (Integrity) lists the rules from the same table.
+Owns the outbound copy's rules and their users: `rules.py` states each rule once (`RULES`: a
+name, what the copy guarantees, what the repair does), `validate.py` reports which rule a
+history breaks and where, `proven.py` remembers the prefixes already proven clean, and
+`repair.py` lays out the copy that breaks none (`repair_outbound`, the one function every
+request to a provider goes through, the main-loop request and the summarisation sub-request of
+compaction; pure but for that memo, which never changes an answer) and holds
+`drop_malformed_tool_uses`, the filter the turn runner applies to a message assembled from a
+stream before it is committed or any of its tool calls run. docs/architecture.md (Integrity)
+lists the rules from the same table.
 
 Invariant: `repair_outbound(h)` breaks no rule of `RULES` whatever `h` is, never mutates `h`,
 returns `h` itself when it breaks none, and is idempotent.
@@ -35,15 +37,20 @@ to the provider is patched - here, at request construction.
 
 ## Cost
 
-It runs over the whole history on every request, so it is written for speed. When the input
-already breaks no rule `repair_outbound` returns the input list itself after one O(n) scan of
-exact-type checks and attribute reads (no copy, no model construction; the call ids are
-checked against the pattern in bulk). Otherwise it rebuilds in one linear pass that emits
-undamaged stretches as they are, takes damaged messages apart block by block, and reuses every
-message that needs no change (new messages are built with `model_construct` from blocks that
-are validated values already). An image's verdict is worked out once per block object
-(`media.image_block_problem` keeps it), so later requests pay a dictionary look-up per image,
-not a base64 decode. `scripts/bench_repair.py` measures it.
+Every request sends the whole history, so the check is written for speed. A session's history
+only grows at its tail between two requests, so the clean check (`proven.clean_prefix`) walks
+only what no earlier request proved: a prefix proven clean is remembered as its message objects
+(`prefix_memo.py`) and recognised by identity or equality (one pointer comparison per message,
+in C), and a rewind or a compaction, which replace those objects, is walked afresh. The walk
+itself is one O(n) scan of exact-type checks and attribute reads (no copy, no model
+construction; the call ids are checked against the pattern in bulk). A history that breaks no
+rule is returned itself. Otherwise the rebuild starts at the end of the proven prefix (laid out
+as it is) and goes on in one linear pass that emits undamaged stretches as they are, takes
+damaged messages apart block by block, and reuses every message that needs no change (new
+messages are built with `model_construct` from blocks that are validated values already). An
+image's verdict is worked out once per block object (`media.image_block_problem` keeps it), so
+later requests pay a dictionary look-up per image, not a base64 decode.
+`scripts/bench_repair.py` measures it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ Why a rebuild in two modes: damage is usually local (an interrupted round, a dup
 message) while the history around it is long and clean. The fast mode emits a stretch that
 `validate.scan` accepts as it is - the validator's own walk, so the two cannot disagree - and
 the slow mode takes one damaged message apart block by block. Both share one state, so the
-result does not depend on the mode (the property tests compare it with a slow-only run).
+result does not depend on the mode (the property tests compare it with a slow-only run). The
+prefix `proven.clean_prefix` knows to be clean (from this walk or an earlier request's) is laid
+out first, as the fast mode would have, so the rebuild starts where the damage starts.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from itertools import chain
 from operator import attrgetter
 from typing import Any, NamedTuple
 
+from defect_core.integrity.proven import CleanPrefix, clean_prefix
 from defect_core.integrity.rules import (
     BLOCK_FITS_ROLE,
     CONTINUE_TEXT,
@@ -48,7 +51,7 @@ from defect_core.integrity.rules import (
     result_content_rule,
     unpaired_server_blocks,
 )
-from defect_core.integrity.validate import is_wire_legal, scan
+from defect_core.integrity.validate import scan
 from defect_core.media import image_block_problem
 from defect_core.model import (
     ContentBlock,
@@ -104,9 +107,10 @@ def repair_outbound(messages: list[Message], *, paused: bool = False) -> list[Me
         ):
             return [*repaired[:-2], _without_trailing_space(tail)]
         return repaired
-    if is_wire_legal(messages):
+    proven = clean_prefix(messages)
+    if proven.length == len(messages) > 0:
         return messages
-    return _Rebuild(messages, resync=True).run()
+    return _Rebuild(messages, resync=True, proven=proven).run()
 
 
 def _without_trailing_space(message: Message) -> Message:
@@ -128,9 +132,10 @@ class Repair:
 
 def repair(messages: list[Message]) -> Repair:
     """`repair_outbound(messages)`, with the rule each fix applied."""
-    if is_wire_legal(messages):
+    proven = clean_prefix(messages)
+    if proven.length == len(messages) > 0:
         return Repair(messages, ())
-    rebuild = _Rebuild(messages, resync=True)
+    rebuild = _Rebuild(messages, resync=True, proven=proven)
     return Repair(rebuild.run(), tuple(rebuild.fixes))
 
 
@@ -215,9 +220,13 @@ class _AnsweredGroup(NamedTuple):
 class _Rebuild:
     """The state of one rebuild: what is laid out, which calls are kept, which results answer."""
 
-    def __init__(self, messages: Sequence[Message], resync: bool) -> None:
+    def __init__(
+        self, messages: Sequence[Message], resync: bool, proven: CleanPrefix | None = None
+    ) -> None:
         self.fixes: list[Rule] = []  # the rule of each fix, in order
-        self.messages = self._pair_server_blocks(messages)
+        # The prefix proven clean is laid out as it is (`run`): nothing in it is paired again.
+        self.proven = proven if proven is not None and resync else CleanPrefix(0, set())
+        self.messages = self._pair_server_blocks(messages, self.proven.length)
         self.resync = resync
         self.out: list[Message] = []
         self.answered_groups: list[_AnsweredGroup] = []
@@ -235,19 +244,21 @@ class _Rebuild:
         self.sources: list[Message] = []
         self.calls: list[str] = []
 
-    def _pair_server_blocks(self, messages: Sequence[Message]) -> Sequence[Message]:
+    def _pair_server_blocks(self, messages: Sequence[Message], start: int) -> Sequence[Message]:
         """`messages` without the unpaired server tool blocks of each run of consecutive
-        assistant messages (one message once merged, so pairing is judged over the run); the
-        same sequence when there are none, and a message changed only when it lost a block.
-        Runs that merge only because a user message between them vanishes are judged again
-        as one group when it closes (`_pair_merged_server_blocks`)."""
+        assistant messages from `start` on (one message once merged, so pairing is judged over
+        the run); the same sequence when there are none, and a message changed only when it
+        lost a block. Runs that merge only because a user message between them vanishes are
+        judged again as one group when it closes (`_pair_merged_server_blocks`). Before
+        `start` (a proven prefix, ending with a user message) every block is paired already."""
         # The block types present, gathered in C: a server block may be of a subclass (made
         # its exact kind only later, by `_slow`), so the kinds are matched as classes.
-        present = set(map(type, chain.from_iterable(map(_content_of, messages))))
+        rest = messages[start:] if start else messages
+        present = set(map(type, chain.from_iterable(map(_content_of, rest))))
         if not any(issubclass(kind, _SERVER_TYPES) for kind in present):
             return messages  # no server tool blocks at all: the common case
         out: list[Message] | None = None
-        index, count = 0, len(messages)
+        index, count = start, len(messages)
         while index < count:
             if messages[index].role != "assistant":
                 if out is not None:
@@ -285,11 +296,24 @@ class _Rebuild:
 
     def run(self) -> list[Message]:
         count = len(self.messages)
-        index = self._fast(0)
+        index = self._fast(self._take_proven())
         while index < count:
             self._slow(index)
             index = self._fast(index + 1)
         return self._finish()
+
+    def _take_proven(self) -> int:
+        """Lay out the prefix proven clean as it is, as `_fast` would have (its last message,
+        a user message that answers every call, stays the open group); return its length."""
+        length, call_ids = self.proven
+        if not length:
+            return 0
+        messages = self.messages
+        self.out.extend(messages[: length - 1])
+        last = messages[length - 1]
+        self.role, self.blocks, self.sources, self.calls = "user", list(last.content), [last], []
+        self.kept = call_ids  # the rebuild's own copy: it adds to it
+        return length
 
     def _close_group(self) -> None:
         if self.role == "assistant":

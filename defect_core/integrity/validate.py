@@ -101,6 +101,7 @@ def scan(
     superseded: Set[str] = _NO_IDS,
     *,
     bulk_ids: bool = False,
+    taken: list[str] | None = None,
 ) -> Stretch:
     """Walk `messages` from `start` while they are in normal form.
 
@@ -116,6 +117,10 @@ def scan(
     that fails cuts the stretch before its first message holding a bad call, so the messages
     after it were walked for nothing; in bulk `kept` is only read, and a caller that walks on
     checks one by one, which keeps any history linear however many of its calls are bad.
+
+    `taken`, when given, receives the ids of the calls of the messages taken; they are exactly
+    those of `messages[start:]` when the walk reaches the end (`rule` is `None`), so a caller
+    that remembers what it proved need not walk the history again to learn them.
     """
     # Hot path (every request). A block of any type other than the exact block types (a
     # subclass) stops the walk: the repair normalises it.
@@ -123,7 +128,9 @@ def scan(
     use_t, thinking_t, redacted_t = ToolUseBlock, ThinkingBlock, RedactedThinkingBlock
     count = len(messages)
     role_before = role
-    taken_ids: list[str] = []  # the ids of the calls taken, for the bulk checks at the end
+    # The ids of the calls taken, for the bulk checks at the end (and the caller's `taken`).
+    taken_ids: list[str] = [] if taken is None else taken
+    already = len(taken_ids)
     pending: Sequence[str] = calls
     rule: Rule | None = None
     index = start
@@ -224,13 +231,10 @@ def scan(
         role = message_role
     else:
         index = count
-    if bulk_ids and taken_ids:
-        distinct = set(taken_ids)
-        if (
-            len(distinct) != len(taken_ids)
-            or not kept.isdisjoint(distinct)
-            or not ids_match_pattern(taken_ids)
-        ):
+    if bulk_ids and len(taken_ids) > already:
+        ids = taken_ids[already:] if already else taken_ids
+        distinct = set(ids)
+        if len(distinct) != len(ids) or not kept.isdisjoint(distinct) or not ids_match_pattern(ids):
             return _cut_at_bad_call(messages, start, index, kept, role_before, calls)
     return Stretch(index, rule, role, pending)
 
