@@ -3,10 +3,12 @@
 Owns the connection, its settings (WAL, `synchronous`, `busy_timeout`, foreign keys), the file's
 permissions, and the SQL of every read and write of the protocol (docs/architecture.md,
 Storage). The schema and its upgrades are `migrations.py`'s; turning rows into records is
-`rows.py`'s; the wording of errors is `faults.py`'s.
+`rows.py`'s; the wording of errors is `faults.py`'s; the lock and the shape of each transaction
+(and `group()`, many writes in one commit) are `transactions.py`'s.
 
 Invariants:
-- Every write is one short `BEGIN IMMEDIATE` transaction, committed whole or rolled back whole.
+- Every write is one short `BEGIN IMMEDIATE` transaction (or, inside `group()`, a savepoint of
+  the group's), committed whole or rolled back whole.
   `append_message` numbers the message (`seq` = last + 1) inside its transaction, so two
   processes appending to one session still get distinct, gap-free numbers, and it is durable
   when it returns (see "Durability"): a SIGKILL, a crash or a power cut loses at most the
@@ -33,8 +35,9 @@ small against a model turn; a lost tail after a power cut would only be what a k
 commits leaves anyway (an orphan `tool_use` at worst, which the outbound repair handles).
 
 Threads: the connection is opened with `check_same_thread=False` and every call is serialised
-by one lock, so a store may be created on one thread and used on another (that is what
-`AsyncStore` does: built on the loop thread, used on its worker).
+by one lock (`transactions.py`), so a store may be created on one thread and used on another
+(that is what `AsyncStore` does: built on the loop thread, used on its writer thread, which
+commits the appends queued behind each other as one group: one fsync for all of them).
 """
 
 from __future__ import annotations

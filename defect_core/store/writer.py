@@ -29,8 +29,10 @@ write its caller queued before it.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -67,8 +69,11 @@ class GroupWriter:
         self._grouping = store if isinstance(store, Grouping) else None
         self._queue: deque[_Call | None] = deque()  # None: stop
         self._ready = threading.Condition()
+        # A daemon, so a store never closed cannot hold the process at exit; the exit hook
+        # still lets it finish what was queued, as the executor it replaces did.
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        atexit.register(_finish_at_exit, weakref.ref(self))
 
     def submit(self, fn: Callable[[], Any], *, write: bool) -> concurrent.futures.Future[Any]:
         """Queue `fn` now (call order is submission order); its future resolves after it ran
@@ -86,6 +91,13 @@ class GroupWriter:
             self._queue.append(None)
             self._ready.notify()
         return future
+
+    def _finish(self) -> None:
+        """Stop after every queued call and wait for the thread (at interpreter exit)."""
+        with self._ready:
+            self._queue.append(None)
+            self._ready.notify()
+        self._thread.join()
 
     # -- the thread --
 
@@ -135,6 +147,12 @@ class GroupWriter:
             if error is not None:
                 log.warning("store_write_failed", error=str(error), kind=type(error).__name__)
             _resolve(call, result, error)
+
+
+def _finish_at_exit(ref: weakref.ref[GroupWriter]) -> None:
+    writer = ref()
+    if writer is not None:
+        writer._finish()
 
 
 def _outcome(fn: Callable[[], Any]) -> tuple[Any, BaseException | None]:
