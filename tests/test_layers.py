@@ -24,7 +24,8 @@ LAYERS = "defect_core is layered: no import runs back up (docs/layers.md)"
 SESSION_LAYERS = "The session package is layered: core, state, its parts, protocol"
 MCP_LAYERS = "The MCP package is layered: hub, tool, connection | convert, spec"
 STORE_LAYERS = (
-    "The store package is layered: door | sqlite, migrations | rows | protocol, the values"
+    "The store package is layered: door | sqlite, writer | transactions | migrations | rows | "
+    "protocol, the values"
 )
 NO_ACP = "defect_core never imports the ACP bridge, the ACP SDK nor the fake API"
 TOOLS = "Tools never import the session, the runtime nor the turn machinery"

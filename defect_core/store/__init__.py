@@ -4,7 +4,8 @@ Owns what survives a restart: each session's settings (cwd, title, provider/mode
 config options, MCP servers, remembered permissions), its message log, what compaction wrote
 back, and the tool calls a replay shows. `SqliteStore` keeps all of it in one database,
 `sessions.sqlite3` under `default_state_dir()`; `AsyncStore` runs a store on one dedicated
-worker thread so the event loop never waits on the disk.
+worker thread so the event loop never waits on the disk, and commits the writes queued behind
+each other in one transaction (group commit).
 
 One room per job, in three layers, lowest first (docs/layers.md, "Inside the store package"):
 
@@ -16,8 +17,11 @@ One room per job, in three layers, lowest first (docs/layers.md, "Inside the sto
 - `protocol.py`    `SessionStore`: the contract and its invariants; `UNSET`
 - `rows.py`        rows ⇄ records: column JSON, list cursors, parsing a loaded session
 - `migrations.py`  numbered migrations (`PRAGMA user_version`) and how to add one
-- `sqlite.py`      `SqliteStore`: connection, transactions, durability, every query
-- `door.py`        `AsyncStore`: the event loop's door, one worker thread, shielded calls
+- `tree.py`        the history as a tree of turns: heads, branches, forks
+- `transactions.py` the connection's lock, write and read transactions, groups of writes
+- `writer.py`      `GroupWriter`: the one worker thread; writes queued together, one commit
+- `sqlite.py`      `SqliteStore`: connection, settings, durability, every query
+- `door.py`        `AsyncStore`: the event loop's door, reads and writes, shielded calls
 
 Invariants (kept by the modules above, stated here once): the message log is append-only and
 each append is durable when it returns; `load` returns the live `history` (last compaction

@@ -1,13 +1,16 @@
 """`AsyncStore`: a `SessionStore` for the event loop, every call run on one worker thread.
 
-Owns the hand-off between the asyncio loop and a synchronous store: the single worker thread
-(`defect-store`), the order of calls, and what a cancellation does to a call in flight.
+Owns the hand-off between the asyncio loop and a synchronous store: which calls are writes,
+the order of calls, and what a cancellation does to a call in flight. The worker thread itself
+(`defect-store`), and the group commit of writes queued behind each other, are `writer.py`'s.
 
 Invariants:
-- Writes happen in call order: each call is submitted to the one worker at the moment it is
+- Calls happen in call order: each call is submitted to the one worker at the moment it is
   awaited, before the caller first yields, so the store sees them in the order history did.
 - The disk is never touched on the loop: a slow fsync (docs/architecture.md, Storage) delays
-  the caller only.
+  the caller only, and concurrent writes (several sessions streaming) share one commit.
+- A write's caller resumes only once its row is durable (its group committed); a write that
+  fails, fails its own caller only.
 - A cancel never loses or half-writes a commit: each await is shielded (anyio and asyncio), so
   a cancelled caller waits until its call is done, then sees the cancellation.
 - After `aclose` every call raises `StorageError`; `aclose` finishes every submitted call first.
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import concurrent.futures
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -37,6 +40,7 @@ from defect_core.store.records import (
     SubagentRecord,
     ToolCallRecord,
 )
+from defect_core.store.writer import GroupWriter
 
 _T = TypeVar("_T")
 
@@ -44,23 +48,30 @@ _T = TypeVar("_T")
 class AsyncStore:
     """A `SessionStore` for the event loop: every call runs on one dedicated worker thread.
 
-    One thread keeps writes in the order they were awaited (the call is handed to the worker
-    before the caller first yields) and keeps the disk off the loop. Each await is shielded:
-    a cancelled caller waits until its write is done, then sees the cancellation, so a
-    submitted append always lands whole. Requires the asyncio backend (the ACP SDK's loop).
+    One thread keeps calls in the order they were awaited (the call is handed to the worker
+    before the caller first yields) and keeps the disk off the loop; writes queued behind each
+    other commit together (`GroupWriter`). Each await is shielded: a cancelled caller waits
+    until its write is durable, then sees the cancellation, so a submitted append always lands
+    whole. Requires the asyncio backend (the ACP SDK's loop).
     """
 
     def __init__(self, store: SessionStore) -> None:
         self.store = store
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="defect-store"
-        )
+        self._writer = GroupWriter(store)
         self._closed = False
 
     async def _call(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """A read: runs alone, after every call submitted before it."""
+        return await self._run(functools.partial(fn, *args, **kwargs), write=False)
+
+    async def _write(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """A write: durable when this returns; may share its transaction with its neighbours."""
+        return await self._run(functools.partial(fn, *args, **kwargs), write=True)
+
+    async def _run(self, fn: Callable[[], _T], *, write: bool) -> _T:
         if self._closed:
             raise StorageError("the session store is closed")
-        future = self._executor.submit(fn, *args, **kwargs)  # submitted now, in call order
+        future = self._writer.submit(fn, write=write)  # submitted now, in call order
         with anyio.CancelScope(shield=True):
             # asyncio.shield: even a native task.cancel() cannot cancel the job itself
             # (wrap_future would otherwise propagate the cancel to a job still queued).
@@ -68,26 +79,26 @@ class AsyncStore:
         return result
 
     async def create(self, record: SessionRecord) -> None:
-        await self._call(self.store.create, record)
+        await self._write(self.store.create, record)
 
     async def update(self, session_id: str, **fields: Any) -> None:
-        await self._call(self.store.update, session_id, **fields)
+        await self._write(self.store.update, session_id, **fields)
 
     async def append_message(self, session_id: str, message: Message) -> int:
-        return await self._call(self.store.append_message, session_id, message)
+        return await self._write(self.store.append_message, session_id, message)
 
     async def upsert_tool_call(self, record: ToolCallRecord) -> None:
-        await self._call(self.store.upsert_tool_call, record)
+        await self._write(self.store.upsert_tool_call, record)
 
     async def checkpoint(
         self, session_id: str, history: builtins.list[Message], covers_seq: int | None = None
     ) -> int:
         # A copy: the caller's list may change while the worker is still writing this one.
         snapshot = builtins.list(history)
-        return await self._call(self.store.checkpoint, session_id, snapshot, covers_seq)
+        return await self._write(self.store.checkpoint, session_id, snapshot, covers_seq)
 
     async def save_file_checkpoint(self, record: FileCheckpointRecord) -> None:
-        await self._call(self.store.save_file_checkpoint, record)
+        await self._write(self.store.save_file_checkpoint, record)
 
     async def file_checkpoints(
         self, session_id: str | None = None
@@ -95,15 +106,15 @@ class AsyncStore:
         return await self._call(self.store.file_checkpoints, session_id)
 
     async def delete_file_checkpoints(self, session_id: str, turn_ids: Iterable[str]) -> int:
-        return await self._call(self.store.delete_file_checkpoints, session_id, list(turn_ids))
+        return await self._write(self.store.delete_file_checkpoints, session_id, list(turn_ids))
 
     async def save_subagent(self, record: SubagentRecord) -> None:
-        await self._call(self.store.save_subagent, record)
+        await self._write(self.store.save_subagent, record)
 
     async def append_subagent_message(
         self, session_id: str, tool_call_id: str, message: Message
     ) -> int:
-        return await self._call(
+        return await self._write(
             self.store.append_subagent_message, session_id, tool_call_id, message
         )
 
@@ -111,16 +122,16 @@ class AsyncStore:
         return await self._call(self.store.subagents, session_id)
 
     async def save_plan(self, session_id: str, plan: builtins.list[dict[str, Any]]) -> None:
-        await self._call(self.store.save_plan, session_id, list(plan))
+        await self._write(self.store.save_plan, session_id, list(plan))
 
     async def plan(self, session_id: str) -> builtins.list[dict[str, Any]]:
         return await self._call(self.store.plan, session_id)
 
     async def rewind(self, session_id: str, keep: int | None) -> None:
-        await self._call(self.store.rewind, session_id, keep)
+        await self._write(self.store.rewind, session_id, keep)
 
     async def fork(self, origin: str, record: SessionRecord, keep: int | None = None) -> None:
-        await self._call(self.store.fork, origin, record, keep)
+        await self._write(self.store.fork, origin, record, keep)
 
     async def load(self, session_id: str) -> StoredSession:
         return await self._call(self.store.load, session_id)
@@ -134,7 +145,7 @@ class AsyncStore:
         return await self._call(self.store.list, cwd, cursor, limit)
 
     async def delete(self, session_id: str) -> None:
-        await self._call(self.store.delete, session_id)
+        await self._write(self.store.delete, session_id)
 
     async def latest_for_cwd(self, cwd: str) -> str | None:
         return await self._call(self.store.latest_for_cwd, cwd)
@@ -143,11 +154,10 @@ class AsyncStore:
         """Finish every submitted call, close the store and stop the worker. Idempotent."""
         if self._closed:
             return
-        try:
-            await self._call(self.store.close)
-        finally:
-            self._closed = True
-            self._executor.shutdown(wait=False)
+        future = self._writer.close(self.store.close)  # after every call submitted before
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            await asyncio.shield(asyncio.wrap_future(future))
 
     async def __aenter__(self) -> AsyncStore:
         return self

@@ -2,7 +2,8 @@
 
 Owns `storage_error`, the one translation of `sqlite3.Error` into the text a user reads (in the
 editor and on stderr): what could not be done, why (disk full, locked by another process,
-damaged file, no permission, a failing disk, a closed store) and what to do about it.
+damaged file, no permission, a failing disk, a closed store) and what to do about it; and
+`GroupLost`, the one error that means "nothing of this group of writes was written".
 
 Invariant: the text always starts with "cannot <what>" and names the database file, so the
 error makes sense without the traceback; each translation is logged once, as `store_error`.
@@ -20,6 +21,11 @@ from defect_core.errors import StorageError
 from defect_core.log import get_logger
 
 log = get_logger("defect.store")
+
+
+class GroupLost(StorageError):
+    """A group of writes (`transactions.py`) whose transaction SQLite rolled back under one of
+    them: nothing of the group was written, and each write may be run again alone."""
 
 
 def storage_error(exc: sqlite3.Error, what: str, path: Path, busy_timeout: float) -> StorageError:

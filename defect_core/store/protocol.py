@@ -5,8 +5,9 @@ wraps any of them for the event loop) and `UNSET`, the marker of an `update` fie
 not given.
 
 Invariants every implementation keeps:
-- The message log is append-only: `append_message` is one transaction of its own and is
-  durable when it returns; messages are numbered per session (`seq` = 1, 2, …, gap-free).
+- The message log is append-only: `append_message` is atomic (a transaction of its own, or a
+  savepoint of a group of writes committed at once, `transactions.py`) and durable when it
+  returns; messages are numbered per session (`seq` = 1, 2, …, gap-free).
 - History vs transcript: `checkpoint` records what compaction wrote back without rewriting the
   log, so `load` returns `history` (the last checkpoint + every message appended after it) and
   `transcript` (the whole original log of the current branch, which `session/load` replays).

@@ -3,10 +3,12 @@
 Owns the connection, its settings (WAL, `synchronous`, `busy_timeout`, foreign keys), the file's
 permissions, and the SQL of every read and write of the protocol (docs/architecture.md,
 Storage). The schema and its upgrades are `migrations.py`'s; turning rows into records is
-`rows.py`'s; the wording of errors is `faults.py`'s.
+`rows.py`'s; the wording of errors is `faults.py`'s; the lock and the shape of each transaction
+(and `group()`, many writes in one commit) are `transactions.py`'s.
 
 Invariants:
-- Every write is one short `BEGIN IMMEDIATE` transaction, committed whole or rolled back whole.
+- Every write is one short `BEGIN IMMEDIATE` transaction (or, inside `group()`, a savepoint of
+  the group's), committed whole or rolled back whole.
   `append_message` numbers the message (`seq` = last + 1) inside its transaction, so two
   processes appending to one session still get distinct, gap-free numbers, and it is durable
   when it returns (see "Durability"): a SIGKILL, a crash or a power cut loses at most the
@@ -33,8 +35,9 @@ small against a model turn; a lost tail after a power cut would only be what a k
 commits leaves anyway (an orphan `tool_use` at worst, which the outbound repair handles).
 
 Threads: the connection is opened with `check_same_thread=False` and every call is serialised
-by one lock, so a store may be created on one thread and used on another (that is what
-`AsyncStore` does: built on the loop thread, used on its worker).
+by one lock (`transactions.py`), so a store may be created on one thread and used on another
+(that is what `AsyncStore` does: built on the loop thread, used on its writer thread, which
+commits the appends queued behind each other as one group: one fsync for all of them).
 """
 
 from __future__ import annotations
@@ -44,9 +47,8 @@ import datetime as _dt
 import json
 import os
 import sqlite3
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Final
 
@@ -55,7 +57,6 @@ from defect_core.listing import SessionPage, SessionSummary
 from defect_core.log import get_logger
 from defect_core.model import Message
 from defect_core.store import rows, tree
-from defect_core.store.faults import storage_error
 from defect_core.store.migrations import MIGRATIONS, Migration, check_version, migrate, numbered
 from defect_core.store.paths import default_store_path
 from defect_core.store.protocol import UNSET, Unset
@@ -72,6 +73,7 @@ from defect_core.store.records import (
     now_iso,
 )
 from defect_core.store.schema import SESSION_TABLES
+from defect_core.store.transactions import Transactions
 
 log = get_logger("defect.store")
 
@@ -84,8 +86,9 @@ MAX_PAGE_SIZE: Final = 1000
 """`list` never returns more than this many sessions per page."""
 
 
-class SqliteStore:
-    """A `SessionStore` in one SQLite file (WAL). Thread-safe; one connection, one lock."""
+class SqliteStore(Transactions):
+    """A `SessionStore` in one SQLite file (WAL). Thread-safe; one connection, one lock (its
+    transactions, and `group()` for many writes in one commit, are `Transactions`')."""
 
     def __init__(
         self,
@@ -100,7 +103,7 @@ class SqliteStore:
         self.busy_timeout = busy_timeout
         self._clock = clock
         self._migrations = numbered(migrations)
-        self._lock = threading.Lock()
+        super().__init__()
         level = (synchronous or os.environ.get(SYNC_ENV) or DEFAULT_SYNCHRONOUS).upper()
         if level not in {"FULL", "NORMAL", "EXTRA", "OFF"}:
             raise ValueError(f"unknown synchronous level {level!r} (FULL or NORMAL)")
@@ -155,49 +158,6 @@ class SqliteStore:
             return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
     # -- plumbing --
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise StorageError(f"the session store {self.path} is closed")
-        return self._conn
-
-    @contextmanager
-    def _write(self, what: str) -> Iterator[sqlite3.Connection]:
-        """One short write transaction, committed on success and rolled back whole on failure."""
-        with self._lock:
-            conn = self._connection()
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.rollback()
-                    raise
-            except sqlite3.Error as exc:
-                raise self._error(exc, what) from exc
-
-    @contextmanager
-    def _read(self, what: str, *, snapshot: bool = False) -> Iterator[sqlite3.Connection]:
-        """Reads; with `snapshot`, inside one read transaction (a consistent view under WAL)."""
-        with self._lock:
-            conn = self._connection()
-            try:
-                if not snapshot:
-                    yield conn
-                    return
-                conn.execute("BEGIN")
-                try:
-                    yield conn
-                finally:
-                    if conn.in_transaction:
-                        conn.rollback()  # a read transaction has nothing to commit
-            except sqlite3.Error as exc:
-                raise self._error(exc, what) from exc
-
-    def _error(self, exc: sqlite3.Error, what: str) -> StorageError:
-        return storage_error(exc, what, self.path, self.busy_timeout)
 
     @staticmethod
     def _bump(conn: sqlite3.Connection, session_id: str, now: str) -> str:
