@@ -79,8 +79,8 @@ from defect_core.session.notices import opening_notices
 from defect_core.session.permissions import SessionPermissions
 from defect_core.session.persistence import (
     ReplayStateWriter,
+    ToolCallSnapshots,
     server_summary,
-    tool_call_snapshots,
 )
 from defect_core.session.plan import SessionPlan
 from defect_core.session.protocol import (
@@ -90,7 +90,6 @@ from defect_core.session.protocol import (
     InvalidOption,
     McpServerSpec,
     SessionSummary,
-    ToolCallSnapshot,
     TurnError,
     TurnInProgress,
 )
@@ -246,8 +245,8 @@ class DefaultSession:
     def transcript(self) -> list[Message]:
         return list(self._transcript)
 
-    def tool_calls(self) -> dict[str, ToolCallSnapshot]:
-        return tool_call_snapshots(self._tool_calls)
+    def tool_calls(self) -> ToolCallSnapshots:
+        return ToolCallSnapshots(dict(self._tool_calls))
 
     def current_plan(self) -> tuple[PlanEntry, ...]:
         return self.plan.entries

@@ -19,8 +19,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from pydantic_core import from_json
 
 from defect_core.errors import StorageError
 from defect_core.log import get_logger
@@ -75,10 +78,10 @@ def session_from_rows(
     path: Path,
     session_id: str,
     row: tuple[Any, ...],
-    branch: list[tuple[int, str, int, bytes]],
+    branch: Iterable[tuple[int, str, int, bytes]],
     cut: int | None,
     checkpoint_rows: list[tuple[int, bytes]],
-    tool_rows: list[tuple[Any, ...]],
+    tool_rows: Iterable[tuple[Any, ...]],
 ) -> StoredSession:
     """The session the rows of `SqliteStore.load` hold (`path` is named in errors)."""
 
@@ -91,9 +94,9 @@ def session_from_rows(
         return CorruptSession(text, session_id, where)
 
     def parse_json(blob: bytes | None, where: str) -> Any:
-        try:
-            return None if blob is None else json.loads(blob)
-        except (ValueError, UnicodeDecodeError) as exc:
+        try:  # pydantic-core's reader: the same values as `json.loads`, several times faster
+            return None if blob is None else from_json(blob)
+        except ValueError as exc:
             raise corrupt(where, str(exc)) from None
 
     def parse_message(blob: bytes, where: str) -> Message:
