@@ -90,6 +90,7 @@ from defect_core.session.protocol import (
     InvalidOption,
     McpServerSpec,
     SessionSummary,
+    ToolCallSnapshot,  # noqa: F401 (this module's name for it, kept)
     TurnError,
     TurnInProgress,
 )
