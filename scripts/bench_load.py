@@ -362,9 +362,13 @@ def expected_updates(db: Path, session_id: str = SESSION_ID) -> int:
 
 
 def write_script(path: Path) -> Path:
-    """The offline model's answer: `ANSWER_WORDS` words, streamed one delta each, at once."""
+    """The offline model's answer: `ANSWER_WORDS` words, streamed one delta each, at once.
+    Its usage is given, as a real API reports it: the offline model would otherwise count
+    the whole history after the last delta (once a request, not per delta, but inside the
+    span measured)."""
     words = " ".join(f"word{n}" for n in range(ANSWER_WORDS))
-    path.write_text(json.dumps({"replies": [{"text": words}], "loop": True}))
+    usage = {"input_tokens": 1000, "output_tokens": ANSWER_WORDS}
+    path.write_text(json.dumps({"replies": [{"text": words, "usage": usage}], "loop": True}))
     return path
 
 
