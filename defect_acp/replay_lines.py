@@ -3,12 +3,13 @@
 Owns `ReplayLines`, the `project.ReplayView` that turns each shown piece of a stored
 conversation into its `session/update` line without building the schema's models: the JSON
 object a model would dump (`project.update_line`: by alias, no None, no defaults, its fields
-in the model's order) is built as a dict and written by `json`.
+in the model's order) is built as a dict and written by pydantic-core's own JSON writer, the
+one `model_dump_json` uses (same escapes, same floats, a non-finite one as null).
 
 Invariant: every line is the line `project.update_line` writes for the update
 `project.UpdateModels` builds from the same piece - byte for byte, which tests check for every
-kind of piece. A piece `json` cannot write as strictly (a non-finite float, a lone surrogate,
-a value that is not JSON) goes through the models and `update_line`, which mend it.
+kind of piece. A piece the writer refuses (a lone surrogate, a value that is not JSON) goes
+through the models and `update_line`, which mend it or fail as they always did.
 
 Why: a long session replays a hundred thousand updates; validating a model for each, then
 dumping it, cost several times what the replay's JSON itself costs (scripts/bench_load.py).
@@ -20,28 +21,28 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from pydantic_core import to_json
+
 from defect_acp import project
 from defect_core import events as ev
 from defect_core.model import ImageBlock
 
 _HEAD = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
-_encode: Callable[[Any], str] = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), allow_nan=False
-).encode
+_TAIL = b"}}\n"
 
 
 class ReplayLines:
     """The protocol line of each replayed update of one session (None: nothing to write)."""
 
     def __init__(self, session_id: str) -> None:
-        self._head = f'{_HEAD}{json.dumps(session_id)},"update":'
+        self._head = f'{_HEAD}{json.dumps(session_id)},"update":'.encode()
         self._session_id = session_id
         self._models = project.UpdateModels()
 
     def _line(self, update: dict[str, Any], model: Callable[[], project.Update]) -> bytes | None:
         try:
-            return f"{self._head}{_encode(update)}}}}}\n".encode()
-        except (ValueError, TypeError, UnicodeEncodeError):
+            return self._head + to_json(update, inf_nan_mode="null") + _TAIL
+        except ValueError:  # PydanticSerializationError: not JSON, or not UTF-8 (a surrogate)
             return project.update_line(self._session_id, model())
 
     def user_text(self, text: str) -> bytes | None:

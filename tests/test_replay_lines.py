@@ -1,6 +1,6 @@
 """A replay's protocol lines, written straight (`defect_acp/replay_lines.py`), are the lines the
 schema's models give (`project.UpdateModels` + `project.update_line`), byte for byte, for every
-kind of piece a stored conversation shows — and the same when `json` cannot write a piece."""
+kind of piece a stored conversation shows — and the same when the writer refuses a piece."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def test_every_piece_is_the_line_the_models_give() -> None:
     assert kinds[:4] == ["user_message_chunk"] * 3 + ["agent_thought_chunk"]
 
 
-def test_pieces_json_cannot_write_go_through_the_models() -> None:
+def test_pieces_the_writer_refuses_go_through_the_models() -> None:
     transcript, snapshots, subagents = conversation()
     lines = list(project.iter_replay(transcript, snapshots, ReplayLines(SID), subagents))
     by_id = {
