@@ -412,15 +412,14 @@ def iter_replay(
     `update_plan` call shows no card (`SHOWN_BY_THEIR_EVENT`) unless it was refused; the plan
     itself follows the history (`updates.replay`).
     """
-    results: dict[str, ToolResultBlock] = {
-        b.tool_use_id: b for m in transcript for b in m.content if isinstance(b, ToolResultBlock)
-    }
-    searches: dict[str, WebSearchResultBlock] = {
-        b.tool_use_id: b
-        for m in transcript
-        for b in m.content
-        if isinstance(b, WebSearchResultBlock)
-    }
+    results: dict[str, ToolResultBlock] = {}
+    searches: dict[str, WebSearchResultBlock] = {}
+    for m in transcript:
+        for b in m.content:
+            if isinstance(b, ToolResultBlock):
+                results[b.tool_use_id] = b
+            elif isinstance(b, WebSearchResultBlock):
+                searches[b.tool_use_id] = b
     for message in transcript:
         for block in message.content:
             if message.role == "user":

@@ -10,8 +10,9 @@ cannot be read raises `CorruptSession` naming the session and the row (`message 
 `tool call row 'tc_1' (content)`) and changes nothing on disk; a tool kind this defect does not
 know loads as "other" (a newer defect may have written it).
 
-Parsing runs with Python's cycle collector paused (`_collector_paused`): a long session is
-millions of fresh objects, and each full collection on the way would walk them all again.
+Parsing runs with Python's cycle collector paused, and what it made is frozen out of the
+collector's reach afterwards (`_collector_paused`): a long session is millions of objects that
+live as long as it does, and each full collection would walk them all again.
 
 Why apart from `sqlite.py`: the SQL and the parsing change for different reasons, and the
 parsing is the slow part of a load, worth reading on its own.
@@ -81,14 +82,19 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
 
 @contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Python's cycle collector off while a session is parsed: a long session makes millions
-    of objects, none of them garbage yet, and each full collection on the way walks all of
-    them again (on 100k messages, half the load's time). Freed by reference count as ever."""
+    """Python's cycle collector off while a session is parsed, and what it parsed moved out
+    of its reach once parsed (`gc.freeze`). A long session is millions of objects that live
+    as long as the session: each collection on the way would walk all of them again (on 100k
+    messages, half the load's time), and so would every full collection after, wherever it
+    falls - in the middle of a streamed answer, say. Frozen objects are still freed by
+    reference count when the session lets them go; only a reference cycle among them would
+    outlive it, and messages hold none."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        gc.freeze()
         if enabled:
             gc.enable()
 
