@@ -4,7 +4,9 @@ Owns the JSON a column holds (`dumps`, `message_json`), the `list` cursor (`enco
 `decode_cursor`) and `session_from_rows`, which turns the rows of one session into a
 `StoredSession` (history = last checkpoint + the messages after it; transcript = the log).
 
-Invariants: nothing here touches the database, so parsing runs outside the store's lock; a
+Invariants: nothing here runs SQL (`session_from_rows` reads the rows it is handed, cursors
+included: `SqliteStore.load` hands them over inside its read transaction, so a long session's
+raw bodies are parsed one by one as they are read, never all held at once); a
 value that cannot be written is a `StorageError` before any transaction starts; a row that
 cannot be read raises `CorruptSession` naming the session and the row (`message row seq 7`,
 `tool call row 'tc_1' (content)`) and changes nothing on disk; a tool kind this defect does not
