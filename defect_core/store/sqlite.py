@@ -553,8 +553,7 @@ class SqliteStore:
                 " FROM tool_calls WHERE session_id = ? ORDER BY rowid",
                 (session_id,),
             )
-            # Parsed as the rows are read (inside the read transaction): a long session's
-            # raw bodies are never all held beside what they decode to.
+            # Parsed as read: a long session's raw bodies are never all held at once.
             return rows.session_from_rows(
                 self.path, session_id, row, branch, cut, checkpoint_rows, tool_rows
             )
