@@ -32,6 +32,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +78,7 @@ from defect_core.session.checkpointing import MessageId, SessionCheckpoints
 from defect_core.session.commands import CommandBook, answer_command, slash_command
 from defect_core.session.notices import opening_notices
 from defect_core.session.permissions import SessionPermissions
-from defect_core.session.persistence import (
-    ReplayStateWriter,
-    ToolCallSnapshots,
-    server_summary,
-)
+from defect_core.session.persistence import ReplayStateWriter, server_summary, tool_call_snapshots
 from defect_core.session.plan import SessionPlan
 from defect_core.session.protocol import (
     AgentError,
@@ -90,7 +87,7 @@ from defect_core.session.protocol import (
     InvalidOption,
     McpServerSpec,
     SessionSummary,
-    ToolCallSnapshot,  # noqa: F401 (this module's name for it, kept)
+    ToolCallSnapshot,
     TurnError,
     TurnInProgress,
 )
@@ -246,8 +243,8 @@ class DefaultSession:
     def transcript(self) -> list[Message]:
         return list(self._transcript)
 
-    def tool_calls(self) -> ToolCallSnapshots:
-        return ToolCallSnapshots(dict(self._tool_calls))
+    def tool_calls(self) -> Mapping[str, ToolCallSnapshot]:
+        return tool_call_snapshots(self._tool_calls)
 
     def current_plan(self) -> tuple[PlanEntry, ...]:
         return self.plan.entries

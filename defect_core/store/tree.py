@@ -22,7 +22,6 @@ cross from a fork into its origin; `seq` stays each session's own count (the pro
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -101,7 +100,7 @@ def read_branch(
 def _is_chain(links: list[tuple[int, int | None]], head: int) -> bool:
     if not links or links[0][1] is not None or links[-1][0] != head:
         return False
-    return all(link[1] == before[0] for before, link in itertools.pairwise(links))
+    return all(links[n][1] == links[n - 1][0] for n in range(1, len(links)))
 
 
 def append_node(conn: sqlite3.Connection, session_id: str, seq: int, now: str, body: str) -> int:
