@@ -11,9 +11,11 @@ here is what the protocol's schema allows.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 from acp import schema as s
 from acp.helpers import (
@@ -188,16 +190,12 @@ def config_update(options: Sequence[ConfigOption]) -> s.ConfigOptionUpdate:
     )
 
 
-def displays(content: Sequence[ev.ToolDisplay], replayed_output: str | None = None) -> list[Any]:
-    """ACP tool-call content. Live, a terminal is shown by its id; in a replay
-    (`replayed_output` given: the result the model read) the terminal was released long ago,
-    so what the command printed is shown as text instead."""
+def displays(content: Sequence[ev.ToolDisplay]) -> list[Any]:
+    """ACP tool-call content. A terminal is shown by its id (a replay, long after it was
+    released, shows what the command printed instead: `_replayed_displays`)."""
     out: list[Any] = []
     for item in content:
-        if isinstance(item, ev.TerminalDisplay) and replayed_output is not None:
-            text = item.output if item.output is not None else replayed_output
-            out.append(tool_content(s.TextContentBlock(type="text", text=text)))
-        elif isinstance(item, ev.TextDisplay):
+        if isinstance(item, ev.TextDisplay):
             out.append(tool_content(s.TextContentBlock(type="text", text=item.text)))
         elif isinstance(item, ev.DiffDisplay):
             out.append(tool_diff_content(item.path, item.new_text, item.old_text))
@@ -310,10 +308,75 @@ def update_line(session_id: str, update: Update) -> bytes | None:
 
 # --- replay (session/load) ----------------------------------------------------------------
 
+T_co = TypeVar("T_co", covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedCall:
+    """A tool call as a replay shows it: its last known state, its content resolved for a
+    replay (a terminal released long ago is shown by what it printed)."""
+
+    tool_call_id: str
+    title: str
+    kind: ev.ToolKind
+    status: ev.ToolStatus
+    content: tuple[ev.ToolDisplay, ...] = ()
+    locations: tuple[ev.Location, ...] = ()
+    raw_input: Any = None
+    raw_output: Any = None
+
+
+class ReplayView(Protocol[T_co]):
+    """What each shown piece of a replayed conversation becomes: the schema's update models
+    (`UpdateModels`, the reference) or, for a long replay, its protocol lines straight
+    (`defect_acp/replay_lines.py`, which must write what `update_line` writes of the model)."""
+
+    def user_text(self, text: str) -> T_co: ...
+
+    def user_image(self, block: ImageBlock) -> T_co: ...
+
+    def agent_text(self, text: str) -> T_co: ...
+
+    def thought(self, text: str) -> T_co: ...
+
+    def tool_call(self, call: ReplayedCall) -> T_co: ...
+
+
+class UpdateModels:
+    """The `ReplayView` that builds each update with the schema's models."""
+
+    def user_text(self, text: str) -> Update:
+        return _user_chunk(s.TextContentBlock(type="text", text=text))
+
+    def user_image(self, block: ImageBlock) -> Update:
+        image = s.ImageContentBlock(
+            type="image", data=block.data or "", mime_type=block.media_type or "", uri=block.url
+        )
+        return _user_chunk(image)
+
+    def agent_text(self, text: str) -> Update:
+        return update_agent_message_text(text)
+
+    def thought(self, text: str) -> Update:
+        return update_agent_thought_text(text)
+
+    def tool_call(self, call: ReplayedCall) -> Update:
+        return s.ToolCallStart(
+            session_update="tool_call",
+            tool_call_id=call.tool_call_id,
+            title=call.title,
+            kind=call.kind,
+            status=call.status,
+            content=displays(call.content) or None,
+            locations=locations(call.locations) or None,
+            raw_input=call.raw_input,
+            raw_output=call.raw_output,
+        )
+
 
 def replay_updates(
     transcript: Sequence[Message],
-    tool_calls: dict[str, ToolCallSnapshot],
+    tool_calls: Mapping[str, ToolCallSnapshot],
     subagents: dict[str, str] | None = None,
 ) -> list[Update]:
     """The whole conversation as the updates a client saw live, in order (a list)."""
@@ -322,11 +385,22 @@ def replay_updates(
 
 def iter_replay_updates(
     transcript: Sequence[Message],
-    tool_calls: dict[str, ToolCallSnapshot],
+    tool_calls: Mapping[str, ToolCallSnapshot],
     subagents: dict[str, str] | None = None,
 ) -> Iterator[Update]:
-    """The whole conversation as the updates a client saw live, in order, each made only
-    when it is asked for (a long session's replay is sent while it is being projected).
+    """`iter_replay` as the schema's update models."""
+    return iter_replay(transcript, tool_calls, UpdateModels(), subagents)
+
+
+def iter_replay(
+    transcript: Sequence[Message],
+    tool_calls: Mapping[str, ToolCallSnapshot],
+    view: ReplayView[T_co],
+    subagents: dict[str, str] | None = None,
+) -> Iterator[T_co]:
+    """The whole conversation as the updates a client saw live, in order, each made (by
+    `view`) only when it is asked for (a long session's replay is sent while it is being
+    projected).
 
     User text and images, agent text and thoughts, every tool call with its title, kind,
     last known status and content (diffs included), and every search the provider ran (from
@@ -338,59 +412,48 @@ def iter_replay_updates(
     `update_plan` call shows no card (`SHOWN_BY_THEIR_EVENT`) unless it was refused; the plan
     itself follows the history (`updates.replay`).
     """
-    results: dict[str, ToolResultBlock] = {
-        b.tool_use_id: b for m in transcript for b in m.content if isinstance(b, ToolResultBlock)
-    }
-    searches: dict[str, WebSearchResultBlock] = {
-        b.tool_use_id: b
-        for m in transcript
-        for b in m.content
-        if isinstance(b, WebSearchResultBlock)
-    }
+    results: dict[str, ToolResultBlock] = {}
+    searches: dict[str, WebSearchResultBlock] = {}
+    for m in transcript:
+        for b in m.content:
+            if isinstance(b, ToolResultBlock):
+                results[b.tool_use_id] = b
+            elif isinstance(b, WebSearchResultBlock):
+                searches[b.tool_use_id] = b
     for message in transcript:
         for block in message.content:
             if message.role == "user":
                 if isinstance(block, TextBlock):
-                    yield _user_chunk(s.TextContentBlock(type="text", text=block.text))
+                    yield view.user_text(block.text)
                 elif isinstance(block, ImageBlock):
-                    image = s.ImageContentBlock(
-                        type="image",
-                        data=block.data or "",
-                        mime_type=block.media_type or "",
-                        uri=block.url,
-                    )
-                    yield _user_chunk(image)
+                    yield view.user_image(block)
             elif isinstance(block, TextBlock):
-                yield update_agent_message_text(block.text)
+                yield view.agent_text(block.text)
             elif isinstance(block, ThinkingBlock):
-                yield update_agent_thought_text(block.thinking)
+                yield view.thought(block.thinking)
             elif isinstance(block, RedactedThinkingBlock):
                 continue
             elif isinstance(block, ToolUseBlock):
                 result = results.get(block.id)
                 if block.name in SHOWN_BY_THEIR_EVENT and (result is None or not result.is_error):
                     continue
-                update = _replayed_call(block, tool_calls.get(block.id), result)
+                call = _replayed_call(block, tool_calls.get(block.id), result)
                 if subagents and block.id in subagents:
-                    text = s.TextContentBlock(type="text", text=subagents[block.id])
-                    update.content = [tool_content(text)]
-                yield update
+                    call = dataclasses.replace(call, content=(ev.TextDisplay(subagents[block.id]),))
+                yield view.tool_call(call)
             elif isinstance(block, ServerToolUseBlock):
-                yield _replayed_search(block, searches.get(block.id))
+                yield view.tool_call(_replayed_search(block, searches.get(block.id)))
 
 
-def _replayed_search(
-    use: ServerToolUseBlock, result: WebSearchResultBlock | None
-) -> s.ToolCallStart:
+def _replayed_search(use: ServerToolUseBlock, result: WebSearchResultBlock | None) -> ReplayedCall:
     """A search the provider ran, as it was shown live: from its blocks alone."""
     succeeded, text = search_outcome(result)
-    return s.ToolCallStart(
-        session_update="tool_call",
+    return ReplayedCall(
         tool_call_id=use.id,
         title=search_title(use),
         kind="search",
         status="completed" if succeeded else "failed",
-        content=[tool_content(s.TextContentBlock(type="text", text=text))],
+        content=(ev.TextDisplay(text),),
         raw_input=use.input,
     )
 
@@ -401,34 +464,44 @@ def _user_chunk(content: Any) -> s.UserMessageChunk:
 
 def _replayed_call(
     use: ToolUseBlock, snap: ToolCallSnapshot | None, result: ToolResultBlock | None
-) -> s.ToolCallStart:
+) -> ReplayedCall:
     if snap is None:
         status: ev.ToolStatus = "pending"
         if result is not None:
             status = "failed" if result.is_error else "completed"
-        return s.ToolCallStart(
-            session_update="tool_call",
-            tool_call_id=use.id,
-            title=use.name,
-            kind="other",
-            status=status,
-            raw_input=use.input,
+        return ReplayedCall(
+            tool_call_id=use.id, title=use.name, kind="other", status=status, raw_input=use.input
         )
     status = snap.status
     if result is None and status in ("completed", "failed"):
         # It finished, but the process died before its result reached history: the model
         # will be told it was interrupted, so the user must not see it as closed either.
         status = "in_progress"
-    return s.ToolCallStart(
-        session_update="tool_call",
+    return ReplayedCall(
         tool_call_id=use.id,
         title=snap.title,
         kind=snap.kind,
         status=status,
-        content=displays(snap.content, _result_text(result)) or None,
-        locations=locations(snap.locations) or None,
+        content=_replayed_displays(snap.content, result),
+        locations=tuple(snap.locations),
         raw_input=snap.raw_input or use.input,
         raw_output=snap.raw_output,
+    )
+
+
+def _replayed_displays(
+    content: Sequence[ev.ToolDisplay], result: ToolResultBlock | None
+) -> tuple[ev.ToolDisplay, ...]:
+    """`content` as a replay shows it: a terminal (released long ago) by what the command
+    printed, else by the result the model read (`displays`, `replayed_output`)."""
+    if not any(isinstance(item, ev.TerminalDisplay) for item in content):
+        return tuple(content)
+    printed = _result_text(result)
+    return tuple(
+        ev.TextDisplay(item.output if item.output is not None else printed)
+        if isinstance(item, ev.TerminalDisplay)
+        else item
+        for item in content
     )
 
 

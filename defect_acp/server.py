@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -121,6 +122,20 @@ class DefectAgent:
             await self._transport.send_encoded(
                 [line for update in shown if (line := project.update_line(session_id, update))]
             )
+        except ConnectionError:
+            log.debug("update_dropped_connection_closed", session_id=session_id)
+
+    async def send_lines(self, session_id: str, lines: Sequence[bytes]) -> None:
+        """`session/update` lines already encoded (a replay), in order, as one write."""
+        if not lines:
+            return
+        if self._transport is None:  # no raw channel: through the SDK, one by one
+            params = [json.loads(line)["params"] for line in lines]
+            notes = [s.SessionNotification.model_validate(p) for p in params]
+            await self.send_updates(session_id, [note.update for note in notes])
+            return
+        try:
+            await self._transport.send_encoded(list(lines))
         except ConnectionError:
             log.debug("update_dropped_connection_closed", session_id=session_id)
 

@@ -24,7 +24,7 @@ Invariants:
   (`coalesce`: only when the writer is behind, and never across any other event), and writes
   the batch as one write with one flush (`UpdateSink.send_updates`). A replay goes out the
   same way, `REPLAY_BATCH` updates per write as they are built, so the first leave before the
-  last are made.
+  last are made (as protocol lines straight: `replay_lines.py`).
 
 Why apart from the server: the server maps requests to the runtime; this is the other
 direction, the stream the runtime produces, with its own ordering rules.
@@ -43,6 +43,7 @@ from acp import schema as s
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from defect_acp import project
+from defect_acp.replay_lines import ReplayLines
 from defect_core import events as ev
 from defect_core.log import get_logger
 from defect_core.session import Session
@@ -65,6 +66,10 @@ class UpdateSink(Protocol):
 
     async def send_updates(self, session_id: str, updates: Sequence[Any]) -> None:
         """Several updates of one session, in order, as one write."""
+        ...
+
+    async def send_lines(self, session_id: str, lines: Sequence[bytes]) -> None:
+        """Updates of one session already written as their protocol lines, as one write."""
         ...
 
     @property
@@ -241,11 +246,13 @@ def coalesce(events: Iterable[ev.AgentEvent]) -> list[ev.AgentEvent]:
 
 async def replay(sink: UpdateSink, session: Session) -> None:
     """Send a stored session's history as updates (`session/load`, `--resume`), in batches
-    as they are built: the first leave before the rest of the conversation is projected."""
+    as they are built: the first leave before the rest of the conversation is projected.
+    Each is written as its protocol line straight (`replay_lines.py`), not as a model."""
     views = session.subagent_views()
-    updates = project.iter_replay_updates(session.transcript(), session.tool_calls(), views)
-    while batch := list(itertools.islice(updates, REPLAY_BATCH)):
-        await sink.send_updates(session.id, batch)
+    view = ReplayLines(session.id)
+    lines = project.iter_replay(session.transcript(), session.tool_calls(), view, views)
+    while batch := list(itertools.islice(lines, REPLAY_BATCH)):
+        await sink.send_lines(session.id, [line for line in batch if line is not None])
     if plan := session.current_plan():
         await sink.send_update(session.id, project.plan_update(plan))
 

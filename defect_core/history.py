@@ -16,9 +16,10 @@ Invariants:
 - Token estimate = the real input size of the last model call (`record_input_tokens`) plus a
   bytes/4 estimate of what was appended since; with no baseline (new, or just rewritten) the
   whole list is estimated the same way; `None` when empty. Images count a fixed 2,000.
-  (bytes, not characters: CJK text is not underestimated.) Each message is estimated once, when it
-  enters the list, and a running
-  total is kept, so `token_estimate` is O(1) with or without a baseline.
+  (bytes, not characters: CJK text is not underestimated.) Each message is estimated once and a
+  running total is kept, so `token_estimate` is O(1) with or without a baseline; a list given
+  whole (a loaded session, `replace`) is estimated on the first call that needs its size, not
+  when it arrives, so loading a long session does not pay for a measure no replay uses.
 
 A list that `replace` or `splice_prefix` puts aside is announced to `prefix_memo`
 (`forget_history`), so the memos of the per-request checks do not keep its messages alive.
@@ -76,7 +77,9 @@ class VecHistory:
     def __init__(self, messages: list[Message] | None = None) -> None:
         self._lock = threading.Lock()
         self._messages: list[Message] = []
-        self._estimates: list[int] = []
+        self._estimates: list[int] | None = []
+        """Each message's estimate, measured on first need (None until then): a loaded long
+        history is not measured until a turn asks for its size."""
         self._total = 0
         self._last_real_input: int | None = None
         self._est_since_baseline = 0
@@ -84,8 +87,15 @@ class VecHistory:
 
     def _set(self, messages: list[Message]) -> None:
         self._messages = messages
-        self._estimates = [estimate_message_tokens(m) for m in messages]
-        self._total = sum(self._estimates)
+        self._estimates = None if messages else []
+        self._total = 0
+
+    def _measured(self) -> list[int]:
+        """The estimates, measured now if they were not yet (call with the lock held)."""
+        if self._estimates is None:
+            self._estimates = [estimate_message_tokens(m) for m in self._messages]
+            self._total = sum(self._estimates)
+        return self._estimates
 
     def append(self, message: Message) -> None:
         estimate = estimate_message_tokens(message)
@@ -93,8 +103,9 @@ class VecHistory:
             if self._last_real_input is not None:
                 self._est_since_baseline += estimate
             self._messages.append(message)
-            self._estimates.append(estimate)
-            self._total += estimate
+            if self._estimates is not None:
+                self._estimates.append(estimate)
+                self._total += estimate
 
     def snapshot(self) -> list[Message]:
         with self._lock:
@@ -121,9 +132,10 @@ class VecHistory:
             old = self._messages
             drop = max(0, min(drop_count, len(self._messages)))
             head = estimate_message_tokens(summary)
-            self._total += head - sum(self._estimates[:drop])
+            estimates = self._measured()
+            self._total += head - sum(estimates[:drop])
             self._messages = [summary, *self._messages[drop:]]
-            self._estimates = [head, *self._estimates[drop:]]
+            self._estimates = [head, *estimates[drop:]]
             self._last_real_input = None
             self._est_since_baseline = 0
         _forget_proofs(old)
@@ -140,6 +152,7 @@ class VecHistory:
                 return self._last_real_input + self._est_since_baseline
             if not self._messages:
                 return None
+            self._measured()
             return self._total
 
     def __len__(self) -> int:

@@ -1,25 +1,38 @@
-"""Loading a long session: `session/load` of a 10,000-message session through `defect acp`.
+"""Loading long sessions: `session/load` of 10,000 and 100,000 messages through `defect acp`,
+and what a turn costs per streamed delta on such a history.
 
 What an editor waits for when it reopens a long conversation: the real `defect acp` process
 reads the session from SQLite, rebuilds its history and tool-call states, and replays the whole
 conversation as `session/update`s before it answers `session/load` (docs/architecture.md, Storage).
 
-The session is written straight into a fresh store (`SqliteStore` + `SessionRecord` +
+The sessions are written straight into fresh stores (`SqliteStore` + `SessionRecord` +
 `append_message` + `upsert_tool_call`) with realistic turns: a user prompt, assistant text
 with thinking and tool calls (read_file, edit_file, bash, search), a user message with the
-batch of tool results (file contents, diffs, command output), until the log holds 10,000
-messages; every tool call has its `ToolCallRecord` (title, kind, final status, display).
+batch of tool results (file contents, diffs, command output), until the log holds the
+count; every tool call has its `ToolCallRecord` (title, kind, final status, display).
 
 Each run spawns `python -m defect_acp acp` and times, on the client side (raw JSON lines over
 pipes, no SDK, so the figures are the agent's own):
 - spawn → `initialize` answered (process start-up, reference),
 - `session/load` sent → answered, with every replayed update read off the pipe (the
-  load + replay part; target ≤ 1.5 s),
-- spawn → `session/load` answered (what the editor waits for in all).
-Median of 5 runs (`--runs N`), after one untimed warm-up run. The replay is checked for
-completeness (every message and tool call shown) so a fast but truncated replay cannot pass.
+  load + replay part): 10k messages (target ≤ 400 ms), 100k messages (target ≤ 4 s),
+- `session/load` sent → first `session/update` read (target ≤ 100 ms on 100k: the replay
+  streams while the rest is read),
+- the agent's peak RSS (VmHWM) once the 100k load is answered (target ≤ 250 MB),
+- spawn → `session/load` answered (what the editor waits for in all, reference).
+Then a turn on the loaded history: the offline model (`scripted`, no network) streams a
+3,000-word answer as fast as it can, and the time from its first `agent_message_chunk` to
+its last, per delta, is measured on the 100k-message history and on a 100-message one in
+the same run (the floor): the target is that the long history costs no more per delta
+(≤ 1.5× the short one), i.e. nothing per delta is O(history). The per-request work (the
+history handed to the model) is outside that span. Compaction is kept out of the way by a
+context window large enough for the 100k history (`.defect/config.toml`).
 
-Usage: python scripts/bench_load.py [--runs N] [--messages N] [--json PATH]
+Medians: 5 runs of 10k, 3 of 100k, 2 turns each (`--runs`, `--long-runs`), after one
+untimed warm-up run of each load. Every replay is checked for completeness (every message and
+tool call shown) so a fast but truncated replay cannot pass.
+
+Usage: python scripts/bench_load.py [--runs N] [--messages N] [--long N] [--quick] [--json PATH]
 Exit status 0 regardless of the figures (a loaded machine must not fail a build on timing).
 """
 
@@ -58,10 +71,24 @@ from defect_core.store import (  # noqa: E402
     tool_display_to_json,
 )
 
-TARGET_SECONDS = 1.5
+TARGET_SECONDS = 0.4
+"""Load + replay of the 10k-message session."""
+TARGET_LONG_SECONDS = 4.0
+"""Load + replay of the 100k-message session."""
+TARGET_FIRST_UPDATE = 0.1
+"""`session/load` sent → first replayed update, on the 100k-message session."""
+TARGET_RSS_MB = 250.0
+TARGET_DELTA_RATIO = 1.5
+"""Per-delta cost on the 100k history ÷ on the 100-message one."""
 SESSION_ID = "sess_bench_load_10k"
+LONG_ID = "sess_bench_load_long"
+SHORT_ID = "sess_bench_load_short"
 PROVIDER = "anthropic"
 MODEL = "claude-sonnet-4-5"
+OFFLINE_PROVIDER = "scripted"  # the turns need a model: the offline one, no network
+OFFLINE_MODEL = "offline"
+SHORT_MESSAGES = 100
+ANSWER_WORDS = 3000
 
 # --- a realistic conversation ----------------------------------------------------------------
 
@@ -125,17 +152,24 @@ def _call(turn: int, slot: int, session_id: str, cwd: Path) -> _Call:
     return _Call(use, ToolResultBlock(tool_use_id=call_id, content=text), record)
 
 
-def build_session(db: Path, cwd: Path, messages: int) -> tuple[int, int]:
+def build_session(
+    db: Path,
+    cwd: Path,
+    messages: int,
+    session_id: str = SESSION_ID,
+    provider: str = PROVIDER,
+    model: str = MODEL,
+) -> tuple[int, int]:
     """Write the session; returns (messages written, tool calls written)."""
     written = calls = 0
     # The build is set-up, not the thing measured: skip the per-commit fsync.
     with SqliteStore(db, synchronous="OFF") as store:
         store.create(
             SessionRecord(
-                id=SESSION_ID,
+                id=session_id,
                 cwd=str(cwd),
-                provider=PROVIDER,
-                model=MODEL,
+                provider=provider,
+                model=model,
                 mode="ask",
                 title="Refactor the totals computation across modules",
             )
@@ -143,7 +177,7 @@ def build_session(db: Path, cwd: Path, messages: int) -> tuple[int, int]:
 
         def append(role: Role, content: list[ContentBlock]) -> None:
             nonlocal written
-            store.append_message(SESSION_ID, Message(role=role, content=tuple(content)))
+            store.append_message(session_id, Message(role=role, content=tuple(content)))
             written += 1
 
         turn = 0
@@ -160,7 +194,7 @@ def build_session(db: Path, cwd: Path, messages: int) -> tuple[int, int]:
             rounds = 2 if remaining >= 6 else 1 if remaining >= 4 else 0
             for step in range(rounds):
                 batch = [
-                    _call(turn, step * 3 + slot, SESSION_ID, cwd)
+                    _call(turn, step * 3 + slot, session_id, cwd)
                     for slot in range(1 + (turn + step) % 3)
                 ]
                 assistant: list[ContentBlock] = []
@@ -190,78 +224,135 @@ def build_session(db: Path, cwd: Path, messages: int) -> tuple[int, int]:
 # --- one run of the real agent -------------------------------------------------------------
 
 
-def _env(state: Path) -> dict[str, str]:
+def _env(state: Path, script: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEFECT_", "ANTHROPIC_"))}
     env["PYTHONPATH"] = str(REPO)
     env["DEFECT_STATE_DIR"] = str(state)
     env["DEFECT_LOG_LEVEL"] = "warning"
+    env["XDG_CONFIG_HOME"] = str(state / "config")  # no user configuration in the figures
+    if script is not None:
+        env["DEFECT_SCRIPT"] = str(script)
     return env
 
 
-def _send(proc: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
-    assert proc.stdin is not None
-    proc.stdin.write((json.dumps(message) + "\n").encode())
-    proc.stdin.flush()
+@dataclass
+class Seen:
+    """What came before an answer: updates, and when (perf_counter; 0.0: never)."""
+
+    updates: int = 0
+    first: float = 0.0
+    first_watched: float = 0.0
+    last_watched: float = 0.0
+    answered: float = 0.0
 
 
-def _await_answer(proc: subprocess.Popen[bytes], request_id: int) -> tuple[dict[str, Any], int]:
-    """Read until the answer to `request_id`; returns it and how many updates came before."""
-    assert proc.stdout is not None
-    updates = 0
-    while True:
-        raw = proc.stdout.readline()
-        if not raw:
-            raise RuntimeError("the agent closed stdout before answering")
-        if b'"session/update"' in raw:  # a notification: counted, not parsed (client cost)
-            updates += 1
-            continue
-        message = json.loads(raw)
-        if message.get("id") == request_id and "method" not in message:
-            if "error" in message:
-                raise RuntimeError(f"request {request_id} failed: {message['error']}")
-            return message, updates
+class Agent:
+    """One `defect acp` process, spoken to in raw JSON lines."""
 
+    def __init__(self, state: Path, cwd: Path, script: Path | None = None) -> None:
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "defect_acp", "acp"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_env(state, script),
+            cwd=str(cwd),
+        )
+        self.cwd = cwd
+        self._next_id = 0
 
-def one_run(state: Path, cwd: Path) -> dict[str, float]:
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "defect_acp", "acp"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=_env(state),
-        cwd=str(cwd),
-    )
-    try:
-        init = {"protocolVersion": 1}
-        _send(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
-        _await_answer(proc, 1)
-        t_init = time.perf_counter()
-        load = {"cwd": str(cwd), "sessionId": SESSION_ID, "mcpServers": []}
-        _send(proc, {"jsonrpc": "2.0", "id": 2, "method": "session/load", "params": load})
-        _, updates = _await_answer(proc, 2)
-        t_load = time.perf_counter()
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
+    def send(self, method: str, params: dict[str, Any]) -> int:
+        assert self.proc.stdin is not None
+        self._next_id += 1
+        message = {"jsonrpc": "2.0", "id": self._next_id, "method": method, "params": params}
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.flush()
+        return self._next_id
+
+    def answer(self, request_id: int, watch: bytes = b"") -> Seen:
+        """Read until the answer to `request_id`, noting the updates that came before it."""
+        assert self.proc.stdout is not None
+        seen = Seen()
+        while True:
+            raw = self.proc.stdout.readline()
+            if not raw:
+                raise RuntimeError("the agent closed stdout before answering")
+            if b'"session/update"' in raw:  # a notification: counted, not parsed (client cost)
+                now = time.perf_counter()
+                seen.updates += 1
+                seen.first = seen.first or now
+                if watch and watch in raw:
+                    seen.first_watched = seen.first_watched or now
+                    seen.last_watched = now
+                continue
+            message = json.loads(raw)
+            if message.get("id") == request_id and "method" not in message:
+                if "error" in message:
+                    raise RuntimeError(f"request {request_id} failed: {message['error']}")
+                seen.answered = time.perf_counter()
+                return seen
+
+    def peak_rss_mb(self) -> float:
+        status = Path(f"/proc/{self.proc.pid}/status")
+        for line in status.read_text().splitlines() if status.exists() else []:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")  # not Linux: no figure
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
         try:
-            proc.wait(timeout=10)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            self.proc.kill()
+            self.proc.wait()
+
+
+def load_run(state: Path, cwd: Path, session_id: str) -> dict[str, float]:
+    """Spawn, initialize, load `session_id`; the timings, the update count and the RSS."""
+    agent = Agent(state, cwd)
+    try:
+        agent.answer(agent.send("initialize", {"protocolVersion": 1}))
+        t_init = time.perf_counter()
+        load = {"cwd": str(cwd), "sessionId": session_id, "mcpServers": []}
+        seen = agent.answer(agent.send("session/load", load))
+        t_load = seen.answered
+        rss = agent.peak_rss_mb()
+    finally:
+        agent.close()
     return {
-        "init": t_init - start,
+        "init": t_init - agent.started,
         "load": t_load - t_init,
-        "total": t_load - start,
-        "updates": float(updates),
+        "first": (seen.first or t_load) - t_init,
+        "total": t_load - agent.started,
+        "updates": float(seen.updates),
+        "rss": rss,
     }
 
 
-def expected_updates(db: Path) -> int:
+def delta_run(state: Path, cwd: Path, session_id: str, script: Path) -> float:
+    """Seconds per streamed delta of a 3,000-word answer on `session_id`'s history."""
+    agent = Agent(state, cwd, script)
+    try:
+        agent.answer(agent.send("initialize", {"protocolVersion": 1}))
+        load = {"cwd": str(cwd), "sessionId": session_id, "mcpServers": []}
+        agent.answer(agent.send("session/load", load))
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "Go on."}]}
+        seen = agent.answer(agent.send("session/prompt", prompt), b"agent_message_chunk")
+    finally:
+        agent.close()
+    if not seen.first_watched:
+        raise RuntimeError("the turn streamed no answer")
+    return (seen.last_watched - seen.first_watched) / (ANSWER_WORDS - 1)
+
+
+def expected_updates(db: Path, session_id: str = SESSION_ID) -> int:
     """What a complete replay shows: one update per user text, agent text, thought and tool
     call (tool results are shown through their tool call, not on their own)."""
     with SqliteStore(db) as store:
-        stored = store.load(SESSION_ID)
+        stored = store.load(session_id)
     count = 0
     for message in stored.transcript:
         for block in message.content:
@@ -270,37 +361,75 @@ def expected_updates(db: Path) -> int:
     return count
 
 
+def write_script(path: Path) -> Path:
+    """The offline model's answer: `ANSWER_WORDS` words, streamed one delta each, at once.
+    Its usage is given, as a real API reports it: the offline model would otherwise count
+    the whole history after the last delta (once a request, not per delta, but inside the
+    span measured)."""
+    words = " ".join(f"word{n}" for n in range(ANSWER_WORDS))
+    usage = {"input_tokens": 1000, "output_tokens": ANSWER_WORDS}
+    path.write_text(json.dumps({"replies": [{"text": words, "usage": usage}], "loop": True}))
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--long-runs", type=int, default=3)
     parser.add_argument("--messages", type=int, default=10_000)
+    parser.add_argument("--long", type=int, default=100_000)
+    parser.add_argument("--quick", action="store_true", help="30k for the long session, fewer runs")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.long_runs, args.long = 3, 1, min(args.long, 30_000)
 
     with tempfile.TemporaryDirectory(prefix="defect-bench-load-") as tmp:
         root = Path(tmp)
-        state, cwd = root / "state", root / "work"
-        state.mkdir()
-        cwd.mkdir()
-        db = state / DB_FILENAME
+        state, long_state, cwd = root / "state", root / "long-state", root / "work"
+        for directory in (state, long_state, cwd / ".defect"):
+            directory.mkdir(parents=True)
+        # The turns must not compact the long history away: a window it fits in.
+        (cwd / ".defect" / "config.toml").write_text(
+            f'[context_windows]\n"{OFFLINE_MODEL}" = 2000000000\n'
+        )
+        script = write_script(root / "answer.json")
+        db, long_db = state / DB_FILENAME, long_state / DB_FILENAME
         t0 = time.perf_counter()
         written, calls = build_session(db, cwd, args.messages)
+        offline = {"provider": OFFLINE_PROVIDER, "model": OFFLINE_MODEL}
+        long_written, long_calls = build_session(long_db, cwd, args.long, LONG_ID, **offline)
+        build_session(long_db, cwd, SHORT_MESSAGES, SHORT_ID, **offline)
         built = time.perf_counter() - t0
         want = expected_updates(db)
+        want_long = expected_updates(long_db, LONG_ID)
         size_mb = sum(p.stat().st_size for p in state.iterdir()) / 1e6
+        long_mb = sum(p.stat().st_size for p in long_state.iterdir()) / 1e6
 
-        one_run(state, cwd)  # warm the page cache and the bytecode; not counted
-        runs = [one_run(state, cwd) for _ in range(args.runs)]
+        load_run(state, cwd, SESSION_ID)  # warm the page cache and the bytecode; not counted
+        runs = [load_run(state, cwd, SESSION_ID) for _ in range(args.runs)]
+        load_run(long_state, cwd, LONG_ID)
+        long_runs = [load_run(long_state, cwd, LONG_ID) for _ in range(args.long_runs)]
+        # Turns last: each adds its prompt and answer to the history it ran on.
+        long_delta: list[float] = []
+        short_delta: list[float] = []
+        for _ in range(2 if args.quick else 3):
+            short_delta.append(delta_run(long_state, cwd, SHORT_ID, script))
+            long_delta.append(delta_run(long_state, cwd, LONG_ID, script))
 
-    def med(key: str) -> float:
-        return statistics.median(r[key] for r in runs)
+    def med(results: list[dict[str, float]], key: str) -> float:
+        return statistics.median(r[key] for r in results)
 
     complete = all(int(r["updates"]) == want for r in runs)
-    load = med("load")
+    complete_long = all(int(r["updates"]) == want_long for r in long_runs)
+    load, long_load = med(runs, "load"), med(long_runs, "load")
+    first, rss = med(long_runs, "first"), max(r["rss"] for r in long_runs)
+    per_delta, per_delta_short = statistics.median(long_delta), statistics.median(short_delta)
+    ratio = per_delta / per_delta_short if per_delta_short else float("inf")
     figures: list[dict[str, Any]] = [
         {
             "name": "spawn → initialize answered",
-            "value": round(med("init") * 1000, 1),
+            "value": round(med(runs, "init") * 1000, 1),
             "unit": "ms",
             "target": "reference",
             "ok": None,
@@ -314,26 +443,57 @@ def main() -> int:
         },
         {
             "name": "spawn → session/load answered",
-            "value": round(med("total") * 1000, 1),
+            "value": round(med(runs, "total") * 1000, 1),
             "unit": "ms",
             "target": "reference",
             "ok": None,
         },
         {
             "name": "updates replayed per load",
-            "value": int(med("updates")),
+            "value": int(med(runs, "updates")),
             "unit": "",
             "target": f"= {want}",
             "ok": complete,
         },
+        {
+            "name": f"session/load + replay, {long_written} messages",
+            "value": round(long_load * 1000, 1),
+            "unit": "ms",
+            "target": f"≤ {TARGET_LONG_SECONDS * 1000:.0f} ms",
+            "ok": long_load <= TARGET_LONG_SECONDS and complete_long,
+        },
+        {
+            "name": f"load sent → first update, {long_written} msgs",
+            "value": round(first * 1000, 1),
+            "unit": "ms",
+            "target": f"≤ {TARGET_FIRST_UPDATE * 1000:.0f} ms",
+            "ok": first <= TARGET_FIRST_UPDATE,
+        },
+        {
+            "name": f"agent peak RSS, {long_written} msgs loaded",
+            "value": round(rss, 1),
+            "unit": "MB",
+            "target": f"≤ {TARGET_RSS_MB:.0f} MB",
+            "ok": rss <= TARGET_RSS_MB,
+        },
+        {
+            "name": f"turn: per delta, {long_written + 2}+ msg history",
+            "value": round(per_delta * 1e6, 1),
+            "unit": "µs",
+            "target": f"≤ {TARGET_DELTA_RATIO}× floor",
+            "floor": f"{per_delta_short * 1e6:.1f} µs on {SHORT_MESSAGES} msgs",
+            "ok": ratio <= TARGET_DELTA_RATIO,
+        },
     ]
     print(
-        f"session/load of {written} messages, {calls} tool calls ({size_mb:.1f} MB on disk, "
-        f"built in {built:.1f} s), median of {args.runs} runs"
+        f"session/load of {written} messages, {calls} tool calls ({size_mb:.1f} MB on disk) "
+        f"and of {long_written} messages, {long_calls} tool calls ({long_mb:.1f} MB), built in "
+        f"{built:.1f} s; medians of {args.runs} and {args.long_runs} runs"
     )
     for f in figures:
         status = "" if f["ok"] is None else ("OK" if f["ok"] else "MISS")
-        print(f"  {f['name']:<40} {f['value']:>9} {f['unit']:<3} {f['target']:<10} {status}")
+        floor = f"  (floor: {f['floor']})" if "floor" in f else ""
+        print(f"  {f['name']:<44} {f['value']:>9} {f['unit']:<3} {f['target']:<14} {status}{floor}")
     if args.json:
         args.json.write_text(json.dumps({"figures": figures}, indent=2))
     return 0

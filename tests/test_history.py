@@ -252,3 +252,23 @@ def test_non_ascii_text_is_counted_by_utf8_bytes() -> None:
 
     history = VecHistory([user("漢" * 400)])  # 3 bytes each in UTF-8
     assert history.token_estimate() == 300
+
+
+def test_a_history_given_whole_is_measured_on_first_need_with_what_came_since() -> None:
+    loaded = [user("x" * 400), assistant("y" * 800), user("z" * 40)]
+    later = assistant("w" * 4000)
+    each = [estimate_message_tokens(m) for m in [*loaded, later]]
+
+    appended = VecHistory(loaded)
+    appended.append(later)  # before anything asked for the size
+    assert appended.token_estimate() == sum(each)
+
+    spliced = VecHistory(loaded)
+    summary = user("summary " * 10)
+    assert spliced.splice_prefix(2, summary) == 2
+    assert spliced.token_estimate() == estimate_message_tokens(summary) + each[2]
+
+    replaced = VecHistory()
+    replaced.replace([*loaded, later])
+    replaced.append(user("q" * 80))
+    assert replaced.token_estimate() == sum(each) + 20

@@ -231,8 +231,16 @@ async def _play(reply: dict[str, Any], request: ModelRequest) -> AsyncIterator[S
         message=message,
         stop_reason=stop,
         usage=Usage(
-            input_tokens=int(usage.get("input_tokens", _prompt_tokens(request))),
-            output_tokens=int(usage.get("output_tokens", estimate_message_tokens(message))),
+            # Counted only when the script gives no figure: on a long history the count is
+            # the costliest part of a reply.
+            input_tokens=int(
+                usage["input_tokens"] if "input_tokens" in usage else _prompt_tokens(request)
+            ),
+            output_tokens=int(
+                usage["output_tokens"]
+                if "output_tokens" in usage
+                else estimate_message_tokens(message)
+            ),
             cache_creation_input_tokens=int(usage.get("cache_creation_input_tokens", 0)),
             cache_read_input_tokens=int(usage.get("cache_read_input_tokens", 0)),
         ),

@@ -17,7 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -93,10 +93,23 @@ def server_summary(spec: McpServerSpec) -> dict[str, Any]:
     return summary
 
 
-def tool_call_snapshots(records: dict[str, ToolCallRecord]) -> dict[str, ToolCallSnapshot]:
-    """What a front end replays of each tool call (`DefaultSession.tool_calls`)."""
-    return {
-        call_id: ToolCallSnapshot(
+def tool_call_snapshots(records: dict[str, ToolCallRecord]) -> ToolCallSnapshots:
+    """What a front end replays of each tool call (`DefaultSession.tool_calls`), from the
+    records as they are now."""
+    return ToolCallSnapshots(dict(records))
+
+
+class ToolCallSnapshots(Mapping[str, ToolCallSnapshot]):
+    """What a front end replays of each tool call (`DefaultSession.tool_calls`): a read-only
+    view of the records it is given, each turned into its `ToolCallSnapshot` when it is
+    looked up (a long session has tens of thousands; a replay looks each up once)."""
+
+    def __init__(self, records: dict[str, ToolCallRecord]) -> None:
+        self._records = records
+
+    def __getitem__(self, call_id: str) -> ToolCallSnapshot:
+        r = self._records[call_id]
+        return ToolCallSnapshot(
             tool_call_id=call_id,
             title=r.title,
             kind=r.kind,
@@ -106,5 +119,9 @@ def tool_call_snapshots(records: dict[str, ToolCallRecord]) -> dict[str, ToolCal
             raw_input=r.raw_input,
             raw_output=r.raw_output,
         )
-        for call_id, r in records.items()
-    }
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)

@@ -30,6 +30,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -153,7 +154,7 @@ class Session(Protocol):
         """The whole original conversation (not what compaction rewrote), for replay."""
         ...
 
-    def tool_calls(self) -> dict[str, ToolCallSnapshot]: ...
+    def tool_calls(self) -> Mapping[str, ToolCallSnapshot]: ...
 
     def subagent_views(self) -> dict[str, str]:
         """What each stored subagent did (its calls and answer), by the `spawn_agent` call

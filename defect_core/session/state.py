@@ -32,6 +32,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -243,7 +244,7 @@ class DefaultSession:
     def transcript(self) -> list[Message]:
         return list(self._transcript)
 
-    def tool_calls(self) -> dict[str, ToolCallSnapshot]:
+    def tool_calls(self) -> Mapping[str, ToolCallSnapshot]:
         return tool_call_snapshots(self._tool_calls)
 
     def current_plan(self) -> tuple[PlanEntry, ...]:

@@ -500,8 +500,8 @@ class SqliteStore(Transactions):
             if row is None:
                 raise SessionNotFound(f"session {session_id!r} not found")
             place = tree.head_of(conn, session_id)
-            branch = tree.branch(conn, place.head)
-            cut = tree.compaction_cut([b[0] for b in branch], place)
+            nodes, branch = tree.read_branch(conn, session_id, place.head)
+            cut = tree.compaction_cut(nodes, place)
             checkpoint_rows = conn.execute(
                 "SELECT pos, CAST(body AS BLOB) FROM checkpoint_messages WHERE session_id = ?"
                 " ORDER BY pos",
@@ -512,11 +512,11 @@ class SqliteStore(Transactions):
                 " CAST(locations AS BLOB), CAST(raw_input AS BLOB), CAST(raw_output AS BLOB)"
                 " FROM tool_calls WHERE session_id = ? ORDER BY rowid",
                 (session_id,),
-            ).fetchall()
-        # Parsing happens outside the lock: it is the slow part, and needs no database.
-        return rows.session_from_rows(
-            self.path, session_id, row, branch, cut, checkpoint_rows, tool_rows
-        )
+            )
+            # Parsed as read: a long session's raw bodies are never all held at once.
+            return rows.session_from_rows(
+                self.path, session_id, row, branch, cut, checkpoint_rows, tool_rows
+            )
 
     def list(
         self, cwd: str | None = None, cursor: str | None = None, limit: int = 50

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from defect_core.errors import SessionNotFound
@@ -41,6 +42,18 @@ WITH RECURSIVE branch(node, depth) AS (
 SELECT m.node, m.session_id, m.seq, CAST(m.body AS BLOB)
 FROM branch AS b JOIN messages AS m ON m.node = b.node ORDER BY b.depth DESC
 """
+
+
+_OWN_CHAIN = """
+SELECT node, parent FROM messages WHERE session_id = ? AND node <= ? ORDER BY seq
+"""
+_OWN_BODIES = """
+SELECT node, session_id, seq, CAST(body AS BLOB) FROM messages
+WHERE session_id = ? AND node <= ? ORDER BY seq
+"""
+
+BranchRow = tuple[int, str, int, bytes]
+"""`(node, session_id, seq, body)` of one message of a branch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +77,34 @@ def head_of(conn: sqlite3.Connection, session_id: str) -> Head:
     return Head(*row)
 
 
-def branch(conn: sqlite3.Connection, head: int | None) -> list[tuple[int, str, int, bytes]]:
+def branch(conn: sqlite3.Connection, head: int | None) -> list[BranchRow]:
     """`(node, session_id, seq, body)` of every message from the root to `head`."""
     return conn.execute(_BRANCH, (head, head)).fetchall()
+
+
+def read_branch(
+    conn: sqlite3.Connection, session_id: str, head: int | None
+) -> tuple[list[int], Iterator[BranchRow]]:
+    """The nodes of the session's branch, oldest first, and its rows as they are read.
+
+    The common case - a session never forked nor rewound - is its own messages in seq
+    order: that is checked link by link on `(node, parent)` alone (the first is a root, each
+    next one's parent is the one before, the last is the head), then the bodies are streamed
+    by the seq index, one row at a time, instead of walking the tree in SQL and holding
+    every body at once. Any other shape is walked from the head (`branch`)."""
+    if head is None:
+        return [], iter(())
+    links = conn.execute(_OWN_CHAIN, (session_id, head)).fetchall()
+    if _is_chain(links, head):
+        return [node for node, _ in links], conn.execute(_OWN_BODIES, (session_id, head))
+    rows = branch(conn, head)
+    return [row[0] for row in rows], iter(rows)
+
+
+def _is_chain(links: list[tuple[int, int | None]], head: int) -> bool:
+    if not links or links[0][1] is not None or links[-1][0] != head:
+        return False
+    return all(links[n][1] == links[n - 1][0] for n in range(1, len(links)))
 
 
 def append_node(conn: sqlite3.Connection, session_id: str, seq: int, now: str, body: str) -> int:

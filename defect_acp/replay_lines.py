@@ -1,0 +1,116 @@
+"""A replay's protocol lines, written straight from the conversation (`session/load`).
+
+Owns `ReplayLines`, the `project.ReplayView` that turns each shown piece of a stored
+conversation into its `session/update` line without building the schema's models: the JSON
+object a model would dump (`project.update_line`: by alias, no None, no defaults, its fields
+in the model's order) is built as a dict and written by pydantic-core's own JSON writer, the
+one `model_dump_json` uses (same escapes, same floats, a non-finite one as null).
+
+Invariant: every line is the line `project.update_line` writes for the update
+`project.UpdateModels` builds from the same piece - byte for byte, which tests check for every
+kind of piece. A piece the writer refuses (a lone surrogate, a value that is not JSON) goes
+through the models and `update_line`, which mend it or fail as they always did.
+
+Why: a long session replays a hundred thousand updates; validating a model for each, then
+dumping it, cost several times what the replay's JSON itself costs (scripts/bench_load.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from pydantic_core import to_json
+
+from defect_acp import project
+from defect_core import events as ev
+from defect_core.model import ImageBlock
+
+_HEAD = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+_TAIL = b"}}\n"
+
+
+class ReplayLines:
+    """The protocol line of each replayed update of one session (None: nothing to write)."""
+
+    def __init__(self, session_id: str) -> None:
+        self._head = f'{_HEAD}{json.dumps(session_id)},"update":'.encode()
+        self._session_id = session_id
+        self._models = project.UpdateModels()
+
+    def _line(self, update: dict[str, Any], model: Callable[[], project.Update]) -> bytes | None:
+        try:
+            return self._head + to_json(update, inf_nan_mode="null") + _TAIL
+        except ValueError:  # PydanticSerializationError: not JSON, or not UTF-8 (a surrogate)
+            return project.update_line(self._session_id, model())
+
+    def user_text(self, text: str) -> bytes | None:
+        update = {"content": _text(text), "sessionUpdate": "user_message_chunk"}
+        return self._line(update, lambda: self._models.user_text(text))
+
+    def user_image(self, block: ImageBlock) -> bytes | None:
+        image: dict[str, Any] = {"data": block.data or "", "mimeType": block.media_type or ""}
+        if block.url is not None:
+            image["uri"] = block.url
+        image["type"] = "image"
+        update = {"content": image, "sessionUpdate": "user_message_chunk"}
+        return self._line(update, lambda: self._models.user_image(block))
+
+    def agent_text(self, text: str) -> bytes | None:
+        update = {"content": _text(text), "sessionUpdate": "agent_message_chunk"}
+        return self._line(update, lambda: self._models.agent_text(text))
+
+    def thought(self, text: str) -> bytes | None:
+        update = {"content": _text(text), "sessionUpdate": "agent_thought_chunk"}
+        return self._line(update, lambda: self._models.thought(text))
+
+    def tool_call(self, call: project.ReplayedCall) -> bytes | None:
+        update: dict[str, Any] = {
+            "toolCallId": call.tool_call_id,
+            "title": call.title,
+            "kind": call.kind,
+            "status": call.status,
+        }
+        content = [shown for item in call.content if (shown := _display(item)) is not None]
+        if content:
+            update["content"] = content
+        if call.locations:
+            update["locations"] = [_location(loc) for loc in call.locations]
+        if call.raw_input is not None:
+            update["rawInput"] = call.raw_input
+        if call.raw_output is not None:
+            update["rawOutput"] = call.raw_output
+        update["sessionUpdate"] = "tool_call"
+        return self._line(update, lambda: self._models.tool_call(call))
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"text": text, "type": "text"}
+
+
+def _display(item: ev.ToolDisplay) -> dict[str, Any] | None:
+    """`project.displays` of one item, as its JSON."""
+    if isinstance(item, ev.TextDisplay):
+        return {"content": _text(item.text), "type": "content"}
+    if isinstance(item, ev.DiffDisplay):
+        diff: dict[str, Any] = {"path": item.path}
+        if item.old_text is not None:
+            diff["oldText"] = item.old_text
+        diff["newText"] = item.new_text
+        diff["type"] = "diff"
+        return diff
+    if isinstance(item, ev.TerminalDisplay):
+        return {"terminalId": item.terminal_id, "type": "terminal"}
+    if isinstance(item, ev.ImageDisplay):
+        image = {"data": item.data, "mimeType": item.media_type, "type": "image"}
+        return {"content": image, "type": "content"}
+    return None
+
+
+def _location(location: ev.Location) -> dict[str, Any]:
+    """`ToolCallLocation`'s JSON: a line the schema refuses (negative) is dropped, as its
+    model drops it."""
+    if isinstance(location.line, int) and location.line >= 0:
+        return {"path": location.path, "line": location.line}
+    return {"path": location.path}

@@ -1,0 +1,162 @@
+"""A replay's protocol lines, written straight (`defect_acp/replay_lines.py`), are the lines the
+schema's models give (`project.UpdateModels` + `project.update_line`), byte for byte, for every
+kind of piece a stored conversation shows — and the same when the writer refuses a piece."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from defect_acp import project
+from defect_acp.replay_lines import ReplayLines
+from defect_core import events as ev
+from defect_core.model import (
+    ImageBlock,
+    JsonPart,
+    Message,
+    RedactedThinkingBlock,
+    ServerToolUseBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    WebSearchError,
+    WebSearchHit,
+    WebSearchResultBlock,
+)
+from defect_core.session import ToolCallSnapshot
+
+SID = "sess_é_1"
+
+
+def _snap(call_id: str, **fields: Any) -> ToolCallSnapshot:
+    base: dict[str, Any] = {"title": f"Call {call_id}", "kind": "read", "status": "completed"}
+    return ToolCallSnapshot(tool_call_id=call_id, **{**base, **fields})
+
+
+def conversation() -> tuple[list[Message], dict[str, ToolCallSnapshot], dict[str, str]]:
+    """One of every piece a replay shows or hides."""
+    calls = [
+        ToolUseBlock(id="t_text", name="read_file", input={"path": "a.py"}),
+        ToolUseBlock(id="t_diff", name="edit_file", input={"path": "b.py"}),
+        ToolUseBlock(id="t_term", name="bash", input={"command": "ls"}),
+        ToolUseBlock(id="t_term_out", name="bash", input={"command": "pwd"}),
+        ToolUseBlock(id="t_term_cut", name="bash", input={"command": "sleep 9"}),
+        ToolUseBlock(id="t_image", name="view_image", input={"path": "c.png"}),
+        ToolUseBlock(id="t_unknown_ok", name="mystery", input={}),
+        ToolUseBlock(id="t_unknown_err", name="mystery", input={"x": None}),
+        ToolUseBlock(id="t_unknown_open", name="mystery", input={"n": 1.5}),
+        ToolUseBlock(id="t_plan", name="update_plan", input={"plan": []}),
+        ToolUseBlock(id="t_plan_refused", name="update_plan", input={"plan": "nope"}),
+        ToolUseBlock(id="t_agent", name="spawn_agent", input={"task": "look"}),
+        ToolUseBlock(id="t_odd", name="read_file", input={"path": "d.py"}),
+        ToolUseBlock(id="t_nan", name="read_file", input={"path": "e.py"}),
+        ToolUseBlock(id="t_lone", name="read_file", input={"path": "f.py"}),
+        ToolUseBlock(id="t_empty", name="read_file", input={}),
+    ]
+    open_calls = {"t_term_cut", "t_unknown_open"}
+    results = [
+        ToolResultBlock(
+            tool_use_id=c.id,
+            content="failed" if c.id in {"t_unknown_err", "t_plan_refused"} else "out\n",
+            is_error=c.id in {"t_unknown_err", "t_plan_refused"},
+        )
+        for c in calls
+        if c.id not in open_calls
+    ]
+    results[0] = ToolResultBlock(
+        tool_use_id="t_text", content=(TextBlock(text="one"), JsonPart(value={"k": 1}))
+    )
+    hit = WebSearchHit(url="https://example.com", title="Ex", encrypted_content="enc")
+    transcript = [
+        Message(
+            role="user",
+            content=(
+                TextBlock(text='quote " newline \n tab \t é 😀 \x01 \x7f \u2028'),
+                ImageBlock(media_type="image/png", data="iVBORw0KGgo="),
+                ImageBlock(url="https://example.com/i.png"),
+            ),
+        ),
+        Message(
+            role="assistant",
+            content=(
+                ThinkingBlock(thinking="let me think", signature="sig"),
+                RedactedThinkingBlock(data="xx"),
+                TextBlock(text="I will look."),
+                *calls,
+                ServerToolUseBlock(id="s_ok", name="web_search", input={"query": "acp"}),
+                WebSearchResultBlock(tool_use_id="s_ok", content=(hit,)),
+                ServerToolUseBlock(id="s_err", name="web_search", input={"query": "x"}),
+                WebSearchResultBlock(
+                    tool_use_id="s_err", content=WebSearchError(error_code="max_uses_exceeded")
+                ),
+                ServerToolUseBlock(id="s_open", name="web_search", input={}),
+            ),
+        ),
+        Message(role="user", content=tuple(results)),
+        Message(role="assistant", content=(TextBlock(text="Half \ud800 a pair."),)),
+    ]
+    snapshots = {
+        "t_text": _snap(
+            "t_text",
+            content=(ev.TextDisplay("file text"),),
+            locations=(ev.Location("/w/a.py", 3), ev.Location("/w/a.py"), ev.Location("/w/z", -1)),
+            raw_output={"lines": 3, "none": None, "nested": [None, {"x": None}]},
+        ),
+        "t_diff": _snap(
+            "t_diff",
+            kind="edit",
+            content=(
+                ev.DiffDisplay("/w/b.py", "old", "new"),
+                ev.DiffDisplay("/w/new.py", None, "created"),
+            ),
+            raw_output="",
+        ),
+        "t_term": _snap("t_term", kind="execute", content=(ev.TerminalDisplay("term-1"),)),
+        "t_term_out": _snap(
+            "t_term_out", kind="execute", content=(ev.TerminalDisplay("term-2", "/w\n"),)
+        ),
+        "t_term_cut": _snap(
+            "t_term_cut", kind="execute", content=(ev.TerminalDisplay("term-3"),), raw_output=0
+        ),
+        "t_image": _snap("t_image", content=(ev.ImageDisplay("image/png", "iVBORw0KGgo="),)),
+        "t_agent": _snap("t_agent", kind="think", content=(ev.TextDisplay("working"),)),
+        "t_odd": _snap("t_odd", status="failed", raw_input={}),
+        "t_nan": _snap("t_nan", raw_output={"ratio": float("nan")}),
+        "t_lone": _snap("t_lone", title="lone \udc00 surrogate"),
+        "t_plan_refused": _snap("t_plan_refused", kind="think", status="failed"),
+    }
+    return transcript, snapshots, {"t_agent": "the subagent read 3 files"}
+
+
+def test_every_piece_is_the_line_the_models_give() -> None:
+    transcript, snapshots, subagents = conversation()
+    models = list(project.iter_replay_updates(transcript, snapshots, subagents))
+    expected = [project.update_line(SID, u) for u in models]
+    lines = list(project.iter_replay(transcript, snapshots, ReplayLines(SID), subagents))
+    assert len(lines) == len(expected)
+    for line, want in zip(lines, expected, strict=True):
+        assert line == want
+    # The projection shows what it should: hidden pieces hidden, every shown one there.
+    shown = [json.loads(line)["params"]["update"] for line in lines if line is not None]
+    ids = [u.get("toolCallId") for u in shown if u["sessionUpdate"] == "tool_call"]
+    assert "t_plan" not in ids and "t_plan_refused" in ids
+    assert {"s_ok", "s_err", "s_open", "t_agent", "t_nan", "t_lone"} <= set(ids)
+    kinds = [u["sessionUpdate"] for u in shown]
+    assert kinds[:4] == ["user_message_chunk"] * 3 + ["agent_thought_chunk"]
+
+
+def test_pieces_the_writer_refuses_go_through_the_models() -> None:
+    transcript, snapshots, subagents = conversation()
+    lines = list(project.iter_replay(transcript, snapshots, ReplayLines(SID), subagents))
+    by_id = {
+        u.get("toolCallId"): u
+        for u in (json.loads(line)["params"]["update"] for line in lines if line is not None)
+    }
+    assert by_id["t_nan"]["rawOutput"] == {"ratio": None}  # strict JSON: no NaN on the wire
+    assert by_id["t_lone"]["title"] == "lone \ufffd surrogate"  # mended, as the transport does
+    last = json.loads(lines[-1] or b"{}")["params"]["update"]
+    assert last["content"]["text"] == "Half \ufffd a pair."
+    assert by_id["t_term"]["content"][0]["content"]["text"] == "out\n"  # what it printed
+    assert by_id["t_term_cut"]["status"] == "in_progress"  # no result: not shown as closed
+    assert "line" not in by_id["t_text"]["locations"][2]  # a negative line is dropped
