@@ -101,3 +101,66 @@ def test_from_imports_of_submodules_and_star_exports_work() -> None:
         "anthropic.types.message",
         True,
     ]
+
+
+def test_the_first_request_path_leaves_the_tracing_and_messages_modules_unloaded() -> None:
+    # What the preload imports (client.SDK_PATH and the names the provider reads) must not
+    # reach the SDK's OpenTelemetry helpers nor its messages resource: those import the beta
+    # API's types, most of the first prompt's wait (lazy_sdk.DEFERRED_CALLS, call.py).
+    result = _run(
+        """
+        import importlib, json, sys
+        from defect_core.providers.anthropic import client
+        sdk = client.import_sdk()
+        for module in client.SDK_PATH:
+            importlib.import_module(module)
+        for name in client.SDK_NAMES:
+            getattr(sdk.anthropic, name)
+        import anthropic._base_client as base
+        unloaded = [m for m in ("anthropic.lib._tracing._api_call",
+                                "anthropic.resources.messages.messages",
+                                "anthropic.types.beta.message_create_params")
+                    if m not in sys.modules]
+        print(json.dumps([unloaded, base.finish_api_call_span.__module__]))
+        """
+    )
+    unloaded, forwarder_module = result
+    assert unloaded == [
+        "anthropic.lib._tracing._api_call",
+        "anthropic.resources.messages.messages",
+        "anthropic.types.beta.message_create_params",
+    ]
+    assert forwarder_module == "anthropic.lib._tracing._api_call"
+
+
+def test_a_deferred_call_forwards_to_the_real_function_then_gives_it() -> None:
+    result = _run(
+        """
+        import inspect, json, sys
+        from defect_core.providers.anthropic import lazy_sdk
+        lazy_sdk.install()
+        import anthropic.lib._tracing as tracing
+        names = sorted(lazy_sdk.DEFERRED_CALLS["anthropic.lib._tracing"])
+        forwarders = {n: getattr(tracing, n) for n in names}
+        loaded_before = "anthropic.lib._tracing._api_call" in sys.modules
+        body = {"model": "m", "output_config": {"format": {"type": "json_schema"}}}
+        forwarded = forwarders["messages_create_request_attributes"](body)
+        import anthropic.lib._tracing._api_call as real
+        print(json.dumps({
+            "loaded_before": loaded_before,
+            "functions": all(inspect.isfunction(getattr(real, n)) for n in names),
+            "same_result": forwarded == real.messages_create_request_attributes(body),
+            "forwarded": forwarded,
+            "real_after": all(getattr(tracing, n) is getattr(real, n) for n in names),
+            "not_kept": all(getattr(tracing, n) is not forwarders[n] for n in names),
+        }))
+        """
+    )
+    assert result == {
+        "loaded_before": False,
+        "functions": True,
+        "same_result": True,
+        "forwarded": {"gen_ai.output.type": "json"},
+        "real_after": True,
+        "not_kept": True,
+    }

@@ -16,6 +16,13 @@ Invariants:
   `from anthropic import *`) runs the real `__init__` in the module, once, under a lock -
   the eager import, just later. The package's `__module__` renaming of its exports (only
   cosmetic: it changes `repr`s) is the one thing the lazy path skips.
+- One exception to "same objects", for the calls of `DEFERRED_CALLS`: while their module is
+  not loaded, a name such as `anthropic.lib._tracing.finish_api_call_span` resolves to a
+  function that imports the module on its first call and calls the real one (same arguments,
+  same result; only its identity differs, and it is not kept in the package). The SDK's
+  client imports these OpenTelemetry helpers at module level but calls them only for a span
+  that records, and their module imports the beta API's types (~500 modules, most of the
+  rest of the first prompt's wait). Once the module is loaded, the real function is given.
 - Only packages whose `__init__` is nothing but relative `from . import` statements,
   `__all__` and a docstring are loaded lazily - except the top package `anthropic`, whose
   few other statements are known: star imports (resolved through each source's `__all__`),
@@ -33,15 +40,26 @@ import importlib
 import importlib.util
 import sys
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import ModuleSpec, PathFinder
 from types import ModuleType
 from typing import Any, NamedTuple
 
-__all__ = ["LazyPackageFinder", "install", "lazily_loaded"]
+__all__ = ["DEFERRED_CALLS", "LazyPackageFinder", "install", "lazily_loaded"]
 
 ROOT = "anthropic"
+# Functions a re-export package hands out as forwarders until their module loads (see the
+# docstring): package → names. Each must be a plain function (tests/test_lazy_sdk.py).
+DEFERRED_CALLS: dict[str, frozenset[str]] = {
+    "anthropic.lib._tracing": frozenset(
+        {
+            "finish_api_call_span",
+            "messages_create_request_attributes",
+            "sessions_create_request_attributes",
+        }
+    ),
+}
 # Statements of the top package's __init__ the lazy path may skip (see the docstring).
 _TOP_LEVEL_SKIPPABLE = (ast.Import, ast.If, ast.For, ast.Assign, ast.Expr)
 
@@ -153,6 +171,17 @@ def _star_names(module: ModuleType) -> Collection[str]:
     return {n for n in module.__dict__ if not n.startswith("_")}
 
 
+def _forwarder(module: str, name: str) -> Callable[..., Any]:
+    """A function that imports `module` when first called and calls its `name`."""
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    forward.__name__ = forward.__qualname__ = name
+    forward.__module__ = module
+    return forward
+
+
 class _LazyInit(Loader):
     """Creates the package module with a `__getattr__` instead of running its `__init__`."""
 
@@ -185,6 +214,10 @@ class _LazyInit(Loader):
         target = self._names.get(name)
         if target is not None:
             source, attribute = target
+            if attribute is not None and name in DEFERRED_CALLS.get(package, ()):
+                full = importlib.util.resolve_name(source, package)
+                if full not in sys.modules:
+                    return _forwarder(full, attribute)
             found = importlib.import_module(source, package)
             value = found if attribute is None else getattr(found, attribute)
             setattr(module, name, value)
