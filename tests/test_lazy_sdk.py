@@ -101,3 +101,101 @@ def test_from_imports_of_submodules_and_star_exports_work() -> None:
         "anthropic.types.message",
         True,
     ]
+
+
+def test_the_first_request_path_leaves_the_tracing_and_messages_modules_unloaded() -> None:
+    # What the preload imports (client.SDK_PATH and the names the provider reads) must not
+    # reach the SDK's OpenTelemetry helpers nor its messages resource: those import the beta
+    # API's types, most of the first prompt's wait (lazy_sdk.DEFERRED_CALLS, call.py).
+    result = _run(
+        """
+        import importlib, json, sys
+        from defect_core.providers.anthropic import client
+        sdk = client.import_sdk()
+        for module in client.SDK_PATH:
+            importlib.import_module(module)
+        for name in client.SDK_NAMES:
+            getattr(sdk.anthropic, name)
+        import anthropic._base_client as base
+        unloaded = [m for m in ("anthropic.lib._tracing._api_call",
+                                "anthropic.resources.messages.messages",
+                                "anthropic.types.beta.message_create_params",
+                                "anthropic.types.beta")
+                    if m not in sys.modules]
+        print(json.dumps([unloaded, base.finish_api_call_span.__module__]))
+        """
+    )
+    unloaded, forwarder_module = result
+    assert unloaded == [
+        "anthropic.lib._tracing._api_call",
+        "anthropic.resources.messages.messages",
+        "anthropic.types.beta.message_create_params",
+        "anthropic.types.beta",
+    ]
+    assert forwarder_module == "anthropic.lib._tracing._api_call"
+
+
+def test_a_deferred_call_forwards_to_the_real_function_then_gives_it() -> None:
+    result = _run(
+        """
+        import inspect, json, sys
+        from defect_core.providers.anthropic import lazy_sdk
+        lazy_sdk.install()
+        import anthropic.lib._tracing as tracing
+        names = sorted(lazy_sdk.DEFERRED_CALLS["anthropic.lib._tracing"])
+        forwarders = {n: getattr(tracing, n) for n in names}
+        loaded_before = "anthropic.lib._tracing._api_call" in sys.modules
+        body = {"model": "m", "output_config": {"format": {"type": "json_schema"}}}
+        forwarded = forwarders["messages_create_request_attributes"](body)
+        import anthropic.lib._tracing._api_call as real
+        print(json.dumps({
+            "loaded_before": loaded_before,
+            "functions": all(inspect.isfunction(getattr(real, n)) for n in names),
+            "same_result": forwarded == real.messages_create_request_attributes(body),
+            "forwarded": forwarded,
+            "real_after": all(getattr(tracing, n) is getattr(real, n) for n in names),
+            "not_kept": all(getattr(tracing, n) is not forwarders[n] for n in names),
+        }))
+        """
+    )
+    assert result == {
+        "loaded_before": False,
+        "functions": True,
+        "same_result": True,
+        "forwarded": {"gen_ai.output.type": "json"},
+        "real_after": True,
+        "not_kept": True,
+    }
+
+
+def test_the_error_classes_run_on_the_first_error_and_give_the_eager_classes() -> None:
+    # `anthropic._error_classes` (DEFERRED_MODULES) is created without running: the client's
+    # `make_status_error` runs it on the first error answer, and picks the class the eager
+    # module picks, for a typed error code, a status alone, and an unknown status.
+    code = """
+        import json, sys
+        {install}
+        import anthropic._base_client as base
+        import httpx2
+        ran_before = "anthropic.types.beta" in sys.modules
+        cases = [(429, "rate_limit_error"), (400, "invalid_request_error"), (529, None),
+                 (404, "not_found_error"), (418, None)]
+        picked = []
+        for status, kind in cases:
+            response = httpx2.Response(status, request=httpx2.Request("POST", "http://h/v1"))
+            body = {{"type": "error", "error": {{"type": kind, "message": "m"}}}}
+            error = base.make_status_error("m", body=body, response=response)
+            picked.append([type(error).__qualname__, error.status_code])
+        from anthropic._error_classes import ERROR_CLASSES
+        print(json.dumps([ran_before, picked, len(ERROR_CLASSES)]))
+        """
+    lazy = _run(
+        code.format(
+            install="from defect_core.providers.anthropic import lazy_sdk; lazy_sdk.install()"
+        )
+    )
+    eager = _run(code.format(install="import anthropic"))
+    assert lazy[0] is False and eager[0] is True
+    assert lazy[1:] == eager[1:]
+    # (`__module__` is not compared: the eager `__init__` renames it, lazy_sdk's docstring)
+    assert {name for name, _ in lazy[1]} >= {"RateLimitError", "BadRequestError"}

@@ -15,6 +15,8 @@ One room per job, lowest first (each module's docstring states its invariants):
                  `AsyncAnthropicBedrock`, credentials, timeouts (each configured provider
                  is its own `Settings` given to these builders)
 - `listing.py`   the live model lists: `GET /v1/models`, Bedrock's profiles and models
+- `call.py`      the streamed `POST /v1/messages` through the SDK client, without the
+                 SDK's messages resource (a third of the SDK to import)
 - `provider.py`  `AnthropicProvider`: models, the client's life, `stream` tying it together
 
 Invariant: importing this package loads no SDK (`anthropic`, `httpx2`, `boto3`): the registry

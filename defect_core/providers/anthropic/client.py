@@ -58,14 +58,16 @@ __all__ = [
 log = get_logger("defect.provider")
 
 # What the first streamed call needs, in the order the preload imports it: the HTTP stack,
-# the client, the messages resource and the stream's event types.
+# the client, its errors and the stream's event types (`call.py` posts without the SDK's
+# messages resource, which would import three times as much).
 SDK_PATH = (
     "httpx2",
     "anthropic",
     "anthropic._client",
     "anthropic._exceptions",
-    "anthropic.resources.messages.messages",
+    "anthropic._streaming",
     "anthropic.types.raw_message_stream_event",
+    "anthropic.types.message",
 )
 # Touched after SDK_PATH, so that the names the provider reads resolve in the background too.
 SDK_NAMES = (

@@ -16,6 +16,17 @@ Invariants:
   `from anthropic import *`) runs the real `__init__` in the module, once, under a lock -
   the eager import, just later. The package's `__module__` renaming of its exports (only
   cosmetic: it changes `repr`s) is the one thing the lazy path skips.
+- One exception to "same objects", for the calls of `DEFERRED_CALLS`: while their module is
+  not loaded, a name such as `anthropic.lib._tracing.finish_api_call_span` resolves to a
+  function that imports the module on its first call and calls the real one (same arguments,
+  same result; only its identity differs, and it is not kept in the package). The SDK's
+  client imports these OpenTelemetry helpers at module level but calls them only for a span
+  that records, and their module imports the beta API's types (~500 modules, most of the
+  rest of the first prompt's wait). Once the module is loaded, the real function is given.
+- Likewise for the plain modules of `DEFERRED_MODULES`: `anthropic._error_classes` (the typed
+  error of every API error code, ~120 modules of beta types) is created without running; its
+  `make_status_error`, which the client calls on an error answer only, is a forwarder that
+  runs the module first; any other name runs it at once (the plain import, just later).
 - Only packages whose `__init__` is nothing but relative `from . import` statements,
   `__all__` and a docstring are loaded lazily - except the top package `anthropic`, whose
   few other statements are known: star imports (resolved through each source's `__all__`),
@@ -33,15 +44,31 @@ import importlib
 import importlib.util
 import sys
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import ModuleSpec, PathFinder
 from types import ModuleType
 from typing import Any, NamedTuple
 
-__all__ = ["LazyPackageFinder", "install", "lazily_loaded"]
+__all__ = ["DEFERRED_CALLS", "DEFERRED_MODULES", "LazyPackageFinder", "install", "lazily_loaded"]
 
 ROOT = "anthropic"
+# Functions a re-export package hands out as forwarders until their module loads (see the
+# docstring): package → names. Each must be a plain function (tests/test_lazy_sdk.py).
+DEFERRED_CALLS: dict[str, frozenset[str]] = {
+    "anthropic.lib._tracing": frozenset(
+        {
+            "finish_api_call_span",
+            "messages_create_request_attributes",
+            "sessions_create_request_attributes",
+        }
+    ),
+}
+# Plain modules created without running until a name is asked for; the names listed (plain
+# functions) are forwarders that run the module on their first call.
+DEFERRED_MODULES: dict[str, frozenset[str]] = {
+    "anthropic._error_classes": frozenset({"make_status_error"}),
+}
 # Statements of the top package's __init__ the lazy path may skip (see the docstring).
 _TOP_LEVEL_SKIPPABLE = (ast.Import, ast.If, ast.For, ast.Assign, ast.Expr)
 
@@ -74,6 +101,15 @@ class LazyPackageFinder(MetaPathFinder):
         if fullname != ROOT and not fullname.startswith(ROOT + "."):
             return None
         spec = PathFinder.find_spec(fullname, path)
+        deferred = DEFERRED_MODULES.get(fullname)
+        if (
+            deferred is not None
+            and spec is not None
+            and spec.submodule_search_locations is None
+            and hasattr(spec.loader, "get_code")
+        ):
+            spec.loader = _DeferredRun(spec.loader, deferred)
+            return spec
         if spec is None or spec.submodule_search_locations is None or not spec.origin:
             return None  # a plain module, or not found: the usual finders handle it
         try:
@@ -153,6 +189,63 @@ def _star_names(module: ModuleType) -> Collection[str]:
     return {n for n in module.__dict__ if not n.startswith("_")}
 
 
+def _forwarder(module: str, name: str) -> Callable[..., Any]:
+    """A function that imports `module` when first called and calls its `name`."""
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    forward.__name__ = forward.__qualname__ = name
+    forward.__module__ = module
+    return forward
+
+
+class _DeferredRun(Loader):
+    """Creates a plain module with a `__getattr__` instead of running it (`DEFERRED_MODULES`)."""
+
+    def __init__(self, loader: Any, deferred: frozenset[str]) -> None:
+        self._loader = loader  # the file loader: the module's code, its resources
+        self._deferred = deferred
+        self._lock = threading.RLock()
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        def __getattr__(name: str) -> Any:
+            return self._resolve(module, name)
+
+        module.__getattr__ = __getattr__  # type: ignore[method-assign]
+
+    def _resolve(self, module: ModuleType, name: str) -> Any:
+        if name in self._deferred:
+
+            def forward(*args: Any, **kwargs: Any) -> Any:
+                return self._run(module)[name](*args, **kwargs)
+
+            forward.__name__ = forward.__qualname__ = name
+            forward.__module__ = module.__name__
+            return forward
+        if name.startswith("__") and name != "__all__":  # __path__, __wrapped__...
+            raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
+        try:
+            return self._run(module)[name]
+        except KeyError:
+            raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}") from None
+
+    def _run(self, module: ModuleType) -> dict[str, Any]:
+        """Run the module's code in it, once (the plain import, later); its namespace."""
+        with self._lock:
+            namespace = module.__dict__
+            if "__getattr__" in namespace:
+                del namespace["__getattr__"]
+                exec(self._loader.get_code(module.__name__), namespace)
+        return namespace
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, get_source, ...
+        return getattr(self._loader, name)
+
+
 class _LazyInit(Loader):
     """Creates the package module with a `__getattr__` instead of running its `__init__`."""
 
@@ -185,6 +278,10 @@ class _LazyInit(Loader):
         target = self._names.get(name)
         if target is not None:
             source, attribute = target
+            if attribute is not None and name in DEFERRED_CALLS.get(package, ()):
+                full = importlib.util.resolve_name(source, package)
+                if full not in sys.modules:
+                    return _forwarder(full, attribute)
             found = importlib.import_module(source, package)
             value = found if attribute is None else getattr(found, attribute)
             setattr(module, name, value)

@@ -3,7 +3,8 @@
 Owns the provider object the registry builds (`anthropic_provider`, `bedrock_provider`): its
 name, its models (the configured list, and the live one from `listing.py`), the life of its
 SDK client (imported late, created once per event loop, closed by
-`aclose`), and `stream`, which sends the body from `request`, feeds the events to a
+`aclose`), and `stream`, which sends the body from `request` (through `call.py`, the SDK
+client without its messages resource), feeds the events to a
 `StreamAssembler` and turns every failure into a `ProviderError` through `errors`.
 
 Invariants:
@@ -33,6 +34,7 @@ import anyio
 
 from defect_core.config import Settings
 from defect_core.log import get_logger
+from defect_core.providers.anthropic.call import create_stream
 from defect_core.providers.anthropic.catalog import Route, models_for
 from defect_core.providers.anthropic.client import (
     Sdk,
@@ -122,9 +124,7 @@ class AnthropicProvider:
         )
         try:
             try:
-                stream = await client.messages.create(
-                    **body, stream=True, **route_options(self._route)
-                )
+                stream = await create_stream(client, body, **route_options(self._route))
             except Exception as exc:
                 raise self._translate(exc, sdk, in_stream=False) from None
             request_id = request_id_of(stream.response.headers)

@@ -1,0 +1,181 @@
+"""The streamed call without the SDK's messages resource sends what `messages.create` sends.
+
+`defect_core/providers/anthropic/call.py` posts through the SDK client itself (so that the
+first prompt does not import the messages resource and the types it drags in). These tests
+send the same body both ways, through the real SDK and the strict fake API on 127.0.0.1, on
+both routes, and compare what arrived byte for byte, and what the SDK was asked (its request
+options: path, headers, extra body, span name and route). An SDK release that changes
+`create` fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from defect_core.config import Settings
+from defect_core.model import Message, TextBlock
+from defect_core.providers.anthropic import anthropic_provider, bedrock_provider
+from defect_core.providers.anthropic.call import create_stream, ordered_body
+from defect_core.providers.anthropic.provider import AnthropicProvider
+from defect_core.providers.anthropic.request import encode_request, route_options
+from defect_core.providers.base import ModelRequest, ToolSpec
+from defect_fakeapi import (
+    DEFAULT_API_KEY,
+    DEFAULT_AWS_ACCESS_KEY_ID,
+    DEFAULT_AWS_SECRET_KEY,
+    FakeProvider,
+    Reply,
+)
+
+pytestmark = pytest.mark.anyio
+
+# Bedrock signs each request with the time: these differ between any two requests.
+_SIGNED = {"authorization", "x-amz-date"}
+_OPTION_FIELDS = ("method", "url", "headers", "extra_json", "timeout", "span_name", "span_route")
+
+
+@pytest.fixture(autouse=True)
+def credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    for name in list(os.environ):
+        if name.startswith(("ANTHROPIC_", "AWS_", "DEFECT_", "OTEL_")):
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", DEFAULT_API_KEY)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", DEFAULT_AWS_ACCESS_KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", DEFAULT_AWS_SECRET_KEY)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@pytest.fixture
+async def opened() -> AsyncIterator[list[AnthropicProvider]]:
+    providers: list[AnthropicProvider] = []
+    yield providers
+    for provider in providers:
+        await provider.aclose()
+
+
+def _request(provider: AnthropicProvider) -> ModelRequest:
+    schema = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
+    return ModelRequest(
+        model=provider.default_model(),
+        system="You are a test.",
+        messages=[Message(role="user", content=(TextBlock(text="hello"),))],
+        tools=(ToolSpec("lookup", "Look a key up.", schema),),
+        max_tokens=4096,
+        thinking_budget=2048,
+    )
+
+
+async def _drain(stream: Any) -> None:
+    async for _ in stream:
+        pass
+    await stream.close()
+
+
+def _given(value: Any) -> Any:
+    """An option as the SDK reads it: a header `create` marks `omit` is left out, and any
+    `NotGiven` (whose instances never compare equal) is one value."""
+    from anthropic._types import NotGiven, Omit
+
+    if isinstance(value, NotGiven):
+        return "not given"
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if not isinstance(v, Omit)}
+    return value
+
+
+@pytest.mark.parametrize("route", ["anthropic", "bedrock"])
+async def test_the_call_sends_what_messages_create_sends(
+    fake_provider: FakeProvider, opened: list[AnthropicProvider], route: str
+) -> None:
+    settings = Settings(
+        provider=route, base_url=fake_provider.url, bedrock_base_url=fake_provider.url
+    )
+    build = anthropic_provider if route == "anthropic" else bedrock_provider
+    provider = build(settings)
+    opened.append(provider)
+    client, _ = await provider._ready()
+    asked: list[Any] = []
+    request = client.request
+
+    async def recording(*args: Any, **kwargs: Any) -> Any:
+        asked.append(args[1] if len(args) > 1 else kwargs["options"])
+        return await request(*args, **kwargs)
+
+    client.request = recording
+    body = encode_request(_request(provider))
+    assert "thinking" in body and "tools" in body and "system" in body
+    options = route_options(provider._route)  # type: ignore[arg-type]
+    fake_provider.enqueue(Reply.text("one"), Reply.text("two"))
+
+    await _drain(await client.messages.create(**body, stream=True, **options))
+    await _drain(await create_stream(client, body, **options))
+
+    sdk, ours = fake_provider.requests[-2:]
+    assert (ours.method, ours.path, ours.route) == (sdk.method, sdk.path, sdk.route)
+    assert ours.raw_body == sdk.raw_body
+    assert {k: v for k, v in ours.headers.items() if k not in _SIGNED} == {
+        k: v for k, v in sdk.headers.items() if k not in _SIGNED
+    }
+    assert not sdk.rejected and not ours.rejected
+    first, second = asked
+    for field in _OPTION_FIELDS:
+        assert _given(getattr(second, field)) == _given(getattr(first, field)), field
+    assert second.span_name == "anthropic.messages.create"
+
+
+def test_the_body_keeps_creates_key_order() -> None:
+    body = {"tools": [], "model": "m", "system": "s", "messages": [], "max_tokens": 1}
+    assert list(ordered_body(body)) == [
+        "max_tokens",
+        "messages",
+        "model",
+        "stream",
+        "system",
+        "tools",
+    ]
+    assert ordered_body(body)["stream"] is True
+
+
+def _run(code: str) -> Any:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_span_attributes_are_the_sdks_once_a_tracer_provider_is_set() -> None:
+    # A fresh interpreter: the tracer provider is process-wide and can be set only once.
+    result = _run(
+        """
+        import json, sys
+        from defect_core.providers.anthropic import call, client
+        client.import_sdk()
+        body = {"model": "m", "output_config": {"format": {"type": "json_schema"}}}
+        before = dict(call.span_attributes(body))
+        loaded = "anthropic.lib._tracing._api_call" in sys.modules
+        from opentelemetry import trace
+        trace.set_tracer_provider(trace.NoOpTracerProvider())
+        from anthropic.lib._tracing._api_call import messages_create_request_attributes as real
+        print(json.dumps([before, loaded, dict(call.span_attributes(body)), dict(real(body))]))
+        """
+    )
+    before, loaded, after, real = result
+    assert (before, loaded) == ({}, False)
+    assert after == real == {"gen_ai.output.type": "json"}
