@@ -6,6 +6,11 @@ root (which the ACP SDK and the provider SDKs use) routed to the same place.
 Invariant: nothing here writes to stdout. Under `defect acp`, stdout carries JSON-RPC and
 nothing else (docs/architecture.md, rule 5); a stray line there corrupts the protocol stream.
 
+structlog imports `rich` for its console renderer whenever `rich` is installed (a development
+tool brings it), which costs about 100 ms on the path an editor waits on (`initialize`). defect
+renders JSON lines, never the console: `structlog` is imported with `rich` hidden, unless
+something imported `rich` already.
+
 Configuration: `DEFECT_LOG_LEVEL` (debug, info, warning — the default —, error) and
 `DEFECT_LOG_FILE` (also append JSON lines to this file).
 """
@@ -17,7 +22,14 @@ import os
 import sys
 from typing import Any
 
-import structlog
+if "rich" in sys.modules:
+    import structlog
+else:
+    sys.modules["rich"] = None  # type: ignore[assignment]  # an import of it raises ImportError
+    try:
+        import structlog
+    finally:
+        del sys.modules["rich"]
 
 _configured = False
 
