@@ -211,6 +211,16 @@ def _inherited_rules(root: str, workspace: str) -> tuple[IgnoreRules, str]:
     return rules, rel
 
 
+WalkKey = tuple[tuple[int, str], ...]
+
+
+def walk_order(rel: str) -> WalkKey:
+    """The sort key that puts paths relative to the root in `walk_files` order (depth first,
+    names in order, a directory's files before its subdirectories)."""
+    parts = rel.split("/")
+    return (*((1, p) for p in parts[:-1]), (0, parts[-1]))
+
+
 def walk_files(
     root: str, workspace: str, stop: threading.Event | None = None
 ) -> Iterator[tuple[str, str]]:

@@ -1,0 +1,127 @@
+"""The scan of files that arrive in any order, answering as if they came in the walk's order.
+
+Owns `scan_in_any_order`: rg lists its candidates as its threads find them (`rg_engine`),
+and sorting that list before scanning would make the first result wait for the whole walk.
+This scan reads each candidate as it arrives, and keeps what it found per file, so the
+answer is the one `matching.scan` gives over the same files sorted by `walk_order`.
+
+Invariants:
+- The result equals `scan(sorted(files, key=walk_order(rel)), ...)`: the same lines in the
+  same order, the same cap (and the file it falls in, which is not counted as matched, as in
+  `scan`), the same counts of binary and large files before that point.
+- Memory is bounded by the cap, not by the tree: once the kept files hold more lines than
+  `max_results`, the files after the one holding the line past the cap are dropped, and a
+  file arriving after it in walk order is not even read.
+- Every line found is offered to the `Preview` as it is found (in arrival order), so the
+  tool can show the first hits while the search runs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from defect_core.tools.search.ignore import WalkKey, walk_order
+from defect_core.tools.search.matching import (
+    GlobFilter,
+    Regex,
+    ScanResult,
+    grep_file,
+    text_of,
+)
+from defect_core.tools.search.preview import Preview
+
+
+@dataclass(order=True, slots=True)
+class _Hits:
+    key: WalkKey
+    lines: list[str] = field(compare=False)
+
+
+@dataclass(slots=True)
+class _Kept:
+    """The files with hits up to the cap point, in walk order, and the skipped files seen."""
+
+    limit: int  # lines that make the cap certain: max_results + 1
+    hits: list[_Hits] = field(default_factory=list)
+    lines: int = 0
+    binary: list[WalkKey] = field(default_factory=list)
+    large: list[WalkKey] = field(default_factory=list)
+
+    def full(self) -> bool:
+        return self.lines >= self.limit
+
+    def beyond(self, key: WalkKey) -> bool:
+        """Whether a file at `key` comes after the cap point, so cannot change the answer."""
+        return self.full() and key > self.hits[-1].key
+
+    def add(self, hits: _Hits) -> None:
+        bisect.insort(self.hits, hits)
+        self.lines += len(hits.lines)
+        while self.lines - len(self.hits[-1].lines) >= self.limit:
+            self.lines -= len(self.hits.pop().lines)
+        if self.full() and len(self.binary) + len(self.large) > 2 * len(self.hits) + 64:
+            last = self.hits[-1].key
+            self.binary = [k for k in self.binary if k < last]
+            self.large = [k for k in self.large if k < last]
+
+
+def scan_in_any_order(
+    files: Iterator[tuple[str, str]],
+    shown_prefix: str,
+    regex: Regex,
+    glob: GlobFilter | None,
+    max_results: int,
+    stop: threading.Event,
+    deadline: float,
+    preview: Preview | None = None,
+) -> ScanResult:
+    """`matching.scan` of `files` in walk order, reading them in the order they come."""
+    kept = _Kept(max_results + 1)
+    stopped = False
+    checked = 0
+    for full, rel in files:
+        checked += 1
+        if checked % 256 == 0 and (stop.is_set() or time.monotonic() > deadline):
+            stopped = True
+            break
+        shown = shown_prefix + rel
+        if glob is not None and not glob.matches(rel, shown):
+            continue
+        key = walk_order(rel)
+        if kept.beyond(key):
+            continue
+        seen = ScanResult()
+        text = text_of(full, seen)
+        if text is None:  # skipped: binary, large, or gone since rg listed it
+            if seen.binary or seen.large:
+                (kept.binary if seen.binary else kept.large).append(key)
+            continue
+        grep_file(text, regex, shown, seen, kept.limit)
+        if seen.lines:
+            kept.add(_Hits(key, seen.lines))
+            if preview is not None:
+                preview.add(seen.lines, files=1)
+    result = _in_walk_order(kept, max_results)
+    result.stopped = stopped
+    return result
+
+
+def _in_walk_order(kept: _Kept, max_results: int) -> ScanResult:
+    result = ScanResult()
+    cap_at: WalkKey | None = None
+    for hits in kept.hits:
+        room = max_results - len(result.lines)
+        result.lines.extend(hits.lines[:room])
+        result.matches += min(room, len(hits.lines))
+        if len(hits.lines) > room:
+            result.capped = True
+            cap_at = hits.key
+            break
+        result.files_matched += 1
+    result.binary = sum(1 for k in kept.binary if cap_at is None or k < cap_at)
+    result.large = sum(1 for k in kept.large if cap_at is None or k < cap_at)
+    return result
