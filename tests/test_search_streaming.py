@@ -80,20 +80,27 @@ def test_any_arrival_order_gives_the_walk_orders_answer(mixed: Path, cap: int, s
     assert preview.version > 0
 
 
-def test_nothing_past_the_cap_point_is_read(mixed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("arrival", ["walk order", "reverse walk order"])
+def test_nothing_past_the_cap_point_is_read(
+    mixed: Path, monkeypatch: pytest.MonkeyPatch, arrival: str
+) -> None:
     read: list[str] = []
     real = ordering.text_of
     monkeypatch.setattr(
         ordering, "text_of", lambda full, seen: read.append(full) or real(full, seen)
     )
     files = sorted(walk_files(str(mixed), str(mixed)), key=lambda f: walk_order(f[1]))
+    if arrival == "reverse walk order":
+        files.reverse()
     result = ordering.scan_in_any_order(
         iter(files), "", compile_pattern("needle"), None, 3, threading.Event(),
         time.monotonic() + 60,
     )  # fmt: skip
     assert result == _walked(mixed, 3) and result.capped
-    # In walk order, the cap falls in the first files: the rest arrive after it, unread.
-    assert len(read) < 10 < len(files)
+    # The cap falls in the first files of the walk. In walk order, the rest come after it,
+    # unread; in reverse, the last files fill the cap, and the others wait for the end of
+    # the listing, then are read in walk order up to the cap point only.
+    assert len(read) < 20 < len(files)
 
 
 @needs_rg

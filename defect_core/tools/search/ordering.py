@@ -9,9 +9,13 @@ Invariants:
 - The result equals `scan(sorted(files, key=walk_order(rel)), ...)`: the same lines in the
   same order, the same cap (and the file it falls in, which is not counted as matched, as in
   `scan`), the same counts of binary and large files before that point.
-- Memory is bounded by the cap, not by the tree: once the kept files hold more lines than
-  `max_results`, the files after the one holding the line past the cap are dropped, and a
-  file arriving after it in walk order is not even read.
+- The hits kept are bounded by the cap, not by the tree: once the kept files hold more
+  lines than `max_results`, the files after the one holding the line past the cap are
+  dropped, and a file arriving after it in walk order is not even read.
+- Files are read as they come only until the cap is reached; the ones that come after and
+  may still count are read once rg is done, in walk order, up to the cap point. A pattern
+  found in every file of a 200k-file tree reads a few hundred of them, not all — at the cost
+  of holding those files' names (as the sorted candidate list did before).
 - Every line found is offered to the `Preview` as it is found (in arrival order), so the
   tool can show the first hits while the search runs.
 """
@@ -79,39 +83,57 @@ def scan_in_any_order(
     deadline: float,
     preview: Preview | None = None,
 ) -> ScanResult:
-    """`matching.scan` of `files` in walk order, reading them in the order they come."""
+    """`matching.scan` of `files` in walk order, reading them in the order they come until
+    the cap is reached, then the rest that may still count, in walk order."""
     kept = _Kept(max_results + 1)
-    stopped = False
+    later: list[tuple[str, str]] = []
     checked = 0
     for full, rel in files:
         checked += 1
         if checked % 256 == 0 and (stop.is_set() or time.monotonic() > deadline):
-            stopped = True
-            break
+            return _in_walk_order(kept, max_results, stopped=True)
         shown = shown_prefix + rel
         if glob is not None and not glob.matches(rel, shown):
             continue
         key = walk_order(rel)
         if kept.beyond(key):
             continue
-        seen = ScanResult()
-        text = text_of(full, seen)
-        if text is None:  # skipped: binary, large, or gone since rg listed it
-            if seen.binary or seen.large:
-                (kept.binary if seen.binary else kept.large).append(key)
+        if kept.full():
+            # The cap is reached: whether this file counts depends on files still to come.
+            # Read it only if it does, in walk order once rg is done, where the first file
+            # past the cap point ends the scan.
+            later.append((full, rel))
             continue
-        grep_file(text, regex, shown, seen, kept.limit)
-        if seen.lines:
-            kept.add(_Hits(key, seen.lines))
-            if preview is not None:
-                preview.add(seen.lines, files=1)
-    result = _in_walk_order(kept, max_results)
-    result.stopped = stopped
-    return result
+        _read(full, key, shown, regex, kept, preview)
+    later.sort(key=lambda f: walk_order(f[1]))
+    for n, (full, rel) in enumerate(later, 1):
+        if n % 256 == 0 and (stop.is_set() or time.monotonic() > deadline):
+            return _in_walk_order(kept, max_results, stopped=True)
+        key = walk_order(rel)
+        if kept.beyond(key):
+            break
+        _read(full, key, shown_prefix + rel, regex, kept, preview)
+    return _in_walk_order(kept, max_results)
 
 
-def _in_walk_order(kept: _Kept, max_results: int) -> ScanResult:
-    result = ScanResult()
+def _read(
+    full: str, key: WalkKey, shown: str, regex: Regex, kept: _Kept, preview: Preview | None
+) -> None:
+    seen = ScanResult()
+    text = text_of(full, seen)
+    if text is None:  # skipped: binary, large, or gone since rg listed it
+        if seen.binary or seen.large:
+            (kept.binary if seen.binary else kept.large).append(key)
+        return
+    grep_file(text, regex, shown, seen, kept.limit)
+    if seen.lines:
+        kept.add(_Hits(key, seen.lines))
+        if preview is not None:
+            preview.add(seen.lines, files=1)
+
+
+def _in_walk_order(kept: _Kept, max_results: int, stopped: bool = False) -> ScanResult:
+    result = ScanResult(stopped=stopped)
     cap_at: WalkKey | None = None
     for hits in kept.hits:
         room = max_results - len(result.lines)
