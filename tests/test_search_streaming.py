@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,16 +62,23 @@ def _walked(root: Path, cap: int) -> ScanResult:
     return scan(files, "", regex, None, cap, threading.Event(), time.monotonic() + 60)
 
 
+def _in_any_order(
+    root: Path, rels: Iterator[str], cap: int, preview: Preview | None = None
+) -> ScanResult:
+    regex, stop = compile_pattern("needle"), threading.Event()
+    deadline = time.monotonic() + 60
+    return ordering.scan_in_any_order(
+        str(root), rels, "", regex, None, cap, stop, deadline, preview
+    )
+
+
 @pytest.mark.parametrize("cap", [1, 2, 3, 5, 17, 100, 2000])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_any_arrival_order_gives_the_walk_orders_answer(mixed: Path, cap: int, seed: int) -> None:
     files = list(walk_files(str(mixed), str(mixed)))
     random.Random(seed).shuffle(files)
     preview = Preview()
-    shuffled = ordering.scan_in_any_order(
-        iter(files), "", compile_pattern("needle"), None, cap, threading.Event(),
-        time.monotonic() + 60, preview,
-    )  # fmt: skip
+    shuffled = _in_any_order(mixed, (rel for _, rel in files), cap, preview)
     walked = _walked(mixed, cap)
     assert shuffled == walked
     if cap == 2000:  # the fixture has what it claims
@@ -92,10 +100,7 @@ def test_nothing_past_the_cap_point_is_read(
     files = sorted(walk_files(str(mixed), str(mixed)), key=lambda f: walk_order(f[1]))
     if arrival == "reverse walk order":
         files.reverse()
-    result = ordering.scan_in_any_order(
-        iter(files), "", compile_pattern("needle"), None, 3, threading.Event(),
-        time.monotonic() + 60,
-    )  # fmt: skip
+    result = _in_any_order(mixed, (rel for _, rel in files), 3)
     assert result == _walked(mixed, 3) and result.capped
     # The cap falls in the first files of the walk. In walk order, the rest come after it,
     # unread; in reverse, the last files fill the cap, and the others wait for the end of
@@ -108,10 +113,7 @@ def test_rg_candidates_in_rgs_own_order_give_the_walks_answer(mixed: Path) -> No
     assert RG is not None
     run = rg_engine.RgSearch(RG, str(mixed), "needle", False, MAX_FILE_BYTES)
     with run:
-        result = ordering.scan_in_any_order(
-            run.files(threading.Event(), time.monotonic() + 60), "", compile_pattern("needle"),
-            None, 2000, threading.Event(), time.monotonic() + 60,
-        )  # fmt: skip
+        result = _in_any_order(mixed, run.files(threading.Event(), time.monotonic() + 60), 2000)
         large = run.large()
     assert large == 3  # the three large files, counted from rg's log
     result.large += large

@@ -23,12 +23,13 @@ Invariants:
 from __future__ import annotations
 
 import bisect
+import os
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from defect_core.tools.search.ignore import WalkKey, walk_order
+from defect_core.tools.search.ignore import walk_order
 from defect_core.tools.search.matching import (
     GlobFilter,
     Regex,
@@ -41,7 +42,7 @@ from defect_core.tools.search.preview import Preview
 
 @dataclass(order=True, slots=True)
 class _Hits:
-    key: WalkKey
+    key: str
     lines: list[str] = field(compare=False)
 
 
@@ -52,13 +53,13 @@ class _Kept:
     limit: int  # lines that make the cap certain: max_results + 1
     hits: list[_Hits] = field(default_factory=list)
     lines: int = 0
-    binary: list[WalkKey] = field(default_factory=list)
-    large: list[WalkKey] = field(default_factory=list)
+    binary: list[str] = field(default_factory=list)
+    large: list[str] = field(default_factory=list)
 
     def full(self) -> bool:
         return self.lines >= self.limit
 
-    def beyond(self, key: WalkKey) -> bool:
+    def beyond(self, key: str) -> bool:
         """Whether a file at `key` comes after the cap point, so cannot change the answer."""
         return self.full() and key > self.hits[-1].key
 
@@ -74,7 +75,8 @@ class _Kept:
 
 
 def scan_in_any_order(
-    files: Iterator[tuple[str, str]],
+    root: str,
+    rels: Iterator[str],
     shown_prefix: str,
     regex: Regex,
     glob: GlobFilter | None,
@@ -83,12 +85,13 @@ def scan_in_any_order(
     deadline: float,
     preview: Preview | None = None,
 ) -> ScanResult:
-    """`matching.scan` of `files` in walk order, reading them in the order they come until
-    the cap is reached, then the rest that may still count, in walk order."""
+    """`matching.scan` of the files at `rels` (relative to `root`) in walk order, reading
+    them in the order they come until the cap is reached, then the rest that may still
+    count, in walk order."""
     kept = _Kept(max_results + 1)
-    later: list[tuple[str, str]] = []
+    later: list[str] = []
     checked = 0
-    for full, rel in files:
+    for rel in rels:
         checked += 1
         if checked % 256 == 0 and (stop.is_set() or time.monotonic() > deadline):
             return _in_walk_order(kept, max_results, stopped=True)
@@ -102,25 +105,31 @@ def scan_in_any_order(
             # The cap is reached: whether this file counts depends on files still to come.
             # Read it only if it does, in walk order once rg is done, where the first file
             # past the cap point ends the scan.
-            later.append((full, rel))
+            later.append(rel)
             continue
-        _read(full, key, shown, regex, kept, preview)
-    later.sort(key=lambda f: walk_order(f[1]))
-    for n, (full, rel) in enumerate(later, 1):
+        _read(root, rel, key, shown, regex, kept, preview)
+    later.sort(key=walk_order)
+    for n, rel in enumerate(later, 1):
         if n % 256 == 0 and (stop.is_set() or time.monotonic() > deadline):
             return _in_walk_order(kept, max_results, stopped=True)
         key = walk_order(rel)
         if kept.beyond(key):
             break
-        _read(full, key, shown_prefix + rel, regex, kept, preview)
+        _read(root, rel, key, shown_prefix + rel, regex, kept, preview)
     return _in_walk_order(kept, max_results)
 
 
 def _read(
-    full: str, key: WalkKey, shown: str, regex: Regex, kept: _Kept, preview: Preview | None
+    root: str,
+    rel: str,
+    key: str,
+    shown: str,
+    regex: Regex,
+    kept: _Kept,
+    preview: Preview | None,
 ) -> None:
     seen = ScanResult()
-    text = text_of(full, seen)
+    text = text_of(os.path.join(root, rel), seen)
     if text is None:  # skipped: binary, large, or gone since rg listed it
         if seen.binary or seen.large:
             (kept.binary if seen.binary else kept.large).append(key)
@@ -134,7 +143,7 @@ def _read(
 
 def _in_walk_order(kept: _Kept, max_results: int, stopped: bool = False) -> ScanResult:
     result = ScanResult(stopped=stopped)
-    cap_at: WalkKey | None = None
+    cap_at: str | None = None
     for hits in kept.hits:
         room = max_results - len(result.lines)
         result.lines.extend(hits.lines[:room])

@@ -161,7 +161,6 @@ class RgSearch:
             command.append("--ignore-case")
         for p in (*_PREFILTER, pattern):
             command += ["-e", p]
-        self.root = root
         self.interrupted = False
         """True when a cancel or the deadline ended the run: the files seen are partial."""
         self._large = 0
@@ -188,10 +187,10 @@ class RgSearch:
             if pipe is not None:
                 pipe.close()
 
-    def files(self, stop: threading.Event, deadline: float) -> Iterator[tuple[str, str]]:
-        """(absolute path, path relative to the root) of each candidate, in rg's order (not
-        the walk's: rg searches in parallel); ends when rg is done, or at `stop` or the
-        deadline (then `interrupted`)."""
+    def files(self, stop: threading.Event, deadline: float) -> Iterator[str]:
+        """The path of each candidate relative to the root, in rg's order (not the walk's:
+        rg searches in parallel); ends when rg is done, or at `stop` or the deadline (then
+        `interrupted`)."""
         assert self._proc.stdout is not None and self._proc.stderr is not None
         out, log = self._proc.stdout.fileno(), self._proc.stderr.fileno()
         tails = {out: b"", log: b""}
@@ -213,8 +212,7 @@ class RgSearch:
                         self._read_log(records)
                         continue
                     for record in records:
-                        rel = os.fsdecode(record).removeprefix("./")
-                        yield os.path.join(self.root, rel), rel
+                        yield os.fsdecode(record).removeprefix("./")
         self._read_log([tails[log]])
 
     def _read_log(self, lines: list[bytes]) -> None:
@@ -248,11 +246,11 @@ def candidates(
     except OSError:
         return None
     with run:
-        found = list(run.files(stop, deadline))
+        found = sorted(run.files(stop, deadline), key=walk_order)
         large = run.large()
     if large is None:
         return None
-    return Candidates(sorted(found, key=lambda f: walk_order(f[1])), large)
+    return Candidates([(os.path.join(root, rel), rel) for rel in found], large)
 
 
 _POLL = 0.05

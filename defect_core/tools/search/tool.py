@@ -183,8 +183,8 @@ class SearchTool(ModelTool):
         ):
             with run:
                 result = scan_in_any_order(
-                    run.files(stop, deadline), prefix, regex, glob, max_results, stop, deadline,
-                    preview,
+                    str(root), run.files(stop, deadline), prefix, regex, glob, max_results, stop,
+                    deadline, preview,
                 )  # fmt: skip
                 large = run.large()
             if run.interrupted:
