@@ -222,3 +222,26 @@ async def test_progress_reaches_the_editor_before_the_final_update(
         last_progress = max(i for i, (s, t) in enumerate(texts) if t.startswith("Searching"))
         assert last_progress < texts.index(("completed", final[0]))
         agent.assert_schema_clean()
+
+
+def test_rg_records_split_anywhere_and_names_with_line_feeds() -> None:
+    stream = b"./a.py\x001\n./odd\nname.py\x001\n./dir/b.md\x001\n"
+    for cut in range(len(stream) + 1):  # however the pipe splits it
+        first, rest = rg_engine._records(stream[:cut])
+        second, left = rg_engine._records(rest + stream[cut:])
+        assert first + second == [b"./a.py", b"./odd\nname.py", b"./dir/b.md"]
+        assert left == b""
+
+
+@needs_rg
+def test_a_name_with_a_line_feed_is_found_through_rg(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "odd\nname.py").write_text("needle\n")
+    (tmp_path / "odd").write_text("no\n")
+    (tmp_path / "name.py").write_text("needle too\n")
+    with_rg, _ = _search(tmp_path, {"pattern": "needle"})
+    monkeypatch.setattr(rg_engine, "ripgrep_binary", lambda: None)
+    without, _ = _search(tmp_path, {"pattern": "needle"})
+    assert with_rg == without
+    assert "odd\nname.py:1: needle" in with_rg and "name.py:1: needle too" in with_rg

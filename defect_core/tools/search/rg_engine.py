@@ -1,7 +1,7 @@
 """ripgrep as a prefilter: which files the exact scan must read, found at native speed.
 
 Owns `ripgrep_binary()` (the `rg` installed beside defect, or on the PATH) and `RgSearch`:
-an `rg --files-with-matches --multiline` run over the search root that lists every file the
+an `rg --count --max-count 1 --multiline` run over the search root that lists every file the
 Python scan (`matching.scan`) could act on — a file that matches the pattern, or that holds
 a NUL byte or a byte over 0x7F (so every binary and every non-UTF-8 file the scan would skip
 and count is among them) — as rg finds them, in no set order (`ordering` gives the walk's
@@ -144,8 +144,11 @@ class RgSearch:
 
     One rg, with `--debug`: its walk logs each file it leaves out for its size ("ignoring
     PATH: N bytes", after the ignore rules, so only files in scope), which counts the large
-    files without a second walk of the tree. Both pipes are read as they fill, so rg never
-    waits on a full one, and the caller scans the first candidates while rg still walks.
+    files without a second walk of the tree. `--count --max-count 1` lists a file once, at
+    its first match, as `--files-with-matches` would, but line by line (`_records`), and
+    `--line-buffered` hands each line on at once. Both pipes are read as they fill, so rg
+    never waits on a full one, and the caller scans the first candidates while rg still
+    walks.
     `close` (or leaving the `with` block) kills it if it still runs."""
 
     def __init__(
@@ -154,7 +157,7 @@ class RgSearch:
         command = [
             rg, "--no-config", "--null", "--hidden", "--no-require-git", "--no-ignore-global",
             "--no-ignore-dot", "--no-ignore-parent", "--no-messages", "--glob", "!.git",
-            "--files-with-matches", "--text", "--multiline", "--debug",
+            "--count", "--max-count", "1", "--line-buffered", "--text", "--multiline", "--debug",
             "--max-filesize", str(max_bytes),
         ]  # fmt: skip
         if case_insensitive:
@@ -205,14 +208,14 @@ class RgSearch:
                     data = os.read(key.fd, 1 << 16)
                     if not data:
                         sel.unregister(key.fd)
-                        continue
-                    records = (tails[key.fd] + data).split(b"\0" if key.fd == out else b"\n")
-                    tails[key.fd] = records.pop()
-                    if key.fd == log:
-                        self._read_log(records)
-                        continue
-                    for record in records:
-                        yield os.fsdecode(record).removeprefix("./")
+                    elif key.fd == log:
+                        lines = (tails[log] + data).split(b"\n")
+                        tails[log] = lines.pop()
+                        self._read_log(lines)
+                    else:
+                        paths, tails[out] = _records(tails[out] + data)
+                        for path in paths:
+                            yield os.fsdecode(path).removeprefix("./")
         self._read_log([tails[log]])
 
     def _read_log(self, lines: list[bytes]) -> None:
@@ -228,6 +231,21 @@ class RgSearch:
         if self.interrupted or self._proc.wait() not in (0, 1) or not self._logged:
             return None
         return self._large
+
+
+def _records(data: bytes) -> tuple[list[bytes], bytes]:
+    """The paths of the whole records in `data`, and what is left of an unfinished one.
+
+    A record is `PATH NUL COUNT LF`: a name may hold a line feed but never a NUL, so the
+    NUL ends the path and the next line feed the record, whatever the name. (`--null` alone
+    prints no line feed, and rg flushes a pipe at line feeds only: the first candidates would
+    wait for rg's buffer to fill, which a pattern found in few files never does.)"""
+    paths: list[bytes] = []
+    start = 0
+    while (nul := data.find(b"\0", start)) >= 0 and (end := data.find(b"\n", nul)) >= 0:
+        paths.append(data[start:nul])
+        start = end + 1
+    return paths, data[start:]
 
 
 def candidates(
