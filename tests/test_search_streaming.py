@@ -25,6 +25,7 @@ from defect_core.events import TextDisplay, ToolDisplay
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 from defect_core.tools.base import ToolContext
 from defect_core.tools.search import SearchTool, compile_pattern, ordering, rg_engine, scan
+from defect_core.tools.search import tool as tool_module
 from defect_core.tools.search.ignore import walk_files, walk_order
 from defect_core.tools.search.matching import MAX_FILE_BYTES, ScanResult
 from defect_core.tools.search.preview import PREVIEW_LINES, Preview
@@ -180,8 +181,11 @@ def test_the_preview_keeps_the_first_lines_and_counts_the_rest() -> None:
         "b.py:7: z", "…",
     ]  # fmt: skip
     listing = Preview()
+    assert listing.snapshot(files_only=True) is None  # nothing to show yet
     listing.add(["a.py"], files=1)
     assert listing.snapshot(files_only=True) == "Searching… 1 file found so far:\na.py"
+    listing.clear()
+    assert listing.snapshot(files_only=True) is None and listing.version == 2
 
 
 def test_a_search_without_hits_reports_nothing_until_its_answer(big: Path) -> None:
@@ -245,3 +249,23 @@ def test_a_name_with_a_line_feed_is_found_through_rg(
     without, _ = _search(tmp_path, {"pattern": "needle"})
     assert with_rg == without
     assert "odd\nname.py:1: needle" in with_rg and "name.py:1: needle too" in with_rg
+
+
+@needs_rg
+def test_rg_left_writing_is_never_waited_on(big: Path) -> None:
+    assert RG is not None
+    run = rg_engine.RgSearch(RG, str(big), "def target_", False, MAX_FILE_BYTES)
+    with run:
+        files = run.files(threading.Event(), time.monotonic() + 60)
+        assert next(files).endswith(".py")
+        # 4000 candidates fill the pipe: rg blocks, and the count is not rg's to give.
+        assert run.large() is None
+    assert run.large() is None  # killed on leaving the block, still no count
+
+
+def test_a_search_past_its_deadline_says_its_results_are_partial(
+    big: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tool_module, "SEARCH_DEADLINE", 0.0)
+    answer, _ = _search(big, {"pattern": "def target_"})
+    assert answer.endswith("[the search stopped after 0 s; results are partial]")

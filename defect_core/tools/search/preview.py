@@ -38,15 +38,25 @@ class Preview:
             self._files += files
             self._version += 1
 
+    def clear(self) -> None:
+        """Forget what was found (the search starts again another way)."""
+        with self._lock:
+            self._lines.clear()
+            self._matches = self._files = 0
+            self._version += 1
+
     @property
     def version(self) -> int:
         """Grows with every `add`: a reader compares it to know whether there is news."""
         return self._version
 
-    def snapshot(self, files_only: bool) -> str:
-        """The progress text: how much was found so far, then the first lines."""
+    def snapshot(self, files_only: bool) -> str | None:
+        """The progress text: how much was found so far, then the first lines; None before
+        the first."""
         with self._lock:
             lines, matches, files = list(self._lines), self._matches, self._files
+        if not matches:
+            return None
         if files_only:
             head = f"Searching… {_count(files, 'file')} found so far"
         else:

@@ -168,6 +168,7 @@ class RgSearch:
         """True when a cancel or the deadline ended the run: the files seen are partial."""
         self._large = 0
         self._logged = False  # rg's debug log was seen: its count of large files holds
+        self._listed = False  # `files` read rg's output to its end
         self._proc = subprocess.Popen(
             [*command, "--", "."],
             cwd=root,
@@ -217,6 +218,7 @@ class RgSearch:
                         for path in paths:
                             yield os.fsdecode(path).removeprefix("./")
         self._read_log([tails[log]])
+        self._listed = True
 
     def _read_log(self, lines: list[bytes]) -> None:
         for line in lines:
@@ -226,9 +228,10 @@ class RgSearch:
                     self._large += 1
 
     def large(self) -> int | None:
-        """Files in scope over the size limit, once `files` has ended; None when rg failed
-        or was interrupted (its candidates are then not the walk's)."""
-        if self.interrupted or self._proc.wait() not in (0, 1) or not self._logged:
+        """Files in scope over the size limit; None when rg failed, was interrupted, or its
+        output was not read to the end (its candidates are then not the walk's). Never
+        waits on an rg still writing."""
+        if not self._listed or self._proc.wait() not in (0, 1) or not self._logged:
             return None
         return self._large
 

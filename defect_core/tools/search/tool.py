@@ -186,14 +186,16 @@ class SearchTool(ModelTool):
                     str(root), run.files(stop, deadline), prefix, regex, glob, max_results, stop,
                     deadline, preview,
                 )  # fmt: skip
-                large = run.large()
-            if run.interrupted:
+                large = None if result.stopped else run.large()
+            if result.stopped or run.interrupted:
                 result.stopped = True
                 return result
             if large is not None:
                 result.large += large
                 return result
-            # rg failed: the walk answers (the preview may have shown some of the same hits).
+            # rg failed: the walk answers, and the preview starts again.
+            if preview is not None:
+                preview.clear()
         files = walk_files(str(root), os.path.abspath(cwd), stop)
         return scan(files, prefix, regex, glob, max_results, stop, deadline, preview)
 
@@ -238,7 +240,10 @@ async def _stream_preview(
         if done.is_set() or preview.version == shown:
             continue
         shown = preview.version
-        await ctx.report((TextDisplay(preview.snapshot(files_only)),))
+        text = preview.snapshot(files_only)
+        if text is None:
+            continue
+        await ctx.report((TextDisplay(text),))
         with anyio.move_on_after(PROGRESS_INTERVAL):
             await done.wait()
 
