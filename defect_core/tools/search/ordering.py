@@ -6,7 +6,7 @@ This scan reads each candidate as it arrives, and keeps what it found per file, 
 answer is the one `matching.scan` gives over the same files sorted by `walk_order`.
 
 Invariants:
-- The result equals `scan(sorted(files, key=walk_order(rel)), ...)`: the same lines in the
+- The result equals `scan` over the same files sorted by `walk_order`: the same lines in the
   same order, the same cap (and the file it falls in, which is not counted as matched, as in
   `scan`), the same counts of binary and large files before that point.
 - The hits kept are bounded by the cap, not by the tree: once the kept files hold more
@@ -14,8 +14,8 @@ Invariants:
   dropped, and a file arriving after it in walk order is not even read.
 - Files are read as they come only until the cap is reached; the ones that come after and
   may still count are read once rg is done, in walk order, up to the cap point. A pattern
-  found in every file of a 200k-file tree reads a few hundred of them, not all — at the cost
-  of holding those files' names (as the sorted candidate list did before).
+  found in every file of a 200k-file tree reads about twice `max_results` files, not all,
+  at the cost of holding the waiting files' names (as a sorted candidate list would).
 - Every line found is offered to the `Preview` as it is found (in arrival order), so the
   tool can show the first hits while the search runs.
 """
@@ -48,7 +48,8 @@ class _Hits:
 
 @dataclass(slots=True)
 class _Kept:
-    """The files with hits up to the cap point, in walk order, and the skipped files seen."""
+    """The files with hits up to the cap point, in walk order, and the skipped files read
+    (those past the final cap point are left out of the counts at the end)."""
 
     limit: int  # lines that make the cap certain: max_results + 1
     hits: list[_Hits] = field(default_factory=list)
@@ -68,10 +69,6 @@ class _Kept:
         self.lines += len(hits.lines)
         while self.lines - len(self.hits[-1].lines) >= self.limit:
             self.lines -= len(self.hits.pop().lines)
-        if self.full() and len(self.binary) + len(self.large) > 2 * len(self.hits) + 64:
-            last = self.hits[-1].key
-            self.binary = [k for k in self.binary if k < last]
-            self.large = [k for k in self.large if k < last]
 
 
 def scan_in_any_order(
