@@ -11,6 +11,7 @@ final update.
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -24,7 +25,14 @@ import pytest
 from defect_core.events import TextDisplay, ToolDisplay
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 from defect_core.tools.base import ToolContext
-from defect_core.tools.search import SearchTool, compile_pattern, ordering, rg_engine, scan
+from defect_core.tools.search import (
+    SearchTool,
+    compile_pattern,
+    matching,
+    ordering,
+    rg_engine,
+    scan,
+)
 from defect_core.tools.search import tool as tool_module
 from defect_core.tools.search.ignore import walk_files, walk_order
 from defect_core.tools.search.matching import MAX_FILE_BYTES, ScanResult
@@ -57,10 +65,14 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _walked(root: Path, cap: int) -> ScanResult:
+def _scan_tree(root: Path, pattern: str, cap: int = 2000) -> ScanResult:
     files = walk_files(str(root), str(root))
-    regex = compile_pattern("needle")
+    regex = compile_pattern(pattern)
     return scan(files, "", regex, None, cap, threading.Event(), time.monotonic() + 60)
+
+
+def _walked(root: Path, cap: int) -> ScanResult:
+    return _scan_tree(root, "needle", cap)
 
 
 def _in_any_order(
@@ -269,3 +281,17 @@ def test_a_search_past_its_deadline_says_its_results_are_partial(
     monkeypatch.setattr(tool_module, "SEARCH_DEADLINE", 0.0)
     answer, _ = _search(big, {"pattern": "def target_"})
     assert answer.endswith("[the search stopped after 0 s; results are partial]")
+
+
+def test_a_binary_is_not_read_past_its_sniffed_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "image.bin").write_bytes(b"\x89PNG\x00" + b"x" * (1 << 20))
+    (tmp_path / "late_nul.txt").write_bytes(b"needle\n" + b"y" * 9000 + b"\x00\n")
+    (tmp_path / "text.txt").write_bytes(b"needle\n" + b"z" * 9000 + b"\n")
+    asked: list[int] = []
+    real = os.read
+    monkeypatch.setattr(matching.os, "read", lambda fd, n: asked.append(n) or real(fd, n))
+    result = _scan_tree(tmp_path, "needle")
+    assert result.binary == 1 and result.lines == ["late_nul.txt:1: needle", "text.txt:1: needle"]
+    assert sum(asked) < 3 * 8192 + 2 * 9010  # the two texts whole, the image's head only

@@ -169,7 +169,11 @@ def text_of(full: str, result: ScanResult) -> bytes | None:
             if size > MAX_FILE_BYTES:
                 result.large += 1
                 return None
-            data = os.read(fd, size + 1)
+            # The sniffed head first: a binary (the images, archives and builds a tree
+            # keeps beside its sources) is never read past it.
+            data = os.read(fd, min(size + 1, _SNIFF))
+            if len(data) == _SNIFF and b"\x00" not in data:
+                data += os.read(fd, size + 1 - _SNIFF)
         finally:
             os.close(fd)
     except OSError:
