@@ -149,8 +149,8 @@ def test_the_tool_answers_the_same_with_and_without_rg(
     ctx = ToolContext("s", tree, LocalFsBackend(), LocalShellBackend())
     args = {"pattern": pattern, "max_results": 50}
     used: list[object] = []
-    real = rg_engine.candidates
-    monkeypatch.setattr(rg_engine, "candidates", lambda *a: used.append(a) or real(*a))
+    real = rg_engine.RgSearch
+    monkeypatch.setattr(rg_engine, "RgSearch", lambda *a: used.append(a) or real(*a))
     with_rg = anyio.run(SearchTool().run, args, ctx)
     assert bool(used) == (pattern == r"handler\b")
     monkeypatch.setattr(rg_engine, "ripgrep_binary", lambda: None)

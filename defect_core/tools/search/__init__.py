@@ -5,7 +5,9 @@ One module per job:
 - `ignore`: which files a search considers (the tree walk, `.gitignore` rules, glob syntax);
 - `matching`: which of them match, and which lines (globs, the RE2 scan, the caps);
 - `rg_engine`: ripgrep, when installed, as a prefilter of the files the scan reads;
-- `tool`: the tool the model calls (arguments, run, report).
+- `ordering`: the scan of rg's candidates as they come, answering in the walk's order;
+- `preview`: the first hits of a running search, streamed as the call's progress;
+- `tool`: the tool the model calls (arguments, run, progress, report).
 
 The invariants each keeps are in its docstring: ignored files and symbolic links are never
 searched; binary, non-UTF-8 and over-large files are skipped and counted; matching is linear

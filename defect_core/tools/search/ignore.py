@@ -211,6 +211,21 @@ def _inherited_rules(root: str, workspace: str) -> tuple[IgnoreRules, str]:
     return rules, rel
 
 
+def walk_order(rel: str) -> str:
+    """The sort key that puts paths relative to the root in `walk_files` order (depth first,
+    names in order, a directory's files before its subdirectories).
+
+    A string, compared as strings are: each directory is "\\x02" + name + "\\x00", the file
+    "\\x01" + name. At the first component two paths differ in, a file ("\\x01") sorts before
+    a directory ("\\x02"), and names compare as names, the "\\x00" ending a directory's
+    name before any character of a longer one (no name holds a NUL). One string per path,
+    not a tuple of tuples: the search sorts and compares hundreds of thousands of them."""
+    head, _, name = rel.rpartition("/")
+    if not head:
+        return "\x01" + name
+    return "".join(f"\x02{part}\x00" for part in head.split("/")) + "\x01" + name
+
+
 def walk_files(
     root: str, workspace: str, stop: threading.Event | None = None
 ) -> Iterator[tuple[str, str]]:

@@ -32,6 +32,7 @@ from typing import Any
 
 from defect_core.tools.base import ToolError
 from defect_core.tools.search.ignore import compile_alternatives, translate_glob
+from defect_core.tools.search.preview import Preview
 
 MAX_LINE_CHARS = 300
 MAX_FILE_BYTES = 2 * 1024 * 1024
@@ -121,8 +122,10 @@ def scan(
     max_results: int,
     stop: threading.Event,
     deadline: float,
+    preview: Preview | None = None,
 ) -> ScanResult:
-    """Search `files`; stops at `max_results` lines, at `stop`, or at `deadline`."""
+    """Search `files`; stops at `max_results` lines, at `stop`, or at `deadline`. The lines
+    found are offered to `preview` as they are found."""
     result = ScanResult()
     checked = 0
     for full, rel in files:
@@ -138,18 +141,25 @@ def scan(
             result.files_matched += 1
             if len(result.lines) < max_results:
                 result.lines.append(shown)
+                if preview is not None:
+                    preview.add([shown], files=1)
             else:
                 result.capped = True
             continue
-        text = _text_of(full, result)
+        text = text_of(full, result)
         if text is None:
             continue
-        if not _grep(text, regex, shown, result, max_results):
+        before = len(result.lines)
+        more = grep_file(text, regex, shown, result, max_results)
+        if preview is not None and len(result.lines) > before:
+            preview.add(result.lines[before:], files=1)
+        if not more:
             break
     return result
 
 
-def _text_of(full: str, result: ScanResult) -> bytes | None:
+def text_of(full: str, result: ScanResult) -> bytes | None:
+    """The file's bytes, or None when it is skipped (counted in `result`) or unreadable."""
     # os.read sized by fstat: a buffered `read(MAX_FILE_BYTES)` allocates the whole maximum
     # for every file, which made a 20k-file scan four times slower.
     try:
@@ -159,7 +169,11 @@ def _text_of(full: str, result: ScanResult) -> bytes | None:
             if size > MAX_FILE_BYTES:
                 result.large += 1
                 return None
-            data = os.read(fd, size + 1)
+            # The sniffed head first: a binary (the images, archives and builds a tree
+            # keeps beside its sources) is never read past it.
+            data = os.read(fd, min(size + 1, _SNIFF))
+            if len(data) == _SNIFF and b"\x00" not in data:
+                data += os.read(fd, size + 1 - _SNIFF)
         finally:
             os.close(fd)
     except OSError:
@@ -175,7 +189,7 @@ def _text_of(full: str, result: ScanResult) -> bytes | None:
     return data
 
 
-def _grep(text: bytes, regex: Regex, shown: str, result: ScanResult, max_results: int) -> bool:
+def grep_file(text: bytes, regex: Regex, shown: str, result: ScanResult, max_results: int) -> bool:
     """Add the matching lines of one file; False once the cap is reached."""
     if regex.search(text) is None:  # the common case, in one call
         return True

@@ -1,11 +1,12 @@
 """ripgrep as a prefilter: which files the exact scan must read, found at native speed.
 
-Owns `ripgrep_binary()` (the `rg` installed beside defect, or on the PATH) and
-`candidates()`: an `rg --files-with-matches --multiline` run over the search root that lists
-every file the Python scan (`matching.scan`) could act on — a file that matches the pattern, or
-that holds a NUL byte or a byte over 0x7F (so every binary and every non-UTF-8 file the scan
-would skip and count is among them) — in the walk's order (`walk_order`), and the number of
-files over the size limit, which rg leaves out (counted by a listing run alongside).
+Owns `ripgrep_binary()` (the `rg` installed beside defect, or on the PATH) and `RgSearch`:
+an `rg --count --max-count 1 --multiline` run over the search root that lists every file the
+Python scan (`matching.scan`) could act on — a file that matches the pattern, or that holds
+a NUL byte or a byte over 0x7F (so every binary and every non-UTF-8 file the scan would skip
+and count is among them) — as rg finds them, in no set order (`ordering` gives the walk's
+answer from them), and the number of files over the size limit, which rg leaves out (counted
+from its debug log). `candidates()` is the same list, whole and in the walk's order.
 
 Why a prefilter rather than rg's own output: the scan's rules (RE2 syntax, the 8 KiB binary
 sniff, UTF-8 only, the 2 MB limit, the caps, the report) stay the only rules. rg only spares
@@ -23,17 +24,20 @@ Invariants:
   `.gitignore` and `.git/info/exclude` applied whether or not the tree is a repository, no
   global, parent or `.ignore` files. That is the walk's scope only when the root is the top
   the walk reads ignore files from (the repository's root, or the workspace outside a
-  repository): `candidates` is used there only (`ignore.ignore_top`); elsewhere the Python
-  engine runs.
-- Output is read as it arrives, so the memory held is the candidate list, not rg's output
-  buffer; a cancel (`stop`) or the deadline kills rg at once.
+  repository): rg is used there only (`ignore.ignore_top`); elsewhere the Python engine
+  runs.
+- The count of large files is rg's only when its debug log was read (`large` is None
+  otherwise, and the walk answers): a log line is one file, so a run of rg that logs nothing
+  cannot pass for a tree without large files.
+- Output is read as it arrives and handed on one candidate at a time, so nothing grows with
+  the tree here; a cancel (`stop`) or the deadline ends the run, and `close` kills rg.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import re
+import selectors
 import shutil
 import subprocess
 import sys
@@ -43,7 +47,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["Candidates", "candidates", "ripgrep_binary", "translate_pattern", "walk_order"]
+from defect_core.tools.search.ignore import walk_order
+
+__all__ = [
+    "Candidates",
+    "RgSearch",
+    "candidates",
+    "ripgrep_binary",
+    "translate_pattern",
+]
 
 _CLASSES = {  # RE2's ASCII classes, in Rust syntax (outside / inside a bracket class)
     "w": ("[[:word:]]", "[:word:]"),
@@ -121,16 +133,122 @@ def translate_pattern(pattern: str) -> str | None:
     return "(?m)" + "".join(out)
 
 
-def walk_order(rel: str) -> tuple[tuple[int, str], ...]:
-    """The sort key that puts paths in `ignore.walk_files` order (depth first, names in
-    order, a directory's files before its subdirectories)."""
-    parts = rel.split("/")
-    return (*((1, p) for p in parts[:-1]), (0, parts[-1]))
-
-
 class Candidates(NamedTuple):
     files: list[tuple[str, str]]  # (absolute path, path relative to the root), walk order
     large: int  # files in scope over the size limit (rg does not read them)
+
+
+class RgSearch:
+    """A running prefilter: the candidate files as rg finds them (`files`), then how many
+    files over the size limit it left out (`large`).
+
+    One rg, with `--debug`: its walk logs each file it leaves out for its size ("ignoring
+    PATH: N bytes", after the ignore rules, so only files in scope), which counts the large
+    files without a second walk of the tree. `--count --max-count 1` lists a file once, at
+    its first match, as `--files-with-matches` would, but line by line (`_records`), and
+    `--line-buffered` hands each line on at once. Both pipes are read as they fill, so rg
+    never waits on a full one, and the caller scans the first candidates while rg still
+    walks.
+    `close` (or leaving the `with` block) kills it if it still runs."""
+
+    def __init__(
+        self, rg: str, root: str, pattern: str, case_insensitive: bool, max_bytes: int
+    ) -> None:
+        command = [
+            rg, "--no-config", "--null", "--hidden", "--no-require-git", "--no-ignore-global",
+            "--no-ignore-dot", "--no-ignore-parent", "--no-messages", "--glob", "!.git",
+            "--count", "--max-count", "1", "--line-buffered", "--text", "--multiline", "--debug",
+            "--max-filesize", str(max_bytes),
+        ]  # fmt: skip
+        if case_insensitive:
+            command.append("--ignore-case")
+        for p in (*_PREFILTER, pattern):
+            command += ["-e", p]
+        self.interrupted = False
+        """True when a cancel or the deadline ended the run: the files seen are partial."""
+        self._large = 0
+        self._logged = False  # rg's debug log was seen: its count of large files holds
+        self._listed = False  # `files` read rg's output to its end
+        self._proc = subprocess.Popen(
+            [*command, "--", "."],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    def __enter__(self) -> RgSearch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        proc = self._proc
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    def files(self, stop: threading.Event, deadline: float) -> Iterator[str]:
+        """The path of each candidate relative to the root, in rg's order (not the walk's:
+        rg searches in parallel); ends when rg is done, or at `stop` or the deadline (then
+        `interrupted`)."""
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        out, log = self._proc.stdout.fileno(), self._proc.stderr.fileno()
+        tails = {out: b"", log: b""}
+        with selectors.DefaultSelector() as sel:
+            sel.register(out, selectors.EVENT_READ)
+            sel.register(log, selectors.EVENT_READ)
+            while sel.get_map():
+                if stop.is_set() or time.monotonic() > deadline:
+                    self.interrupted = True
+                    return
+                for key, _ in sel.select(_POLL):
+                    data = os.read(key.fd, 1 << 16)
+                    if not data:
+                        sel.unregister(key.fd)
+                    elif key.fd == log:
+                        lines = (tails[log] + data).split(b"\n")
+                        tails[log] = lines.pop()
+                        self._read_log(lines)
+                    else:
+                        paths, tails[out] = _records(tails[out] + data)
+                        for path in paths:
+                            yield os.fsdecode(path).removeprefix("./")
+        self._read_log([tails[log]])
+        self._listed = True
+
+    def _read_log(self, lines: list[bytes]) -> None:
+        for line in lines:
+            if line.startswith(b"rg: DEBUG|"):
+                self._logged = True
+                if _SKIPPED_LARGE.search(line):
+                    self._large += 1
+
+    def large(self) -> int | None:
+        """Files in scope over the size limit; None when rg failed, was interrupted, or its
+        output was not read to the end (its candidates are then not the walk's). Never
+        waits on an rg still writing."""
+        if not self._listed or self._proc.wait() not in (0, 1) or not self._logged:
+            return None
+        return self._large
+
+
+def _records(data: bytes) -> tuple[list[bytes], bytes]:
+    """The paths of the whole records in `data`, and what is left of an unfinished one.
+
+    A record is `PATH NUL COUNT LF`: a name may hold a line feed but never a NUL, so the
+    NUL ends the path and the next line feed the record, whatever the name. (`--null` alone
+    prints no line feed, and rg flushes a pipe at line feeds only: the first candidates would
+    wait for rg's buffer to fill, which a pattern found in few files never does.)"""
+    paths: list[bytes] = []
+    start = 0
+    while (nul := data.find(b"\0", start)) >= 0 and (end := data.find(b"\n", nul)) >= 0:
+        paths.append(data[start:nul])
+        start = end + 1
+    return paths, data[start:]
 
 
 def candidates(
@@ -142,87 +260,21 @@ def candidates(
     stop: threading.Event,
     deadline: float,
 ) -> Candidates | None:
-    """The files the scan must read, and how many files over `max_bytes` were left out;
-    None when rg failed (the caller uses the Python engine).
-
-    Two rg run at once: the search over the files up to `max_bytes` (with `--stats`, which
-    counts the files it searched) and a listing of every file in scope, whose count less
-    the searched ones is the number of large files."""
-    scope = [
-        "--no-config", "--null", "--hidden", "--no-require-git", "--no-ignore-global",
-        "--no-ignore-dot", "--no-ignore-parent", "--no-messages", "--glob", "!.git",
-    ]  # fmt: skip
-    search = [rg, *scope, "--files-with-matches", "--text", "--multiline", "--stats"]
-    search += ["--max-filesize", str(max_bytes)]
-    if case_insensitive:
-        search.append("--ignore-case")
-    for p in (*_PREFILTER, pattern):
-        search += ["-e", p]
+    """Every file the scan must read, in the walk's order, and how many files over
+    `max_bytes` were left out; None when rg failed (the caller uses the Python engine)."""
     try:
-        listing = subprocess.Popen(
-            [rg, *scope, "--files", "--", "."],
-            cwd=root,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        run = RgSearch(rg, root, pattern, case_insensitive, max_bytes)
     except OSError:
         return None
-    try:
-        found, stats = _run([*search, "--", "."], root, stop, deadline)
-        in_scope = sum(chunk.count(b"\0") for chunk in _chunks(listing, stop, deadline))
-    finally:
-        _end(listing)
-    searched = _files_searched(stats)
-    if found is None or searched is None or listing.returncode != 0:
+    with run:
+        found = sorted(run.files(stop, deadline), key=walk_order)
+        large = run.large()
+    if large is None:
         return None
-    rels = sorted((os.fsdecode(r).removeprefix("./") for r in found), key=walk_order)
-    return Candidates([(os.path.join(root, r), r) for r in rels], max(in_scope - searched, 0))
+    return Candidates([(os.path.join(root, rel), rel) for rel in found], large)
 
 
-def _run(
-    command: list[str], root: str, stop: threading.Event, deadline: float
-) -> tuple[list[bytes] | None, bytes]:
-    """rg's NUL-separated records and the text after the last one (its `--stats`)."""
-    try:
-        proc = subprocess.Popen(
-            command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-        )
-    except OSError:
-        return None, b""
-    found: list[bytes] = []
-    tail = b""
-    try:
-        for chunk in _chunks(proc, stop, deadline):
-            records = (tail + chunk).split(b"\0")
-            tail = records.pop()
-            found.extend(records)
-    finally:
-        _end(proc)
-    if stop.is_set() or time.monotonic() > deadline or proc.returncode not in (0, 1):
-        return None, b""
-    return found, tail
-
-
-def _files_searched(stats: bytes) -> int | None:
-    match = re.search(rb"^(\d+) files searched$", stats, re.MULTILINE)
-    return int(match.group(1)) if match else None
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
-def _chunks(
-    proc: subprocess.Popen[bytes], stop: threading.Event, deadline: float
-) -> Iterator[bytes]:
-    assert isinstance(proc.stdout, io.BufferedReader)
-    read = proc.stdout.read1
-    while True:
-        data: bytes = read(1 << 16)
-        if not data or stop.is_set() or time.monotonic() > deadline:
-            return
-        yield data
+_POLL = 0.05
+"""Seconds between checks for a cancel or the deadline while rg is silent."""
+_SKIPPED_LARGE = re.compile(rb"\|ignore::walk\|.*: ignoring .+: \d+ bytes$")
+"""The line of rg's debug log for a file its walk leaves out for its size."""

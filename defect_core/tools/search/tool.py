@@ -1,7 +1,7 @@
 """The `search` tool: a regex over file contents and/or a glob over file names.
 
 Owns the tool's arguments, its title, the run (in a worker thread, abandoned on cancel, with
-`SEARCH_DEADLINE`) and the report the model reads.
+`SEARCH_DEADLINE`), the progress it streams and the report the model reads.
 
 Invariants:
 - The search root passes `workspace.resolve_path`; reads outside the workspace only when the
@@ -11,6 +11,10 @@ Invariants:
   ready for `read_file`.
 - A cancelled search stops its worker thread between files (`stop`), so it never keeps
   scanning for a caller that is gone.
+- While it runs, the first hits are streamed as the call's progress (`ctx.report`): the
+  first as soon as it is found, then at most every `PROGRESS_INTERVAL`, and none once the
+  answer is known — in a big tree the user sees results long before the search ends. The
+  answer itself does not depend on the order rg finds files in (`ordering`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import anyio
 import anyio.to_thread
 from pydantic import Field
 
-from defect_core.events import ToolKind
+from defect_core.events import TextDisplay, ToolKind
 from defect_core.tools.base import (
     ModelTool,
     Safety,
@@ -46,12 +50,18 @@ from defect_core.tools.search.matching import (
     compile_pattern,
     scan,
 )
+from defect_core.tools.search.ordering import scan_in_any_order
+from defect_core.tools.search.preview import Preview
 from defect_core.tools.workspace import ToolArgs, display_path, parse_args, resolve_path
 
 DEFAULT_MAX_RESULTS = 200
 MAX_RESULTS = 2000
 SEARCH_DEADLINE = 30.0
 """Seconds after which a search stops and reports what it found so far."""
+PROGRESS_INTERVAL = 0.1
+"""Seconds at least between two progress reports of a running search."""
+_PROGRESS_POLL = 0.02
+"""Seconds between looks at the preview while nothing new is shown."""
 
 
 class SearchArgs(ToolArgs):
@@ -128,13 +138,23 @@ class SearchTool(ModelTool):
         rel_root = display_path(root, ctx.cwd)
 
         stop = threading.Event()
-        try:
-            result = await anyio.to_thread.run_sync(
-                self._search, root, ctx.cwd, rel_root, regex, glob, a.max_results, stop, prefilter,
-                abandon_on_cancel=True,
-            )  # fmt: skip
-        finally:
-            stop.set()
+        preview = Preview()
+        done = anyio.Event()
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stream_preview, preview, regex is None, done, ctx)
+            try:
+                result = await anyio.to_thread.run_sync(
+                    self._search, root, ctx.cwd, rel_root, regex, glob, a.max_results, stop,
+                    prefilter, preview, abandon_on_cancel=True,
+                )  # fmt: skip
+            except Exception as exc:  # raised below, not wrapped in the group's ExceptionGroup
+                failure = exc
+            finally:
+                stop.set()
+                done.set()
+        if failure is not None:
+            raise failure
         return ToolOutput(content=_report(result, a, rel_root, regex is None))
 
     @staticmethod
@@ -147,6 +167,7 @@ class SearchTool(ModelTool):
         max_results: int,
         stop: threading.Event,
         prefilter: _Prefilter | None = None,
+        preview: Preview | None = None,
     ) -> ScanResult:
         deadline = time.monotonic() + SEARCH_DEADLINE
         if not root.exists():
@@ -155,15 +176,28 @@ class SearchTool(ModelTool):
             # An explicit file is searched even when ignored; the glob still filters it.
             files: Iterator[tuple[str, str]] = iter([(str(root), root.name)])
             prefix = rel_root[: -len(root.name)] if rel_root.endswith(root.name) else ""
-            return scan(files, prefix, regex, glob, max_results, stop, deadline)
+            return scan(files, prefix, regex, glob, max_results, stop, deadline, preview)
         prefix = "" if rel_root == "." else rel_root.rstrip("/") + "/"
-        found = _candidates(str(root), os.path.abspath(cwd), stop, deadline, regex, prefilter)
-        if found is None:
-            files = walk_files(str(root), os.path.abspath(cwd), stop)
-            return scan(files, prefix, regex, glob, max_results, stop, deadline)
-        result = scan(iter(found.files), prefix, regex, glob, max_results, stop, deadline)
-        result.large += found.large
-        return result
+        if regex is not None and (
+            run := _prefiltered(str(root), os.path.abspath(cwd), regex, prefilter)
+        ):
+            with run:
+                result = scan_in_any_order(
+                    str(root), run.files(stop, deadline), prefix, regex, glob, max_results, stop,
+                    deadline, preview,
+                )  # fmt: skip
+                large = None if result.stopped else run.large()
+            if result.stopped or run.interrupted:
+                result.stopped = True
+                return result
+            if large is not None:
+                result.large += large
+                return result
+            # rg failed: the walk answers, and the preview starts again.
+            if preview is not None:
+                preview.clear()
+        files = walk_files(str(root), os.path.abspath(cwd), stop)
+        return scan(files, prefix, regex, glob, max_results, stop, deadline, preview)
 
 
 @dataclass(frozen=True)
@@ -176,24 +210,42 @@ class _Prefilter:
     case_insensitive: bool
 
 
-def _candidates(
-    root: str,
-    workspace: str,
-    stop: threading.Event,
-    deadline: float,
-    regex: Regex | None,
-    prefilter: _Prefilter | None,
-) -> rg_engine.Candidates | None:
-    """rg's candidates where they give the walk's results (see `rg_engine`): its scope is
-    the walk's, and the pattern cannot match an empty file (every file would be one)."""
-    if prefilter is None or regex is None or regex.search(b"") is not None:
+def _prefiltered(
+    root: str, workspace: str, regex: Regex, prefilter: _Prefilter | None
+) -> rg_engine.RgSearch | None:
+    """rg, started, where its candidates give the walk's results (see `rg_engine`): its
+    scope is the walk's, and the pattern cannot match an empty file (every file would be
+    one); None where the walk must answer."""
+    if prefilter is None or regex.search(b"") is not None:
         return None
     if ignore_top(root, workspace) != root:
         return None
-    return rg_engine.candidates(
-        prefilter.rg, root, prefilter.pattern, prefilter.case_insensitive, MAX_FILE_BYTES,
-        stop, deadline,
-    )  # fmt: skip
+    try:
+        return rg_engine.RgSearch(
+            prefilter.rg, root, prefilter.pattern, prefilter.case_insensitive, MAX_FILE_BYTES
+        )
+    except OSError:
+        return None
+
+
+async def _stream_preview(
+    preview: Preview, files_only: bool, done: anyio.Event, ctx: ToolContext
+) -> None:
+    """Report what the search found so far, as soon as it finds something and then at most
+    every `PROGRESS_INTERVAL`, until `done` (the final answer then replaces it)."""
+    shown = 0
+    while not done.is_set():
+        with anyio.move_on_after(_PROGRESS_POLL):
+            await done.wait()
+        if done.is_set() or preview.version == shown:
+            continue
+        shown = preview.version
+        text = preview.snapshot(files_only)
+        if text is None:
+            continue
+        await ctx.report((TextDisplay(text),))
+        with anyio.move_on_after(PROGRESS_INTERVAL):
+            await done.wait()
 
 
 def _count(n: int, noun: str) -> str:
