@@ -40,6 +40,13 @@ async def test_a_catastrophic_search_never_stalls_other_sessions(tmp_path: Path)
         searching = await agent.new_session(work)
         chatting = await agent.new_session(other)
         search_turn = asyncio.create_task(agent.prompt(searching, "search it"))
+        # The script's replies go to whichever session asks first: let the search session
+        # take its tool call before the other one asks.
+        async with asyncio.timeout(60):
+            while not any(
+                sid == searching and u.session_update == "tool_call" for sid, u in client.updates
+            ):
+                await asyncio.sleep(0.01)
         # The other session is served while (or after) the search runs: a frozen process
         # would never answer, and this wait would time out.
         hello = await asyncio.wait_for(agent.prompt(chatting, "hello"), 60)
