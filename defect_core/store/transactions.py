@@ -101,7 +101,7 @@ class Transactions:
                 if conn.in_transaction:
                     conn.rollback()
                 if isinstance(exc, sqlite3.Error):
-                    raise self._error(exc, "commit a group of writes") from exc
+                    raise self._error(exc, group.describe()) from exc
                 raise
             finally:
                 self._group = None
@@ -126,12 +126,22 @@ class Transactions:
 
 
 class _Group:
-    """An open `group()`: `lost` says why its transaction is gone, once it is."""
+    """An open `group()`: `lost` says why its transaction is gone, once it is; `whats`, what
+    its writes do (a failed commit names them: each caller reads what it asked for)."""
 
-    __slots__ = ("lost",)
+    __slots__ = ("lost", "whats")
 
     def __init__(self) -> None:
         self.lost: StorageError | None = None
+        self.whats: list[str] = []
+
+    def describe(self) -> str:
+        if not self.whats:
+            return "commit a group of writes"
+        if len(self.whats) == 1:
+            return self.whats[0]
+        shown = "; ".join(self.whats[:4]) + ("; …" if len(self.whats) > 4 else "")
+        return f"commit {len(self.whats)} writes at once ({shown})"
 
 
 class _SavepointScope:
@@ -144,6 +154,7 @@ class _SavepointScope:
         self._owner, self._conn, self._group, self._what = owner, conn, group, what
 
     def __enter__(self) -> None:
+        self._group.whats.append(self._what)
         if self._group.lost is not None or not self._conn.in_transaction:
             # A SAVEPOINT outside a transaction would start (and RELEASE commit) one of its own.
             raise StorageError(f"cannot {self._what}: its group of writes was rolled back")
