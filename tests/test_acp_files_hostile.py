@@ -207,5 +207,5 @@ async def test_a_file_name_that_is_not_utf8_never_fails_the_turn(tmp_path: Path)
     )
     await _run(tmp_path, work, replies)
     results = _results(tmp_path)
-    assert [err for err, _ in results] == [False, False]
+    assert [err for err, _ in results] == [False, False], results
     assert "bad\ufffd.txt" in results[0][1] and "bad\ufffd.txt:1: needle" in results[1][1]

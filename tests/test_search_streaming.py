@@ -295,3 +295,13 @@ def test_a_binary_is_not_read_past_its_sniffed_head(
     result = _scan_tree(tmp_path, "needle")
     assert result.binary == 1 and result.lines == ["late_nul.txt:1: needle", "text.txt:1: needle"]
     assert sum(asked) < 3 * 8192 + 2 * 9010  # the two texts whole, the image's head only
+
+
+def test_a_name_that_is_not_utf8_shows_as_replacement_in_the_progress() -> None:
+    """A scan hands names with surrogate escapes (bytes that are not UTF-8); the progress
+    text is valid Unicode, as the final answer is, or no JSON writer could send it."""
+    preview = Preview()
+    preview.add([os.fsdecode(b"bad\xff.txt") + ":1: needle"], files=1)
+    text = preview.snapshot(files_only=False)
+    assert text is not None and "bad\ufffd.txt:1: needle" in text
+    text.encode("utf-8")  # strict: raises on a lone surrogate

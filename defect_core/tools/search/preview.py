@@ -7,6 +7,7 @@ results show while a search over a big tree is still reading files.
 Invariants:
 - Bounded: it keeps the first `PREVIEW_LINES` lines and counts the rest, whatever the tree.
 - Thread-safe: `add` and `snapshot` take one lock, held for a few list operations only.
+- Its text is valid Unicode: names that are not UTF-8 show U+FFFD where their bytes were.
 - Display only: the model reads the final answer (in walk order, capped, with its notes),
   never the preview, whose lines are in the order they were found.
 """
@@ -64,7 +65,10 @@ class Preview:
                 f"Searching… {_count(matches, 'matching line')} in {_count(files, 'file')} so far"
             )
         more = ["…"] if matches > len(lines) else []
-        return "\n".join([head + ":", *lines, *more])
+        text = "\n".join([head + ":", *lines, *more])
+        # A file name that is not UTF-8 arrives with surrogate escapes: shown as U+FFFD, as
+        # the final answer shows it (a lone surrogate is not text any JSON writer accepts).
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _count(n: int, noun: str) -> str:

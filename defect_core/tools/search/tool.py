@@ -32,6 +32,7 @@ import anyio.to_thread
 from pydantic import Field
 
 from defect_core.events import TextDisplay, ToolKind
+from defect_core.log import get_logger
 from defect_core.tools.base import (
     ModelTool,
     Safety,
@@ -53,6 +54,8 @@ from defect_core.tools.search.matching import (
 from defect_core.tools.search.ordering import scan_in_any_order
 from defect_core.tools.search.preview import Preview
 from defect_core.tools.workspace import ToolArgs, display_path, parse_args, resolve_path
+
+log = get_logger("defect.tools")
 
 DEFAULT_MAX_RESULTS = 200
 MAX_RESULTS = 2000
@@ -243,7 +246,11 @@ async def _stream_preview(
         text = preview.snapshot(files_only)
         if text is None:
             continue
-        await ctx.report((TextDisplay(text),))
+        try:
+            await ctx.report((TextDisplay(text),))
+        except Exception as exc:  # progress is a view: it never fails the search itself
+            log.warning("search_progress_not_shown", error=repr(exc))
+            return
         with anyio.move_on_after(PROGRESS_INTERVAL):
             await done.wait()
 
