@@ -33,6 +33,8 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from defect_core.providers.anthropic.stream_events import StreamEvents
+
 __all__ = ["MESSAGES_PATH", "SPAN_NAME", "create_stream", "ordered_body"]
 
 MESSAGES_PATH = "/v1/messages"
@@ -54,11 +56,11 @@ async def create_stream(
     client: Any, body: Mapping[str, Any], *, extra_body: Mapping[str, Any] | None = None
 ) -> Any:
     """`await client.messages.create(**body, stream=True, extra_body=extra_body)`: the SDK's
-    `AsyncStream` of raw stream events, or the SDK's exception."""
+    `AsyncStream` of raw stream events (its deltas read without a model apiece:
+    `stream_events.StreamEvents`), or the SDK's exception."""
     base = importlib.import_module("anthropic._base_client")
     streaming = importlib.import_module("anthropic._streaming")
     message = importlib.import_module("anthropic.types.message")
-    events = importlib.import_module("anthropic.types.raw_message_stream_event")
     options = base.make_request_options(
         extra_headers={},
         extra_body=extra_body,
@@ -72,7 +74,7 @@ async def create_stream(
         options=options,
         cast_to=message.Message,
         stream=True,
-        stream_cls=streaming.AsyncStream[events.RawMessageStreamEvent],
+        stream_cls=streaming.AsyncStream[StreamEvents],
     )
 
 
