@@ -1,11 +1,12 @@
 """The stream's deltas read without a model apiece reach the assembler as the SDK's would.
 
 `defect_core/providers/anthropic/stream_events.py` builds a known `content_block_delta` from
-the parsed JSON itself and leaves every other event to the SDK. These tests check the one
-promise that makes that safe: `StreamAssembler` reads the same from either, on every delta
-kind, and a delta of another shape takes the SDK's path. The last one streams a reply with
-every kind of block from the strict fake API on 127.0.0.1 through the real SDK both ways
-(`messages.create` and `create_stream`) and compares what the assembler made of each.
+the parsed JSON itself and leaves every other event to the SDK's `construct_type`. These tests
+check the one promise that makes that safe: `StreamAssembler` reads the same from either, on
+every delta kind, and a delta of another shape takes the SDK's path. The last one streams a
+reply with every kind of block from the strict fake API on 127.0.0.1 through the real SDK both
+ways (`messages.create`, and `create_stream` read with `stream_event`) and compares what the
+assembler made of each.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from defect_core.providers.anthropic.provider import AnthropicProvider
 from defect_core.providers.anthropic.stream import StreamAssembler
 from defect_core.providers.anthropic.stream_events import (
     ContentDelta,
-    StreamEvents,
     content_delta,
+    stream_event,
 )
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply
 
@@ -49,7 +50,7 @@ def _sdk_event(data: dict[str, Any]) -> Any:
 @pytest.mark.parametrize("delta", DELTAS, ids=[d["type"] for d in DELTAS])
 def test_a_known_delta_reads_as_the_sdk_event_does(delta: dict[str, Any]) -> None:
     data = {"type": "content_block_delta", "index": 3, "delta": delta}
-    ours, theirs = StreamEvents.build(response=None, data=data), _sdk_event(data)
+    ours, theirs = stream_event(data), _sdk_event(data)
     assert isinstance(ours, ContentDelta)
     assert (ours.type, ours.index, ours.delta.type) == (
         theirs.type,
@@ -77,7 +78,7 @@ def test_a_known_delta_reads_as_the_sdk_event_does(delta: dict[str, Any]) -> Non
 def test_any_other_shape_is_left_to_the_sdk(data: Any) -> None:
     assert content_delta(data) is None
     if isinstance(data, dict):
-        built = StreamEvents.build(response=None, data=data)
+        built = stream_event(data)
         assert not isinstance(built, ContentDelta)
         assert type(built) is type(_sdk_event(data))
 
@@ -95,12 +96,14 @@ async def provider(
     await opened.aclose()
 
 
-async def _assembled(stream: Any) -> tuple[list[Any], list[str], Any]:
-    """What the assembler made of a stream: its chunks, the event types, the message."""
+async def _assembled(stream: Any, read: Any = None) -> tuple[list[Any], list[str], Any]:
+    """What the assembler made of a stream (each item read with `read`, when given): its
+    chunks, the event types, the message."""
     assembler = StreamAssembler(max_tokens=4096)
     chunks: list[Any] = []
     kinds: list[str] = []
-    async for event in stream:
+    async for item in stream:
+        event = read(item) if read is not None else item
         kinds.append(type(event).__name__)
         chunks.extend(assembler.feed(event))
     await stream.close()
@@ -127,7 +130,9 @@ async def test_a_streamed_reply_assembles_the_same_through_either_build(
     sdk_chunks, sdk_kinds, sdk_message = await _assembled(
         await client.messages.create(**body, stream=True)
     )
-    our_chunks, our_kinds, our_message = await _assembled(await create_stream(client, body))
+    our_chunks, our_kinds, our_message = await _assembled(
+        await create_stream(client, body), stream_event
+    )
     assert our_chunks == sdk_chunks and our_message == sdk_message
     assert {"ThinkingDelta", "TextDelta", "ToolInputDelta"} <= {
         type(c).__name__ for c in our_chunks

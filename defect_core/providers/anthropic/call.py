@@ -33,8 +33,6 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from defect_core.providers.anthropic.stream_events import StreamEvents
-
 __all__ = ["MESSAGES_PATH", "SPAN_NAME", "create_stream", "ordered_body"]
 
 MESSAGES_PATH = "/v1/messages"
@@ -56,8 +54,9 @@ async def create_stream(
     client: Any, body: Mapping[str, Any], *, extra_body: Mapping[str, Any] | None = None
 ) -> Any:
     """`await client.messages.create(**body, stream=True, extra_body=extra_body)`: the SDK's
-    `AsyncStream` of raw stream events (its deltas read without a model apiece:
-    `stream_events.StreamEvents`), or the SDK's exception."""
+    `AsyncStream` of the raw stream events, each as the JSON the SDK parsed (to read with
+    `stream_events.stream_event`: its deltas without a model apiece), or the SDK's
+    exception."""
     base = importlib.import_module("anthropic._base_client")
     streaming = importlib.import_module("anthropic._streaming")
     message = importlib.import_module("anthropic.types.message")
@@ -74,7 +73,7 @@ async def create_stream(
         options=options,
         cast_to=message.Message,
         stream=True,
-        stream_cls=streaming.AsyncStream[StreamEvents],
+        stream_cls=streaming.AsyncStream[object],
     )
 
 

@@ -1,10 +1,11 @@
 """The stream's events as the SDK reads them, with the deltas read without a model apiece.
 
-Owns `StreamEvents`, the type the SDK's `AsyncStream` builds each event of a streamed
-Messages call as (`call.create_stream`). A `content_block_delta` of a known kind (text,
-thinking, tool input, signature) whose fields have the types the API documents becomes a
-`ContentDelta` read straight off the parsed JSON; every other event is built by the SDK's own
-`construct_type` as `RawMessageStreamEvent`, exactly as without this module.
+Owns `stream_event`, which turns one event of a streamed Messages call, as the SDK's
+`AsyncStream` parsed it (`call.create_stream` asks the SDK for the JSON itself), into what
+`StreamAssembler` is fed. A `content_block_delta` of a known kind (text, thinking, tool input,
+signature) whose fields have the types the API documents becomes a `ContentDelta` read
+straight off the JSON; every other event is built by the SDK's own `construct_type` as
+`RawMessageStreamEvent`, exactly as the SDK would have built it.
 
 Invariants:
 - What `StreamAssembler` reads of an event (`defect_core/providers/anthropic/stream.py`: it
@@ -13,13 +14,15 @@ Invariants:
   SDK's path, so the assembler sees what it always saw for it.
 - The SDK still owns the stream: SSE decoding, `ping`s, in-stream `error` events (raised as
   its status errors), its stream observer, closing the response. Only the per-event build is
-  ours (the SDK calls `build` for a type that has one, `ModelBuilderProtocol`).
+  ours (asked for `object`, the SDK hands each event's JSON over as it parsed it).
 - Cheap until used: importing this module loads no SDK.
 
 Why: a fast stream is almost all deltas, and the SDK's build of each (a pydantic model of a
 discriminated union, picked and constructed field by field) cost several times the JSON
 parse, on the event loop that also forwards the deltas to the editor: under a burst of
-deltas that CPU time was the latency (scripts/bench_turn.py measures it).
+deltas that CPU time was the latency (scripts/bench_turn.py measures it). Taking the JSON
+rather than a type with its own `build` also spares the SDK's runtime protocol check per
+event.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ContentDelta", "DeltaBody", "StreamEvents", "content_delta"]
+__all__ = ["ContentDelta", "DeltaBody", "content_delta", "stream_event"]
 
 _DELTA_FIELDS: dict[str, str] = {
     "text_delta": "text",
@@ -77,15 +80,12 @@ def content_delta(data: object) -> ContentDelta | None:
     return ContentDelta(index, DeltaBody(kind, **{name: value}))  # type: ignore[arg-type]
 
 
-class StreamEvents:
-    """The SDK's cast type for the stream's events (`AsyncStream[StreamEvents]`)."""
-
-    @classmethod
-    def build(cls, *, response: Any, data: object) -> Any:
-        """One event: a `ContentDelta`, or the SDK's `RawMessageStreamEvent`."""
-        fast = content_delta(data)
-        if fast is not None:
-            return fast
-        models = importlib.import_module("anthropic._models")
-        union = importlib.import_module(_EVENT_UNION).RawMessageStreamEvent
-        return models.construct_type(type_=union, value=data)
+def stream_event(data: object) -> Any:
+    """One event, from its parsed JSON: a `ContentDelta`, or the SDK's
+    `RawMessageStreamEvent`."""
+    fast = content_delta(data)
+    if fast is not None:
+        return fast
+    models = importlib.import_module("anthropic._models")
+    union = importlib.import_module(_EVENT_UNION).RawMessageStreamEvent
+    return models.construct_type(type_=union, value=data)
