@@ -6,6 +6,11 @@ Invariants:
 - Every subscriber sees every event published after it subscribed, in publish order. A slow
   subscriber slows the publisher (bounded buffer, `publish` waits): back-pressure, never
   loss. A subscriber that has closed its stream is dropped.
+- `publish` hands an event over without yielding to the loop while every buffer has room:
+  the events of one network read (a fast stream's deltas) then reach a subscriber together,
+  which sends them as one batch (`defect_acp/updates.py`), instead of one loop turn and one
+  write each. Nothing waits for more events: the subscriber wakes as soon as the publisher
+  next awaits (its next read), and order is kept either way.
 - Events describe what happened in core terms (no ACP types): the ACP bridge projects them to
   `session/update`, the store persists from them, logging reads them.
 
@@ -272,7 +277,10 @@ class EventBus:
     async def publish(self, event: AgentEvent) -> None:
         for send in list(self._subscribers):
             try:
-                await send.send(event)
+                try:
+                    send.send_nowait(event)  # room in the buffer: no loop turn per event
+                except anyio.WouldBlock:
+                    await send.send(event)  # full: wait for the subscriber (back-pressure)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._drop(send)
 

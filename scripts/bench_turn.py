@@ -13,8 +13,10 @@ import and the first connection):
   forwarding updates, committing history, running the tool, encoding the next request, the
   SDK and HTTP on the client side. Target ≤ 15 ms.
 - delta latency: from the fake writing a text delta to the socket to the `session/update`
-  that carries it being readable off the agent's stdout (stamped by scripts/stamp_relay.py,
-  which sits on the agent's stdout pipe, so the client's own schema checks are not counted).
+  that carries it being read off the agent's stdout (stamped by scripts/stamp_relay.py, which
+  sits on the agent's stdout pipe and reads it continuously, forwarding to the client from
+  another thread: the client's own schema checks, and any backlog they build, are not
+  counted).
   Measured on the final answer, whose deltas the fake spaces --pace apart (5 ms: a model
   streams tens of tokens a second), so the figure is latency, not the backlog of a burst.
   Target ≤ 2 ms at the median; p95 reported, and the median for the tool replies' deltas,

@@ -296,6 +296,53 @@ async def test_every_subscriber_sees_every_event_in_order() -> None:
     assert seen == [list(range(200))] * 3
 
 
+async def test_publish_hands_events_over_without_a_loop_turn_while_there_is_room() -> None:
+    # The events of one network read reach a subscriber together (one batch, one write in
+    # the ACP pump) instead of one loop turn each; a full buffer still makes publish wait.
+    bus = EventBus(buffer=4)
+    stream = bus.subscribe()
+    woken: list[str] = []
+
+    async def subscriber() -> None:
+        first = await stream.receive()
+        assert isinstance(first, AgentTextDelta)
+        woken.append(first.text)
+        while True:
+            try:
+                event = stream.receive_nowait()
+            except anyio.WouldBlock:
+                break
+            assert isinstance(event, AgentTextDelta)
+            woken.append(event.text)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(subscriber)
+        await anyio.sleep(0)  # the subscriber now waits in receive()
+        for n in range(3):
+            await bus.publish(AgentTextDelta(str(n)))
+        assert woken == []  # nothing ran between the publishes
+        await anyio.sleep(0.01)
+    assert woken == ["0", "1", "2"]  # all three were queued when the subscriber woke
+
+    for n in range(4):
+        await bus.publish(AgentTextDelta(str(n)))  # fills the buffer
+    blocked = True
+    async with anyio.create_task_group() as tg:
+
+        async def publish_fifth() -> None:
+            nonlocal blocked
+            await bus.publish(AgentTextDelta("4"))
+            blocked = False
+
+        tg.start_soon(publish_fifth)
+        await anyio.sleep(0.01)
+        assert blocked  # back-pressure: the fifth waits for room
+        assert isinstance(got := await stream.receive(), AgentTextDelta) and got.text == "0"
+    assert not blocked
+    rest = [stream.receive_nowait() for _ in range(4)]
+    assert [e.text for e in rest if isinstance(e, AgentTextDelta)] == ["1", "2", "3", "4"]
+
+
 async def test_turn_events_start_with_the_prompt_and_end_with_turn_ended(tmp_path: Path) -> None:
     session, _ = await make(tmp_path, [{"tool_calls": [call("t")]}, {"text": "done"}])
     events = Events(session)

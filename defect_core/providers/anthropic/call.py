@@ -54,11 +54,12 @@ async def create_stream(
     client: Any, body: Mapping[str, Any], *, extra_body: Mapping[str, Any] | None = None
 ) -> Any:
     """`await client.messages.create(**body, stream=True, extra_body=extra_body)`: the SDK's
-    `AsyncStream` of raw stream events, or the SDK's exception."""
+    `AsyncStream` of the raw stream events, each as the JSON the SDK parsed (to read with
+    `stream_events.stream_event`: its deltas without a model apiece), or the SDK's
+    exception."""
     base = importlib.import_module("anthropic._base_client")
     streaming = importlib.import_module("anthropic._streaming")
     message = importlib.import_module("anthropic.types.message")
-    events = importlib.import_module("anthropic.types.raw_message_stream_event")
     options = base.make_request_options(
         extra_headers={},
         extra_body=extra_body,
@@ -72,7 +73,7 @@ async def create_stream(
         options=options,
         cast_to=message.Message,
         stream=True,
-        stream_cls=streaming.AsyncStream[events.RawMessageStreamEvent],
+        stream_cls=streaming.AsyncStream[object],
     )
 
 

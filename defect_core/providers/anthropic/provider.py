@@ -49,6 +49,7 @@ from defect_core.providers.anthropic.errors import request_id_of, translate_exce
 from defect_core.providers.anthropic.listing import anthropic_models, bedrock_models
 from defect_core.providers.anthropic.request import encode_request, route_options
 from defect_core.providers.anthropic.stream import StreamAssembler
+from defect_core.providers.anthropic.stream_events import stream_event
 from defect_core.providers.base import ModelInfo, ModelRequest, ProviderError, StreamChunk
 
 __all__ = ["AnthropicProvider", "anthropic_provider", "bedrock_provider"]
@@ -130,8 +131,8 @@ class AnthropicProvider:
             request_id = request_id_of(stream.response.headers)
             assembler = StreamAssembler(max_tokens=request.max_tokens)
             try:
-                async for event in stream:
-                    for chunk in assembler.feed(event):
+                async for data in stream:
+                    for chunk in assembler.feed(stream_event(data)):
                         yield chunk
             except ProviderError:
                 raise

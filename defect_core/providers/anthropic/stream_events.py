@@ -1,0 +1,91 @@
+"""The stream's events as the SDK reads them, with the deltas read without a model apiece.
+
+Owns `stream_event`, which turns one event of a streamed Messages call, as the SDK's
+`AsyncStream` parsed it (`call.create_stream` asks the SDK for the JSON itself), into what
+`StreamAssembler` is fed. A `content_block_delta` of a known kind (text, thinking, tool input,
+signature) whose fields have the types the API documents becomes a `ContentDelta` read
+straight off the JSON; every other event is built by the SDK's own `construct_type` as
+`RawMessageStreamEvent`, exactly as the SDK would have built it.
+
+Invariants:
+- What `StreamAssembler` reads of an event (`defect_core/providers/anthropic/stream.py`: it
+  reads by attribute) is the same either way: `type`, `index`, `delta.type` and the delta's
+  one text field. A delta of another shape (unknown kind, a field of another type) takes the
+  SDK's path, so the assembler sees what it always saw for it.
+- The SDK still owns the stream: SSE decoding, `ping`s, in-stream `error` events (raised as
+  its status errors), its stream observer, closing the response. Only the per-event build is
+  ours (asked for `object`, the SDK hands each event's JSON over as it parsed it).
+- Cheap until used: importing this module loads no SDK.
+
+Why: a fast stream is almost all deltas, and the SDK's build of each (a pydantic model of a
+discriminated union, picked and constructed field by field) cost several times the JSON
+parse, on the event loop that also forwards the deltas to the editor: under a burst of
+deltas that CPU time was the latency (scripts/bench_turn.py measures it). Taking the JSON
+rather than a type with its own `build` also spares the SDK's runtime protocol check per
+event.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ContentDelta", "DeltaBody", "content_delta", "stream_event"]
+
+_DELTA_FIELDS: dict[str, str] = {
+    "text_delta": "text",
+    "thinking_delta": "thinking",
+    "input_json_delta": "partial_json",
+    "signature_delta": "signature",
+}
+"""A delta's kind → the one field that carries its text."""
+
+_EVENT_UNION = "anthropic.types.raw_message_stream_event"
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaBody:
+    """The `delta` of a `content_block_delta`: its kind, and its text in the field the API
+    names for that kind (the others stay empty)."""
+
+    type: str
+    text: str = ""
+    thinking: str = ""
+    partial_json: str = ""
+    signature: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ContentDelta:
+    """A `content_block_delta` event of a known kind."""
+
+    index: int
+    delta: DeltaBody
+    type: str = "content_block_delta"
+
+
+def content_delta(data: object) -> ContentDelta | None:
+    """`data` (one event's parsed JSON) as a `ContentDelta`, or None when it is another event
+    or a delta of another shape."""
+    if not isinstance(data, dict) or data.get("type") != "content_block_delta":
+        return None
+    index, delta = data.get("index"), data.get("delta")
+    if type(index) is not int or not isinstance(delta, dict):
+        return None
+    kind = delta.get("type")
+    name = _DELTA_FIELDS.get(kind) if isinstance(kind, str) else None
+    if name is None or not isinstance(value := delta.get(name), str):
+        return None
+    return ContentDelta(index, DeltaBody(kind, **{name: value}))  # type: ignore[arg-type]
+
+
+def stream_event(data: object) -> Any:
+    """One event, from its parsed JSON: a `ContentDelta`, or the SDK's
+    `RawMessageStreamEvent`."""
+    fast = content_delta(data)
+    if fast is not None:
+        return fast
+    models = importlib.import_module("anthropic._models")
+    union = importlib.import_module(_EVENT_UNION).RawMessageStreamEvent
+    return models.construct_type(type_=union, value=data)
