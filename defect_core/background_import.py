@@ -60,8 +60,7 @@ class ForegroundGate:
         self._for_good = True
         self._open.set()
 
-    def wait(self, timeout: float | None) -> bool:
-        """Block until the gate is open (True) or `timeout` passes (False; None: no limit)."""
+    def wait(self, timeout: float) -> bool:
         return self._open.wait(timeout)
 
 

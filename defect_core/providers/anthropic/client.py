@@ -1,8 +1,7 @@
 """The SDK and its clients: loading `anthropic` late, and building a client per route.
 
 Owns `import_sdk` (the `anthropic` SDK and its `httpx2`, as an `Sdk`), its loading ahead of
-need (`preload_sdk`, awaited by `load_sdk`), the client built ahead of need in that same
-thread (`prebuild_client`, taken once by `take_prebuilt_client`), the credential look-ups
+need (`preload_sdk`, awaited by `load_sdk`), the credential look-ups
 (`api_key`; the boto3 chain inside `bedrock_client`) and the construction of the SDK client for
 each route: `AsyncAnthropic` for the Anthropic API (`anthropic_client`), `AsyncAnthropicBedrock`
 for Bedrock (`bedrock_client`), both with our timeouts and no retries.
@@ -14,11 +13,6 @@ Invariants:
   (`defect_core/background_import.py`): never at the expense of `initialize`/`session/new`
   (docs/architecture.md, rule 6). The first `stream` awaits it through `load_sdk` (opening
   the gate for good), or imports in a worker thread if nothing preloaded; boto3 loads there.
-- A client built ahead of need (in the preload thread, once the SDK is in: its HTTP client and
-  SSL context cost ~50 ms the first prompt no longer waits for) is used only by a provider
-  whose settings would build the very same client (`ClientRecipe`: route, base URL, key,
-  timeouts), and only once; any other provider builds its own as before. Building it ahead
-  never raises: without a key there is simply nothing built ahead.
 - Credentials are looked up when a client is built (at stream time), never at construction of
   the provider: a prompt without them raises `CredentialsMissing` whose message says exactly
   what to set, and where the provider was chosen (`chosen_by`). Secrets come from the
@@ -37,7 +31,6 @@ import asyncio
 import importlib
 import os
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -51,7 +44,6 @@ from defect_core.providers.anthropic import lazy_sdk
 from defect_core.providers.base import CredentialsMissing
 
 __all__ = [
-    "ClientRecipe",
     "Sdk",
     "anthropic_client",
     "api_key",
@@ -59,10 +51,8 @@ __all__ = [
     "chosen_by",
     "import_sdk",
     "load_sdk",
-    "prebuild_client",
     "preload_sdk",
     "running_loop",
-    "take_prebuilt_client",
 ]
 
 log = get_logger("defect.provider")
@@ -90,21 +80,6 @@ SDK_NAMES = (
 
 _preload_lock = threading.Lock()
 _preload: BackgroundImport | None = None
-_prebuilt: tuple[ClientRecipe, Any] | None = None
-
-
-@dataclass(frozen=True)
-class ClientRecipe:
-    """Everything `anthropic_client` builds a client from: equal recipes, equal clients."""
-
-    base_url: str | None
-    key: str
-    read_timeout: float
-    connect_timeout: float
-
-    @classmethod
-    def of(cls, settings: Settings, key: str) -> ClientRecipe:
-        return cls(settings.base_url or None, key, settings.read_timeout, settings.connect_timeout)
 
 
 @dataclass(frozen=True)
@@ -121,26 +96,14 @@ def import_sdk() -> Sdk:
     return Sdk(importlib.import_module("anthropic"), importlib.import_module("httpx2"))
 
 
-def preload_sdk(then: Callable[[], object] | None = None) -> None:
-    """Start loading the SDK in the background (once per process; never raises); `then`
-    runs in that thread after it, when the foreground does not need the interpreter, and
-    `load_sdk` waits for it too (a failure of `then` is logged, and costs nothing else)."""
+def preload_sdk() -> None:
+    """Start loading the SDK in the background (once per process; never raises)."""
     global _preload
     with _preload_lock:
         if _preload is not None:
             return
         lazy_sdk.install()
-
-        def after_import() -> None:
-            _touch_names()
-            if then is not None:
-                FOREGROUND.wait(None)
-                try:
-                    then()
-                except Exception as exc:
-                    log.info("sdk_prepare_failed", error=repr(exc))
-
-        _preload = BackgroundImport(SDK_PATH, then=after_import, name="defect-sdk-import")
+        _preload = BackgroundImport(SDK_PATH, then=_touch_names, name="defect-sdk-import")
         _preload.start()
 
 
@@ -148,31 +111,6 @@ def _touch_names() -> None:
     sdk = import_sdk()
     for name in SDK_NAMES:
         getattr(sdk.anthropic, name)
-
-
-def prebuild_client(settings: Settings) -> None:
-    """Build the Anthropic API client `settings` call for now (the SDK loaded: in the preload
-    thread), for the first call to take (`take_prebuilt_client`). Without a key, nothing."""
-    global _prebuilt
-    try:
-        key = api_key(settings)
-    except CredentialsMissing:
-        return  # the first call raises it, with its message, as it always did
-    client = anthropic_client(import_sdk(), settings, key)
-    with _preload_lock:
-        _prebuilt = (ClientRecipe.of(settings, key), client)
-
-
-def take_prebuilt_client(settings: Settings, key: str) -> Any | None:
-    """The client built ahead of need, if it is the one `settings` and `key` would build now
-    (once: whoever takes it owns it); None otherwise. A client that does not fit is dropped
-    unused (it opened no connection)."""
-    global _prebuilt
-    with _preload_lock:
-        prebuilt, _prebuilt = _prebuilt, None
-    if prebuilt is None or prebuilt[0] != ClientRecipe.of(settings, key):
-        return None
-    return prebuilt[1]
 
 
 async def load_sdk() -> Sdk:

@@ -20,9 +20,6 @@ Invariants:
   stream under way has handed out its first chunk (the listing starts in the background as
   a session opens, just before the first prompt; its request and the import of the SDK's
   models resource would otherwise compete with that prompt's).
-- The first client on the Anthropic API may be the one `warm` had built in the preload
-  thread (`client.prebuild_client`), when this provider's settings and key would build the
-  same; otherwise it is built here, as always.
 - The call is logged once when it starts and once when it ends (completed or failed), with
   its request id, token usage and duration; never its content.
 
@@ -36,7 +33,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
-from functools import partial
 from typing import Any
 
 import anyio
@@ -51,10 +47,8 @@ from defect_core.providers.anthropic.client import (
     api_key,
     bedrock_client,
     load_sdk,
-    prebuild_client,
     preload_sdk,
     running_loop,
-    take_prebuilt_client,
 )
 from defect_core.providers.anthropic.errors import request_id_of, translate_exception
 from defect_core.providers.anthropic.listing import anthropic_models, bedrock_models
@@ -239,11 +233,9 @@ class AnthropicProvider:
         """Start loading the SDK in the background (idempotent, never raises).
 
         For a front end to call as soon as it knows its provider: the first prompt then finds
-        the import done (or under way) instead of starting it (`client.preload_sdk`), and on
-        the Anthropic API the client built for these settings (`client.prebuild_client`).
+        the import done (or under way) instead of starting it (`client.preload_sdk`).
         """
-        route_client = partial(prebuild_client, self._settings)
-        preload_sdk(route_client if self._route == "anthropic" else None)
+        preload_sdk()
 
     async def _ready(self) -> tuple[Any, Sdk]:
         loop = running_loop()
@@ -259,10 +251,7 @@ class AnthropicProvider:
             if self._route == "anthropic":
                 key = api_key(self._settings)
                 if self._client is None or key != self._client_key:
-                    client = take_prebuilt_client(self._settings, key)
-                    if client is None:
-                        client = anthropic_client(self._sdk, self._settings, key)
-                    self._client = client
+                    self._client = anthropic_client(self._sdk, self._settings, key)
                     self._client_key = key
             elif self._client is None:
                 self._client = await anyio.to_thread.run_sync(
