@@ -16,6 +16,10 @@ Invariants:
   worker thread), so the event loop keeps serving the editor. The client is then reused (its
   connection pool is most of the per-request overhead saved) - but never across event loops,
   whose sockets it cannot share.
+- The live listing never goes ahead of a first answer: `list_models` waits until every
+  stream under way has handed out its first chunk (the listing starts in the background as
+  a session opens, just before the first prompt; its request and the import of the SDK's
+  models resource would otherwise compete with that prompt's).
 - The call is logged once when it starts and once when it ends (completed or failed), with
   its request id, token usage and duration; never its content.
 
@@ -27,7 +31,8 @@ after the client (encoding, the guard, error classification) is shared.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -70,6 +75,9 @@ class AnthropicProvider:
         self._client_key: str | None = None
         self._lock: anyio.Lock | None = None
         self._loop: object | None = None
+        self._opening = 0
+        """Streams not yet past their first chunk: a listing waits for them (`list_models`)."""
+        self._opened: anyio.Event | None = None
 
     @property
     def name(self) -> str:
@@ -103,7 +111,10 @@ class AnthropicProvider:
                     f"Bedrock did not list its models: {exc}", kind="list_models_failed"
                 ) from None
         client, sdk = await self._ready()
+        await self._streams_opened()
         try:
+            # The models resource is a module the calls never load: import it off the loop.
+            await anyio.to_thread.run_sync(lambda: client.models)
             return await anthropic_models(client)
         except Exception as exc:
             raise self._translate(exc, sdk, in_stream=False) from None
@@ -112,6 +123,41 @@ class AnthropicProvider:
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
         """One model call, streamed. Ends with one `Completed` or raises `ProviderError`."""
+        opened = self._stream_opening()
+        try:
+            async with aclosing(self._stream(request)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+                    opened()
+        finally:
+            opened()
+
+    def _stream_opening(self) -> Callable[[], None]:
+        """Count a stream as opening until the callable returned is called (once counts: when
+        it has handed out its first chunk and was asked for the next, or has ended)."""
+        if self._opening == 0:
+            self._opened = anyio.Event()
+        self._opening += 1
+        done = False
+
+        def opened() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            self._opening -= 1
+            if self._opening == 0 and self._opened is not None:
+                self._opened.set()
+
+        return opened
+
+    async def _streams_opened(self) -> None:
+        """Wait until every stream of this loop is past its first chunk: a listing must not
+        delay a first answer (its request, its import, its first token on the editor)."""
+        while self._opening and self._opened is not None and self._loop is running_loop():
+            await self._opened.wait()
+
+    async def _stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
         client, sdk = await self._ready()
         body = encode_request(request)
         started = time.monotonic()
