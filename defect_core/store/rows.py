@@ -26,7 +26,7 @@ import base64
 import binascii
 import gc
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from defect_core.model import Message, MessageFormatError, message_from_json, me
 from defect_core.store.records import (
     TOOL_KINDS,
     TOOL_STATUSES,
+    BranchPart,
     CorruptSession,
     InvalidCursor,
     SessionRecord,
@@ -48,6 +49,11 @@ from defect_core.store.records import (
 )
 
 log = get_logger("defect.store")
+
+FIRST_PART = 32
+"""Messages in the first `BranchPart` of a load: few, so a replay starts at once..."""
+LAST_PART = 4096
+"""...then each part twice the one before, up to this many."""
 
 
 def dumps(value: Any, name: str) -> str:
@@ -109,10 +115,14 @@ def session_from_rows(
     cut: int | None,
     checkpoint_rows: list[tuple[int, bytes]],
     tool_rows: Iterable[tuple[Any, ...]],
+    on_part: Callable[[BranchPart], None] | None = None,
 ) -> StoredSession:
-    """The session the rows of `SqliteStore.load` hold (`path` is named in errors)."""
+    """The session the rows of `SqliteStore.load` hold (`path` is named in errors); its
+    branch is also handed to `on_part`, part by part, as it is decoded (`BranchPart`)."""
     with _collector_paused():
-        return _session_from_rows(path, session_id, row, branch, cut, checkpoint_rows, tool_rows)
+        return _session_from_rows(
+            path, session_id, row, branch, cut, checkpoint_rows, tool_rows, on_part
+        )
 
 
 def _session_from_rows(
@@ -123,6 +133,7 @@ def _session_from_rows(
     cut: int | None,
     checkpoint_rows: list[tuple[int, bytes]],
     tool_rows: Iterable[tuple[Any, ...]],
+    on_part: Callable[[BranchPart], None] | None,
 ) -> StoredSession:
 
     def corrupt(where: str, detail: str) -> CorruptSession:
@@ -168,23 +179,7 @@ def _session_from_rows(
         mcp_servers=mcp_servers,
         permissions=permissions,
     )
-    transcript: list[Message] = []
-    ids: list[tuple[str, int]] = []
-    last_seq = 0
-    for _node, owner, seq, blob in branch:
-        where = f"message row seq {seq}" + ("" if owner == session_id else f" of {owner!r}")
-        transcript.append(parse_message(blob, where))
-        ids.append((owner, seq))
-        if owner == session_id:
-            last_seq = seq
-    if cut is None:
-        history = list(transcript)
-    else:
-        history = [
-            parse_message(blob, f"checkpoint row pos {pos}") for pos, blob in checkpoint_rows
-        ]
-        history.extend(transcript[cut:])
-
+    # The tool calls first: a part's replay shows its calls by their stored state.
     tool_calls: dict[str, ToolCallRecord] = {}
     for tc_id, title, kind, status, content, locations, raw_input, raw_output in tool_rows:
         where = f"tool call row {tc_id!r}"
@@ -208,6 +203,30 @@ def _session_from_rows(
             raw_input=raw_input_v,
             raw_output=parse_json(raw_output, where + " (raw_output)"),
         )
+    transcript: list[Message] = []
+    ids: list[tuple[str, int]] = []
+    last_seq = 0
+    handed = 0  # transcript[:handed] went to `on_part`
+    size = FIRST_PART
+    for _node, owner, seq, blob in branch:
+        where = f"message row seq {seq}" + ("" if owner == session_id else f" of {owner!r}")
+        transcript.append(parse_message(blob, where))
+        ids.append((owner, seq))
+        if owner == session_id:
+            last_seq = seq
+        if on_part is not None and len(transcript) - handed >= size:
+            on_part(BranchPart(transcript[handed:], tool_calls))
+            handed, size = len(transcript), min(size * 2, LAST_PART)
+    if on_part is not None and len(transcript) > handed:
+        on_part(BranchPart(transcript[handed:], tool_calls))
+    if cut is None:
+        history = list(transcript)
+    else:
+        history = [
+            parse_message(blob, f"checkpoint row pos {pos}") for pos, blob in checkpoint_rows
+        ]
+        history.extend(transcript[cut:])
+
     return StoredSession(
         record=record,
         history=history,

@@ -63,6 +63,7 @@ from defect_core.store.protocol import UNSET, Unset
 from defect_core.store.records import (
     SUBAGENT_STATUSES,
     TOOL_STATUSES,
+    BranchPart,
     CorruptSession,
     FileCheckpointRecord,
     SessionRecord,
@@ -489,7 +490,9 @@ class SqliteStore(Transactions):
             ).fetchone()
             return row is not None
 
-    def load(self, session_id: str) -> StoredSession:
+    def load(
+        self, session_id: str, on_part: Callable[[BranchPart], None] | None = None
+    ) -> StoredSession:
         with self._read(f"load session {session_id!r}", snapshot=True) as conn:
             row = conn.execute(
                 "SELECT id, cwd, title, created_at, updated_at, provider, model, mode,"
@@ -515,7 +518,7 @@ class SqliteStore(Transactions):
             )
             # Parsed as read: a long session's raw bodies are never all held at once.
             return rows.session_from_rows(
-                self.path, session_id, row, branch, cut, checkpoint_rows, tool_rows
+                self.path, session_id, row, branch, cut, checkpoint_rows, tool_rows, on_part
             )
 
     def list(
