@@ -36,7 +36,7 @@ from defect_core.providers.live import ModelCatalog, ProviderSet
 from defect_core.providers.registry import build_named
 from defect_core.session.checkpointing import forget_session
 from defect_core.session.fork import fork_stored
-from defect_core.session.persistence import ToolCallSnapshots, server_summary, tool_call_snapshots
+from defect_core.session.persistence import ToolCallSnapshots, server_summary
 from defect_core.session.protocol import (
     Backends,
     DuplicateSessionId,
@@ -343,8 +343,8 @@ def _history_parts(
 
     async def on_part(part: BranchPart) -> None:
         nonlocal snapshots
-        if snapshots is None:  # the same records in every part of one load
-            snapshots = tool_call_snapshots(part.tool_calls)
+        if snapshots is None:  # a view, not a copy: the load goes on filling the records
+            snapshots = ToolCallSnapshots(part.tool_calls)
         await on_history(HistoryPart(part.messages, snapshots, subagents))
 
     return on_part

@@ -191,8 +191,10 @@ class StoredSession:
 class BranchPart:
     """Some messages of a session's branch, oldest first, handed over by `SessionStore.load`
     (its `on_part`) as soon as they are decoded, before the load returns: a replay can send
-    them while the rest is read. Every part carries the session's tool calls (read before its
-    first message), the same mapping each time."""
+    them while the rest is read. Every part carries the session's tool calls, the same dict
+    each time, which the load goes on filling (from the worker thread: look calls up, do not
+    iterate it before the load returns): it holds at least every call the part's messages
+    and those before make."""
 
     messages: list[Message]
     tool_calls: dict[str, ToolCallRecord]

@@ -35,7 +35,13 @@ from pydantic_core import from_json
 
 from defect_core.errors import StorageError
 from defect_core.log import get_logger
-from defect_core.model import Message, MessageFormatError, message_from_json, message_to_json
+from defect_core.model import (
+    Message,
+    MessageFormatError,
+    ToolUseBlock,
+    message_from_json,
+    message_to_json,
+)
 from defect_core.store.records import (
     TOOL_KINDS,
     TOOL_STATUSES,
@@ -179,9 +185,24 @@ def _session_from_rows(
         mcp_servers=mcp_servers,
         permissions=permissions,
     )
-    # The tool calls first: a part's replay shows its calls by their stored state.
     tool_calls: dict[str, ToolCallRecord] = {}
-    for tc_id, title, kind, status, content, locations, raw_input, raw_output in tool_rows:
+    unread = iter(tool_rows)
+
+    def read_tool_calls(wanted: set[str] | None) -> None:
+        """Parse the tool-call rows, in their stored order, until every call in `wanted`
+        is parsed (rows are added as calls start, so the next few usually are); None: all."""
+        missing = None if wanted is None else wanted.difference(tool_calls)
+        while missing is None or missing:
+            found = next(unread, None)
+            if found is None:
+                return
+            record = parse_tool_call(found)
+            tool_calls[record.tool_call_id] = record
+            if missing is not None:
+                missing.discard(record.tool_call_id)
+
+    def parse_tool_call(found: tuple[Any, ...]) -> ToolCallRecord:
+        tc_id, title, kind, status, content, locations, raw_input, raw_output = found
         where = f"tool call row {tc_id!r}"
         content_v = parse_json(content, where + " (content)")
         locations_v = parse_json(locations, where + " (locations)")
@@ -192,7 +213,7 @@ def _session_from_rows(
             raise corrupt(where, "raw_input must be a JSON object")
         if status not in TOOL_STATUSES:
             raise corrupt(where, f"unknown status {status!r}")
-        tool_calls[tc_id] = ToolCallRecord(
+        return ToolCallRecord(
             session_id=session_id,
             tool_call_id=tc_id,
             title=title,
@@ -203,6 +224,14 @@ def _session_from_rows(
             raw_input=raw_input_v,
             raw_output=parse_json(raw_output, where + " (raw_output)"),
         )
+
+    def hand_over(part: list[Message]) -> None:
+        """A part to `on_part`, once the stored state of every call it makes is parsed (the
+        replay shows a call by it); `tool_calls` grows on as later parts need more."""
+        assert on_part is not None
+        read_tool_calls({b.id for m in part for b in m.content if isinstance(b, ToolUseBlock)})
+        on_part(BranchPart(part, tool_calls))
+
     transcript: list[Message] = []
     ids: list[tuple[str, int]] = []
     last_seq = 0
@@ -215,10 +244,11 @@ def _session_from_rows(
         if owner == session_id:
             last_seq = seq
         if on_part is not None and len(transcript) - handed >= size:
-            on_part(BranchPart(transcript[handed:], tool_calls))
+            hand_over(transcript[handed:])
             handed, size = len(transcript), min(size * 2, LAST_PART)
     if on_part is not None and len(transcript) > handed:
-        on_part(BranchPart(transcript[handed:], tool_calls))
+        hand_over(transcript[handed:])
+    read_tool_calls(None)  # the rest: calls of other branches, calls no message names
     if cut is None:
         history = list(transcript)
     else:
