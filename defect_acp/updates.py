@@ -24,7 +24,9 @@ Invariants:
   (`coalesce`: only when the writer is behind, and never across any other event), and writes
   the batch as one write with one flush (`UpdateSink.send_updates`). A replay goes out the
   same way, `REPLAY_BATCH` updates per write as they are built, so the first leave before the
-  last are made (as protocol lines straight: `replay_lines.py`).
+  last are made (as protocol lines straight: `replay_lines.py`). A `session/load` replay
+  streams further (`StreamedReplay`): each part of the history is sent as soon as the store
+  has read it, before the rest is read; every update still precedes the load's answer.
 
 Why apart from the server: the server maps requests to the runtime; this is the other
 direction, the stream the runtime produces, with its own ordering rules.

@@ -242,3 +242,21 @@ def test_a_walk_in_parts_shows_what_the_whole_replay_shows() -> None:
     assert shown[-3]["toolCallId"] == "t_never" and shown[-1]["content"]["text"] == "yes"
     for cuts in ([], [1], [2], [1, 2], [1, 2, 3], [1, 2, 3, 4, 5, 6], [5]):
         assert _walk_in_parts(transcript, cuts, snapshots, subagents) == whole, cuts
+
+
+def test_a_broken_link_in_a_plain_session_is_named(tmp_path: Path) -> None:
+    """A session never rewound nor forked is streamed by seq without a first pass over its
+    links; they are checked as the rows pass, so a row that does not follow the one before
+    it still fails the load, naming it."""
+    db = tmp_path / "sessions.sqlite3"
+    _store_session(db, tmp_path, 3)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE messages SET parent = NULL WHERE session_id = ? AND seq = 7", (SID,))
+    with SqliteStore(db) as store, pytest.raises(CorruptSession) as caught:
+        store.load(SID, lambda part: None)
+    assert caught.value.where == "message row seq 7"
+    assert "does not follow" in str(caught.value)
+    with SqliteStore(db) as store:  # mended, the same rows load whole
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE messages SET parent = node - 1 WHERE seq = 7")
+        assert len(store.load(SID).transcript) == 12

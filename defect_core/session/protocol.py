@@ -125,7 +125,9 @@ class ToolCallSnapshot:
 class HistoryPart:
     """Some messages of a session being loaded, oldest first, handed to `load_session`'s
     `on_history` as soon as the store has read them, with what a replay of them needs: the
-    stored tool calls and subagent views (the same for every part of one load)."""
+    stored tool calls and subagent views (the same for every part of one load). The tool
+    calls are filled in as the load goes on: each part's own calls are there when it is
+    handed over; look calls up, do not list them."""
 
     messages: Sequence[Message]
     tool_calls: Mapping[str, ToolCallSnapshot]

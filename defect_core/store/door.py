@@ -13,6 +13,8 @@ Invariants:
   fails, fails its own caller only.
 - A cancel never loses or half-writes a commit: each await is shielded (anyio and asyncio), so
   a cancelled caller waits until its call is done, then sees the cancellation.
+- A load with `on_part` is one call on the worker (one read transaction); its parts are
+  awaited on the loop in order while the worker reads on, all of them before it returns.
 - After `aclose` every call raises `StorageError`; `aclose` finishes every submitted call first.
 
 Why a door rather than an async store: SQLite is synchronous, and one worker thread both keeps

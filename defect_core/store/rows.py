@@ -9,7 +9,9 @@ included: `SqliteStore.load` hands them over inside its read transaction, so a l
 raw bodies are parsed one by one as they are read, never all held at once); a
 value that cannot be written is a `StorageError` before any transaction starts; a row that
 cannot be read raises `CorruptSession` naming the session and the row (`message row seq 7`,
-`tool call row 'tc_1' (content)`) and changes nothing on disk; a tool kind this defect does not
+`tool call row 'tc_1' (content)`) and changes nothing on disk (handed to `on_part`, the
+parts before it have gone already: the load still fails); a part is handed over only once the
+tool calls its messages make are parsed; a tool kind this defect does not
 know loads as "other" (a newer defect may have written it).
 
 Parsing runs with Python's cycle collector paused, and what it made is frozen out of the
@@ -26,7 +28,7 @@ import base64
 import binascii
 import gc
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,8 @@ FIRST_PART = 32
 """Messages in the first `BranchPart` of a load: few, so a replay starts at once..."""
 LAST_PART = 4096
 """...then each part twice the one before, up to this many."""
+LOOKUP_BATCH = 500
+"""Tool calls looked up by id at once (well under SQLite's limit on parameters)."""
 
 
 def dumps(value: Any, name: str) -> str:
@@ -113,14 +117,27 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def corrupt(path: Path, session_id: str, where: str, detail: str) -> CorruptSession:
+    """The error (logged) for a row of the session that cannot be read."""
+    text = (
+        f"session {session_id!r} cannot be loaded: {where} in {path} is not "
+        f"readable ({detail}); the row was left as it is"
+    )
+    log.error("store_corrupt_row", session_id=session_id, where=where, detail=detail)
+    return CorruptSession(text, session_id, where)
+
+
+_corrupt = corrupt
+
+
 def session_from_rows(
     path: Path,
     session_id: str,
     row: tuple[Any, ...],
     branch: Iterable[tuple[int, str, int, bytes]],
-    cut: int | None,
+    cut: Callable[[], int | None],
     checkpoint_rows: list[tuple[int, bytes]],
-    tool_rows: Iterable[tuple[Any, ...]],
+    tool_rows: Callable[[Sequence[str] | None], Iterable[tuple[Any, ...]]],
     on_part: Callable[[BranchPart], None] | None = None,
 ) -> StoredSession:
     """The session the rows of `SqliteStore.load` hold (`path` is named in errors); its
@@ -136,19 +153,14 @@ def _session_from_rows(
     session_id: str,
     row: tuple[Any, ...],
     branch: Iterable[tuple[int, str, int, bytes]],
-    cut: int | None,
+    cut: Callable[[], int | None],
     checkpoint_rows: list[tuple[int, bytes]],
-    tool_rows: Iterable[tuple[Any, ...]],
+    tool_rows: Callable[[Sequence[str] | None], Iterable[tuple[Any, ...]]],
     on_part: Callable[[BranchPart], None] | None,
 ) -> StoredSession:
 
     def corrupt(where: str, detail: str) -> CorruptSession:
-        text = (
-            f"session {session_id!r} cannot be loaded: {where} in {path} is not "
-            f"readable ({detail}); the row was left as it is"
-        )
-        log.error("store_corrupt_row", session_id=session_id, where=where, detail=detail)
-        return CorruptSession(text, session_id, where)
+        return _corrupt(path, session_id, where, detail)
 
     def parse_json(blob: bytes | None, where: str) -> Any:
         try:  # pydantic-core's reader: the same values as `json.loads`, several times faster
@@ -185,21 +197,7 @@ def _session_from_rows(
         mcp_servers=mcp_servers,
         permissions=permissions,
     )
-    tool_calls: dict[str, ToolCallRecord] = {}
-    unread = iter(tool_rows)
-
-    def read_tool_calls(wanted: set[str] | None) -> None:
-        """Parse the tool-call rows, in their stored order, until every call in `wanted`
-        is parsed (rows are added as calls start, so the next few usually are); None: all."""
-        missing = None if wanted is None else wanted.difference(tool_calls)
-        while missing is None or missing:
-            found = next(unread, None)
-            if found is None:
-                return
-            record = parse_tool_call(found)
-            tool_calls[record.tool_call_id] = record
-            if missing is not None:
-                missing.discard(record.tool_call_id)
+    early: dict[str, ToolCallRecord] = {}  # the calls the parts made, parsed for them
 
     def parse_tool_call(found: tuple[Any, ...]) -> ToolCallRecord:
         tc_id, title, kind, status, content, locations, raw_input, raw_output = found
@@ -227,10 +225,19 @@ def _session_from_rows(
 
     def hand_over(part: list[Message]) -> None:
         """A part to `on_part`, once the stored state of every call it makes is parsed (the
-        replay shows a call by it); `tool_calls` grows on as later parts need more."""
+        replay shows a call by it): those rows are looked up by id, the rest read later."""
         assert on_part is not None
-        read_tool_calls({b.id for m in part for b in m.content if isinstance(b, ToolUseBlock)})
-        on_part(BranchPart(part, tool_calls))
+        wanted = [
+            b.id
+            for m in part
+            for b in m.content
+            if isinstance(b, ToolUseBlock) and b.id not in early
+        ]
+        for n in range(0, len(wanted), LOOKUP_BATCH):
+            for found in tool_rows(wanted[n : n + LOOKUP_BATCH]):
+                record = parse_tool_call(found)
+                early[record.tool_call_id] = record
+        on_part(BranchPart(part, early))
 
     transcript: list[Message] = []
     ids: list[tuple[str, int]] = []
@@ -248,14 +255,18 @@ def _session_from_rows(
             handed, size = len(transcript), min(size * 2, LAST_PART)
     if on_part is not None and len(transcript) > handed:
         hand_over(transcript[handed:])
-    read_tool_calls(None)  # the rest: calls of other branches, calls no message names
-    if cut is None:
+    tool_calls: dict[str, ToolCallRecord] = {}  # every call, in stored order
+    for found in tool_rows(None):
+        known = early.get(found[0])
+        tool_calls[found[0]] = known if known is not None else parse_tool_call(found)
+    covered = cut()  # once the branch is read: its nodes are known then
+    if covered is None:
         history = list(transcript)
     else:
         history = [
             parse_message(blob, f"checkpoint row pos {pos}") for pos, blob in checkpoint_rows
         ]
-        history.extend(transcript[cut:])
+        history.extend(transcript[covered:])
 
     return StoredSession(
         record=record,
