@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from acp import schema as s
 from acp.helpers import (
@@ -34,7 +35,6 @@ from defect_core.model import (
     ContentBlock,
     ImageBlock,
     Message,
-    RedactedThinkingBlock,
     ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
@@ -309,6 +309,7 @@ def update_line(session_id: str, update: Update) -> bytes | None:
 # --- replay (session/load) ----------------------------------------------------------------
 
 T_co = TypeVar("T_co", covariant=True)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,37 +413,92 @@ def iter_replay(
     `update_plan` call shows no card (`SHOWN_BY_THEIR_EVENT`) unless it was refused; the plan
     itself follows the history (`updates.replay`).
     """
-    results: dict[str, ToolResultBlock] = {}
-    searches: dict[str, WebSearchResultBlock] = {}
-    for m in transcript:
-        for b in m.content:
-            if isinstance(b, ToolResultBlock):
-                results[b.tool_use_id] = b
-            elif isinstance(b, WebSearchResultBlock):
-                searches[b.tool_use_id] = b
-    for message in transcript:
-        for block in message.content:
-            if message.role == "user":
-                if isinstance(block, TextBlock):
-                    yield view.user_text(block.text)
-                elif isinstance(block, ImageBlock):
-                    yield view.user_image(block)
-            elif isinstance(block, TextBlock):
-                yield view.agent_text(block.text)
-            elif isinstance(block, ThinkingBlock):
-                yield view.thought(block.thinking)
-            elif isinstance(block, RedactedThinkingBlock):
-                continue
-            elif isinstance(block, ToolUseBlock):
-                result = results.get(block.id)
-                if block.name in SHOWN_BY_THEIR_EVENT and (result is None or not result.is_error):
-                    continue
-                call = _replayed_call(block, tool_calls.get(block.id), result)
-                if subagents and block.id in subagents:
-                    call = dataclasses.replace(call, content=(ev.TextDisplay(subagents[block.id]),))
-                yield view.tool_call(call)
-            elif isinstance(block, ServerToolUseBlock):
-                yield view.tool_call(_replayed_search(block, searches.get(block.id)))
+    walk = ReplayWalk(tool_calls, view, subagents)
+    walk.know(transcript)  # every result first: nothing waits
+    yield from walk.feed(transcript)
+    yield from walk.finish()
+
+
+class ReplayWalk(Generic[T]):
+    """`iter_replay` fed the conversation a part at a time, as a load reads it: each piece
+    is made as soon as what it shows is known. A tool call's card needs its result (its final
+    status, a refused `update_plan`): it waits for the part that holds the result — and,
+    to keep the order, so does every piece after it — or for `finish` (a call that never got
+    one is shown as `iter_replay` shows it). The pieces are the same, in the same order, however
+    the conversation is cut into parts."""
+
+    def __init__(
+        self,
+        tool_calls: Mapping[str, ToolCallSnapshot],
+        view: ReplayView[T],
+        subagents: Mapping[str, str] | None = None,
+    ) -> None:
+        self._tool_calls = tool_calls
+        self._view = view
+        self._subagents = subagents or {}
+        self._results: dict[str, ToolResultBlock] = {}
+        self._searches: dict[str, WebSearchResultBlock] = {}
+        self._held: deque[tuple[str, ContentBlock]] = deque()
+
+    def know(self, messages: Iterable[Message]) -> None:
+        """Take note of the results in `messages` (what the calls before them wait for)."""
+        for m in messages:
+            for b in m.content:
+                if isinstance(b, ToolResultBlock):
+                    self._results[b.tool_use_id] = b
+                elif isinstance(b, WebSearchResultBlock):
+                    self._searches[b.tool_use_id] = b
+
+    def feed(self, messages: Iterable[Message]) -> Iterator[T]:
+        """The pieces of the next `messages` that can be made now, and of those held before."""
+        for message in messages:
+            self.know((message,))
+            yield from self._release(final=False)
+            for block in message.content:
+                if self._held or self._waits(message.role, block):
+                    self._held.append((message.role, block))
+                else:
+                    yield from self._show(message.role, block)
+
+    def finish(self) -> Iterator[T]:
+        """Whatever is still held: the conversation ended before its results."""
+        yield from self._release(final=True)
+
+    def _waits(self, role: str, block: ContentBlock) -> bool:
+        if role == "user":
+            return False
+        if isinstance(block, ToolUseBlock):
+            return block.id not in self._results
+        if isinstance(block, ServerToolUseBlock):
+            return block.id not in self._searches
+        return False
+
+    def _release(self, *, final: bool) -> Iterator[T]:
+        while self._held and (final or not self._waits(*self._held[0])):
+            yield from self._show(*self._held.popleft())
+
+    def _show(self, role: str, block: ContentBlock) -> Iterator[T]:
+        view = self._view
+        if role == "user":
+            if isinstance(block, TextBlock):
+                yield view.user_text(block.text)
+            elif isinstance(block, ImageBlock):
+                yield view.user_image(block)
+        elif isinstance(block, TextBlock):
+            yield view.agent_text(block.text)
+        elif isinstance(block, ThinkingBlock):
+            yield view.thought(block.thinking)
+        elif isinstance(block, ToolUseBlock):
+            result = self._results.get(block.id)
+            if block.name in SHOWN_BY_THEIR_EVENT and (result is None or not result.is_error):
+                return
+            call = _replayed_call(block, self._tool_calls.get(block.id), result)
+            if block.id in self._subagents:
+                shown = (ev.TextDisplay(self._subagents[block.id]),)
+                call = dataclasses.replace(call, content=shown)
+            yield view.tool_call(call)
+        elif isinstance(block, ServerToolUseBlock):
+            yield view.tool_call(_replayed_search(block, self._searches.get(block.id)))
 
 
 def _replayed_search(use: ServerToolUseBlock, result: WebSearchResultBlock | None) -> ReplayedCall:

@@ -37,7 +37,7 @@ from defect_acp.fastimport import warm_turn_path
 from defect_acp.params import guard_params
 from defect_acp.sdk_compat import add_request_route, agent_connection
 from defect_acp.transport import LineWriter, StdioTransport, open_stdin_reader
-from defect_acp.updates import SessionPump, after_open_updates, replay
+from defect_acp.updates import SessionPump, StreamedReplay, after_open_updates, replay
 from defect_core import __version__
 from defect_core.log import get_logger
 from defect_core.mcp import supported_transports
@@ -46,6 +46,7 @@ from defect_core.session import (
     AgentError,
     Backends,
     Frontend,
+    HistoryPart,
     McpServerSpec,
     Session,
     TurnError,
@@ -272,8 +273,9 @@ class DefectAgent:
         mcp_servers: list[Any] | None = None,
         **kwargs: Any,
     ) -> s.LoadSessionResponse:
-        session = await self._restore(session_id, cwd, mcp_servers)
-        await replay(self, session)
+        replaying = StreamedReplay(self, session_id)  # sent as the store reads it
+        session = await self._restore(session_id, cwd, mcp_servers, replaying.part)
+        await replaying.finish(session)
         return s.LoadSessionResponse(
             modes=project.modes(session.current_mode(), session.available_modes()),
             config_options=project.config_options(session.config_options()),
@@ -359,7 +361,13 @@ class DefectAgent:
             raise to_request_error(err) from None
         return {}
 
-    async def _restore(self, session_id: str, cwd: str, mcp_servers: list[Any] | None) -> Session:
+    async def _restore(
+        self,
+        session_id: str,
+        cwd: str,
+        mcp_servers: list[Any] | None,
+        on_history: Callable[[HistoryPart], Awaitable[None]] | None = None,
+    ) -> Session:
         path = _absolute_cwd(cwd)
         try:
             session = await self._core.load_session(
@@ -367,6 +375,7 @@ class DefectAgent:
                 self._backends(session_id, path),
                 _mcp_specs(mcp_servers),
                 cwd=path,
+                on_history=on_history,
             )
         except AgentError as err:
             raise to_request_error(err) from None

@@ -24,7 +24,9 @@ Invariants:
   (`coalesce`: only when the writer is behind, and never across any other event), and writes
   the batch as one write with one flush (`UpdateSink.send_updates`). A replay goes out the
   same way, `REPLAY_BATCH` updates per write as they are built, so the first leave before the
-  last are made (as protocol lines straight: `replay_lines.py`).
+  last are made (as protocol lines straight: `replay_lines.py`). A `session/load` replay
+  streams further (`StreamedReplay`): each part of the history is sent as soon as the store
+  has read it, before the rest is read; every update still precedes the load's answer.
 
 Why apart from the server: the server maps requests to the runtime; this is the other
 direction, the stream the runtime produces, with its own ordering rules.
@@ -35,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -46,7 +48,7 @@ from defect_acp import project
 from defect_acp.replay_lines import ReplayLines
 from defect_core import events as ev
 from defect_core.log import get_logger
-from defect_core.session import Session
+from defect_core.session import HistoryPart, Session
 
 if TYPE_CHECKING:
     from acp.agent.connection import AgentSideConnection
@@ -251,8 +253,42 @@ async def replay(sink: UpdateSink, session: Session) -> None:
     views = session.subagent_views()
     view = ReplayLines(session.id)
     lines = project.iter_replay(session.transcript(), session.tool_calls(), view, views)
+    await _send_replayed(sink, session.id, lines)
+    await _send_plan(sink, session)
+
+
+class StreamedReplay:
+    """A `session/load` replay sent while the store reads the history: `part` is the core's
+    `on_history` (each `HistoryPart`'s lines leave before the next part is read, through
+    `project.ReplayWalk`), `finish` sends what is left, then the plan. A session that was
+    not read (already live) is replayed whole by `finish`, as `replay` does: the client sees
+    the same updates, in the same order, either way."""
+
+    def __init__(self, sink: UpdateSink, session_id: str) -> None:
+        self._sink = sink
+        self._session_id = session_id
+        self._walk: project.ReplayWalk[bytes | None] | None = None
+
+    async def part(self, part: HistoryPart) -> None:
+        if self._walk is None:
+            view = ReplayLines(self._session_id)
+            self._walk = project.ReplayWalk(part.tool_calls, view, part.subagents)
+        await _send_replayed(self._sink, self._session_id, self._walk.feed(part.messages))
+
+    async def finish(self, session: Session) -> None:
+        if self._walk is None:
+            await replay(self._sink, session)
+            return
+        await _send_replayed(self._sink, session.id, self._walk.finish())
+        await _send_plan(self._sink, session)
+
+
+async def _send_replayed(sink: UpdateSink, session_id: str, lines: Iterator[bytes | None]) -> None:
     while batch := list(itertools.islice(lines, REPLAY_BATCH)):
-        await sink.send_lines(session.id, [line for line in batch if line is not None])
+        await sink.send_lines(session_id, [line for line in batch if line is not None])
+
+
+async def _send_plan(sink: UpdateSink, session: Session) -> None:
     if plan := session.current_plan():
         await sink.send_update(session.id, project.plan_update(plan))
 

@@ -124,22 +124,35 @@ class Delegation:
             )
         )
 
-    async def load(self) -> None:
-        """Read the session's stored subagent runs (a loaded session's replay shows them)."""
-        if self._store is None:
-            return
-        try:
-            self._stored = await self._store.subagents(self._session_id)
-        except StorageError as exc:
-            log.warning("subagents_not_loaded", session_id=self._session_id, error=str(exc))
+    async def load(self, stored: list[SubagentRecord] | None = None) -> None:
+        """Read the session's stored subagent runs (a loaded session's replay shows them),
+        unless they were read already (`stored`: `read_subagents`)."""
+        if stored is not None:
+            self._stored = stored
+        elif self._store is not None:
+            self._stored = await read_subagents(self._store, self._session_id)
 
     def views(self) -> dict[str, str]:
         """What each stored subagent did, by the `spawn_agent` call that started it."""
-        return {
-            r.tool_call_id: transcript_view(r.messages, finished=r.status == "completed")
-            for r in self._stored
-            if r.messages
-        }
+        return subagent_views(self._stored)
 
     async def aclose(self) -> None:
         await self.tasks.aclose()
+
+
+async def read_subagents(store: AsyncStore, session_id: str) -> list[SubagentRecord]:
+    """The session's stored subagent runs; none (and a warning) if they cannot be read."""
+    try:
+        return await store.subagents(session_id)
+    except StorageError as exc:
+        log.warning("subagents_not_loaded", session_id=session_id, error=str(exc))
+        return []
+
+
+def subagent_views(runs: list[SubagentRecord]) -> dict[str, str]:
+    """What each stored subagent did, by the `spawn_agent` call that started it."""
+    return {
+        r.tool_call_id: transcript_view(r.messages, finished=r.status == "completed")
+        for r in runs
+        if r.messages
+    }

@@ -21,11 +21,12 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 import anyio
 
+from defect_core.agents.delegation import read_subagents, subagent_views
 from defect_core.config import ProviderSpec, Settings, provider_settings
 from defect_core.hosted import hosted_web_search
 from defect_core.log import get_logger
@@ -35,10 +36,11 @@ from defect_core.providers.live import ModelCatalog, ProviderSet
 from defect_core.providers.registry import build_named
 from defect_core.session.checkpointing import forget_session
 from defect_core.session.fork import fork_stored
-from defect_core.session.persistence import server_summary
+from defect_core.session.persistence import ToolCallSnapshots, server_summary
 from defect_core.session.protocol import (
     Backends,
     DuplicateSessionId,
+    HistoryPart,
     InvalidCwd,
     InvalidOption,
     McpServerSpec,
@@ -48,7 +50,7 @@ from defect_core.session.protocol import (
 )
 from defect_core.session.state import DefaultSession
 from defect_core.session.toolset import default_tools
-from defect_core.store import AsyncStore
+from defect_core.store import AsyncStore, BranchPart, SubagentRecord
 from defect_core.tools.base import Tool, ToolRegistry
 
 log = get_logger("defect.agent")
@@ -188,9 +190,12 @@ class DefaultAgentCore:
         backends: Backends,
         mcp_servers: tuple[McpServerSpec, ...] = (),
         cwd: Path | None = None,
+        on_history: Callable[[HistoryPart], Awaitable[None]] | None = None,
     ) -> DefaultSession:
         """The session, restored from the store — or the live one if it is already loaded
-        (a session is never loaded twice: one history, one event stream)."""
+        (a session is never loaded twice: one history, one event stream). A restored
+        session's history goes to `on_history` part by part as the store reads it (its
+        subagent runs are read first, for their views), before the session is built."""
         while session_id in self._loading:  # a concurrent load of the same id
             await self._loading[session_id].wait()
         if session_id in self._sessions:
@@ -199,9 +204,17 @@ class DefaultAgentCore:
             raise SessionNotFound(f"session not found: {session_id}")
         self._loading[session_id] = done = anyio.Event()
         try:
-            stored = await self._store.load(session_id)
+            runs: list[SubagentRecord] | None = None
+            on_part = None
+            if on_history is not None:
+                runs = await read_subagents(self._store, session_id)
+                on_part = _history_parts(on_history, subagent_views(runs))
+            if cwd is not None:  # refused before any of the history is handed on
+                await _check_cwd(cwd)
+            stored = await self._store.load(session_id, on_part)
             where = cwd or Path(stored.record.cwd)
-            await _check_cwd(where)
+            if cwd is None:
+                await _check_cwd(where)
             settings = self._session_settings(where)
             providers = self.providers(settings)
             stored_provider = providers.get(stored.record.provider) or providers.default()
@@ -219,7 +232,7 @@ class DefaultAgentCore:
                 mcp=hub,
                 mcp_servers=mcp_servers,
             )
-            await session.delegation.load()
+            await session.delegation.load(runs)
             await session.plan.load(self._store)
             self._sessions[session_id] = session
             await self._store.update(
@@ -320,3 +333,18 @@ async def _check_cwd(cwd: Path) -> None:
         raise InvalidCwd(f"cwd must be an absolute path, got {str(cwd)!r}")
     if not await anyio.Path(cwd).is_dir():
         raise InvalidCwd(f"cwd is not an existing directory: {cwd}")
+
+
+def _history_parts(
+    on_history: Callable[[HistoryPart], Awaitable[None]], subagents: dict[str, str]
+) -> Callable[[BranchPart], Awaitable[None]]:
+    """The store's parts of a load as the `HistoryPart`s `on_history` is handed."""
+    snapshots: ToolCallSnapshots | None = None
+
+    async def on_part(part: BranchPart) -> None:
+        nonlocal snapshots
+        if snapshots is None:  # a view, not a copy: the load goes on filling the records
+            snapshots = ToolCallSnapshots(part.tool_calls)
+        await on_history(HistoryPart(part.messages, snapshots, subagents))
+
+    return on_part

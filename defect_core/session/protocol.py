@@ -30,7 +30,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -70,6 +70,7 @@ __all__ = [
     "ConfigOption",
     "DuplicateSessionId",
     "Frontend",
+    "HistoryPart",
     "InvalidCwd",
     "InvalidOption",
     "McpServerSpec",
@@ -118,6 +119,19 @@ class ToolCallSnapshot:
     locations: tuple[Location, ...] = ()
     raw_input: dict[str, Any] = field(default_factory=dict)
     raw_output: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPart:
+    """Some messages of a session being loaded, oldest first, handed to `load_session`'s
+    `on_history` as soon as the store has read them, with what a replay of them needs: the
+    stored tool calls and subagent views (the same for every part of one load). The tool
+    calls are filled in as the load goes on: each part's own calls are there when it is
+    handed over; look calls up, do not list them."""
+
+    messages: Sequence[Message]
+    tool_calls: Mapping[str, ToolCallSnapshot]
+    subagents: Mapping[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,8 +236,11 @@ class AgentCore(Protocol):
         backends: Backends,
         mcp_servers: tuple[McpServerSpec, ...] = (),
         cwd: Path | None = None,
+        on_history: Callable[[HistoryPart], Awaitable[None]] | None = None,
     ) -> Session:
-        """Restore a stored session (or return it if it is already live)."""
+        """Restore a stored session (or return it if it is already live). When it is read
+        from the store, its history is handed to `on_history` part by part as it is read,
+        before the session is returned (a live session's is not: it was not read)."""
         ...
 
     async def fork_session(

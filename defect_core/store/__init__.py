@@ -36,6 +36,7 @@ from defect_core.store.migrations import MIGRATIONS, SCHEMA_VERSION, Migration, 
 from defect_core.store.paths import DB_FILENAME, default_state_dir, default_store_path
 from defect_core.store.protocol import UNSET, SessionStore
 from defect_core.store.records import (
+    BranchPart,
     CorruptSession,
     FileCheckpointRecord,
     InvalidCursor,
@@ -69,6 +70,7 @@ __all__ = [
     "SYNC_ENV",
     "UNSET",
     "AsyncStore",
+    "BranchPart",
     "CorruptSession",
     "FileCheckpointRecord",
     "InvalidCursor",

@@ -13,6 +13,8 @@ Invariants:
   fails, fails its own caller only.
 - A cancel never loses or half-writes a commit: each await is shielded (anyio and asyncio), so
   a cancelled caller waits until its call is done, then sees the cancellation.
+- A load with `on_part` is one call on the worker (one read transaction); its parts are
+  awaited on the loop in order while the worker reads on, all of them before it returns.
 - After `aclose` every call raises `StorageError`; `aclose` finishes every submitted call first.
 
 Why a door rather than an async store: SQLite is synchronous, and one worker thread both keeps
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 import anyio
@@ -34,6 +36,7 @@ from defect_core.listing import SessionPage
 from defect_core.model import Message
 from defect_core.store.protocol import SessionStore
 from defect_core.store.records import (
+    BranchPart,
     FileCheckpointRecord,
     SessionRecord,
     StoredSession,
@@ -133,8 +136,40 @@ class AsyncStore:
     async def fork(self, origin: str, record: SessionRecord, keep: int | None = None) -> None:
         await self._write(self.store.fork, origin, record, keep)
 
-    async def load(self, session_id: str) -> StoredSession:
-        return await self._call(self.store.load, session_id)
+    async def load(
+        self,
+        session_id: str,
+        on_part: Callable[[BranchPart], Awaitable[None]] | None = None,
+    ) -> StoredSession:
+        """The session; with `on_part`, each part of its branch is awaited on the loop as
+        soon as the worker has decoded it, while the worker reads on, and every part has
+        been awaited when this returns (or raises: a corrupt row after some parts)."""
+        if on_part is None:
+            return await self._call(self.store.load, session_id)
+        loop = asyncio.get_running_loop()
+        parts: asyncio.Queue[BranchPart | None] = asyncio.Queue()
+
+        def hand_over(part: BranchPart) -> None:  # on the worker thread
+            loop.call_soon_threadsafe(parts.put_nowait, part)
+
+        def load() -> StoredSession:
+            try:
+                return self.store.load(session_id, hand_over)
+            finally:
+                loop.call_soon_threadsafe(parts.put_nowait, None)
+
+        if self._closed:
+            raise StorageError("the session store is closed")
+        loading = self._writer.submit(load, write=False)  # submitted now, in call order
+        try:
+            while (part := await parts.get()) is not None:
+                await on_part(part)
+        finally:
+            # Handing parts over stops with the first that fails; the load itself runs on
+            # (it holds the worker) and is awaited, so its own error is not lost.
+            with anyio.CancelScope(shield=True):
+                stored = await asyncio.shield(asyncio.wrap_future(loading))
+        return stored
 
     async def exists(self, session_id: str) -> bool:
         return await self._call(self.store.exists, session_id)

@@ -26,12 +26,13 @@ are synchronous because the one implementation is, and `AsyncStore` moves them o
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, Protocol
 
 from defect_core.listing import SessionPage
 from defect_core.model import Message
 from defect_core.store.records import (
+    BranchPart,
     FileCheckpointRecord,
     SessionRecord,
     StoredSession,
@@ -145,8 +146,12 @@ class SessionStore(Protocol):
         messages of it), in one transaction. From then on the two are independent."""
         ...
 
-    def load(self, session_id: str) -> StoredSession:
-        """The session, or `SessionNotFound`; `CorruptSession` if a row cannot be read."""
+    def load(
+        self, session_id: str, on_part: Callable[[BranchPart], None] | None = None
+    ) -> StoredSession:
+        """The session, or `SessionNotFound`; `CorruptSession` if a row cannot be read.
+        `on_part` is handed the branch as it is decoded (`BranchPart`), in one consistent
+        read, before the load returns (or fails: a corrupt row after some parts)."""
         ...
 
     def exists(self, session_id: str) -> bool: ...

@@ -187,6 +187,19 @@ class StoredSession:
     its origin's (`defect_core/store/tree.py`)."""
 
 
+@dataclass(frozen=True, slots=True)
+class BranchPart:
+    """Some messages of a session's branch, oldest first, handed over by `SessionStore.load`
+    (its `on_part`) as soon as they are decoded, before the load returns: a replay can send
+    them while the rest is read. Every part carries the session's tool calls, the same dict
+    each time, which the load goes on filling (from the worker thread: look calls up, do not
+    iterate it before the load returns): it holds at least every call the part's messages
+    and those before make."""
+
+    messages: list[Message]
+    tool_calls: dict[str, ToolCallRecord]
+
+
 class InvalidCursor(AgentError):
     """A `list` cursor this store did not hand out."""
 

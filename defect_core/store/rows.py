@@ -9,7 +9,9 @@ included: `SqliteStore.load` hands them over inside its read transaction, so a l
 raw bodies are parsed one by one as they are read, never all held at once); a
 value that cannot be written is a `StorageError` before any transaction starts; a row that
 cannot be read raises `CorruptSession` naming the session and the row (`message row seq 7`,
-`tool call row 'tc_1' (content)`) and changes nothing on disk; a tool kind this defect does not
+`tool call row 'tc_1' (content)`) and changes nothing on disk (handed to `on_part`, the
+parts before it have gone already: the load still fails); a part is handed over only once the
+tool calls its messages make are parsed; a tool kind this defect does not
 know loads as "other" (a newer defect may have written it).
 
 Parsing runs with Python's cycle collector paused, and what it made is frozen out of the
@@ -26,7 +28,7 @@ import base64
 import binascii
 import gc
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -35,10 +37,17 @@ from pydantic_core import from_json
 
 from defect_core.errors import StorageError
 from defect_core.log import get_logger
-from defect_core.model import Message, MessageFormatError, message_from_json, message_to_json
+from defect_core.model import (
+    Message,
+    MessageFormatError,
+    ToolUseBlock,
+    message_from_json,
+    message_to_json,
+)
 from defect_core.store.records import (
     TOOL_KINDS,
     TOOL_STATUSES,
+    BranchPart,
     CorruptSession,
     InvalidCursor,
     SessionRecord,
@@ -48,6 +57,13 @@ from defect_core.store.records import (
 )
 
 log = get_logger("defect.store")
+
+FIRST_PART = 32
+"""Messages in the first `BranchPart` of a load: few, so a replay starts at once..."""
+LAST_PART = 4096
+"""...then each part twice the one before, up to this many."""
+LOOKUP_BATCH = 500
+"""Tool calls looked up by id at once (well under SQLite's limit on parameters)."""
 
 
 def dumps(value: Any, name: str) -> str:
@@ -101,18 +117,35 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def corrupt(path: Path, session_id: str, where: str, detail: str) -> CorruptSession:
+    """The error (logged) for a row of the session that cannot be read."""
+    text = (
+        f"session {session_id!r} cannot be loaded: {where} in {path} is not "
+        f"readable ({detail}); the row was left as it is"
+    )
+    log.error("store_corrupt_row", session_id=session_id, where=where, detail=detail)
+    return CorruptSession(text, session_id, where)
+
+
+_corrupt = corrupt
+
+
 def session_from_rows(
     path: Path,
     session_id: str,
     row: tuple[Any, ...],
     branch: Iterable[tuple[int, str, int, bytes]],
-    cut: int | None,
+    cut: Callable[[], int | None],
     checkpoint_rows: list[tuple[int, bytes]],
-    tool_rows: Iterable[tuple[Any, ...]],
+    tool_rows: Callable[[Sequence[str] | None], Iterable[tuple[Any, ...]]],
+    on_part: Callable[[BranchPart], None] | None = None,
 ) -> StoredSession:
-    """The session the rows of `SqliteStore.load` hold (`path` is named in errors)."""
+    """The session the rows of `SqliteStore.load` hold (`path` is named in errors); its
+    branch is also handed to `on_part`, part by part, as it is decoded (`BranchPart`)."""
     with _collector_paused():
-        return _session_from_rows(path, session_id, row, branch, cut, checkpoint_rows, tool_rows)
+        return _session_from_rows(
+            path, session_id, row, branch, cut, checkpoint_rows, tool_rows, on_part
+        )
 
 
 def _session_from_rows(
@@ -120,18 +153,14 @@ def _session_from_rows(
     session_id: str,
     row: tuple[Any, ...],
     branch: Iterable[tuple[int, str, int, bytes]],
-    cut: int | None,
+    cut: Callable[[], int | None],
     checkpoint_rows: list[tuple[int, bytes]],
-    tool_rows: Iterable[tuple[Any, ...]],
+    tool_rows: Callable[[Sequence[str] | None], Iterable[tuple[Any, ...]]],
+    on_part: Callable[[BranchPart], None] | None,
 ) -> StoredSession:
 
     def corrupt(where: str, detail: str) -> CorruptSession:
-        text = (
-            f"session {session_id!r} cannot be loaded: {where} in {path} is not "
-            f"readable ({detail}); the row was left as it is"
-        )
-        log.error("store_corrupt_row", session_id=session_id, where=where, detail=detail)
-        return CorruptSession(text, session_id, where)
+        return _corrupt(path, session_id, where, detail)
 
     def parse_json(blob: bytes | None, where: str) -> Any:
         try:  # pydantic-core's reader: the same values as `json.loads`, several times faster
@@ -168,25 +197,10 @@ def _session_from_rows(
         mcp_servers=mcp_servers,
         permissions=permissions,
     )
-    transcript: list[Message] = []
-    ids: list[tuple[str, int]] = []
-    last_seq = 0
-    for _node, owner, seq, blob in branch:
-        where = f"message row seq {seq}" + ("" if owner == session_id else f" of {owner!r}")
-        transcript.append(parse_message(blob, where))
-        ids.append((owner, seq))
-        if owner == session_id:
-            last_seq = seq
-    if cut is None:
-        history = list(transcript)
-    else:
-        history = [
-            parse_message(blob, f"checkpoint row pos {pos}") for pos, blob in checkpoint_rows
-        ]
-        history.extend(transcript[cut:])
+    early: dict[str, ToolCallRecord] = {}  # the calls the parts made, parsed for them
 
-    tool_calls: dict[str, ToolCallRecord] = {}
-    for tc_id, title, kind, status, content, locations, raw_input, raw_output in tool_rows:
+    def parse_tool_call(found: tuple[Any, ...]) -> ToolCallRecord:
+        tc_id, title, kind, status, content, locations, raw_input, raw_output = found
         where = f"tool call row {tc_id!r}"
         content_v = parse_json(content, where + " (content)")
         locations_v = parse_json(locations, where + " (locations)")
@@ -197,7 +211,7 @@ def _session_from_rows(
             raise corrupt(where, "raw_input must be a JSON object")
         if status not in TOOL_STATUSES:
             raise corrupt(where, f"unknown status {status!r}")
-        tool_calls[tc_id] = ToolCallRecord(
+        return ToolCallRecord(
             session_id=session_id,
             tool_call_id=tc_id,
             title=title,
@@ -208,6 +222,52 @@ def _session_from_rows(
             raw_input=raw_input_v,
             raw_output=parse_json(raw_output, where + " (raw_output)"),
         )
+
+    def hand_over(part: list[Message]) -> None:
+        """A part to `on_part`, once the stored state of every call it makes is parsed (the
+        replay shows a call by it): those rows are looked up by id, the rest read later."""
+        assert on_part is not None
+        wanted = [
+            b.id
+            for m in part
+            for b in m.content
+            if isinstance(b, ToolUseBlock) and b.id not in early
+        ]
+        for n in range(0, len(wanted), LOOKUP_BATCH):
+            for found in tool_rows(wanted[n : n + LOOKUP_BATCH]):
+                record = parse_tool_call(found)
+                early[record.tool_call_id] = record
+        on_part(BranchPart(part, early))
+
+    transcript: list[Message] = []
+    ids: list[tuple[str, int]] = []
+    last_seq = 0
+    handed = 0  # transcript[:handed] went to `on_part`
+    size = FIRST_PART
+    for _node, owner, seq, blob in branch:
+        where = f"message row seq {seq}" + ("" if owner == session_id else f" of {owner!r}")
+        transcript.append(parse_message(blob, where))
+        ids.append((owner, seq))
+        if owner == session_id:
+            last_seq = seq
+        if on_part is not None and len(transcript) - handed >= size:
+            hand_over(transcript[handed:])
+            handed, size = len(transcript), min(size * 2, LAST_PART)
+    if on_part is not None and len(transcript) > handed:
+        hand_over(transcript[handed:])
+    tool_calls: dict[str, ToolCallRecord] = {}  # every call, in stored order
+    for found in tool_rows(None):
+        known = early.get(found[0])
+        tool_calls[found[0]] = known if known is not None else parse_tool_call(found)
+    covered = cut()  # once the branch is read: its nodes are known then
+    if covered is None:
+        history = list(transcript)
+    else:
+        history = [
+            parse_message(blob, f"checkpoint row pos {pos}") for pos, blob in checkpoint_rows
+        ]
+        history.extend(transcript[covered:])
+
     return StoredSession(
         record=record,
         history=history,

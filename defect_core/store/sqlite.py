@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import builtins
 import datetime as _dt
+import functools
 import json
 import os
 import sqlite3
@@ -63,6 +64,7 @@ from defect_core.store.protocol import UNSET, Unset
 from defect_core.store.records import (
     SUBAGENT_STATUSES,
     TOOL_STATUSES,
+    BranchPart,
     CorruptSession,
     FileCheckpointRecord,
     SessionRecord,
@@ -78,6 +80,10 @@ from defect_core.store.transactions import Transactions
 log = get_logger("defect.store")
 
 DEFAULT_BUSY_TIMEOUT: Final = 5.0
+_TOOL_ROWS: Final = (
+    "SELECT tool_call_id, title, kind, status, CAST(content AS BLOB), CAST(locations AS BLOB),"
+    " CAST(raw_input AS BLOB), CAST(raw_output AS BLOB) FROM tool_calls WHERE session_id = ?"
+)
 """Seconds a write waits for another process's transaction before giving up."""
 DEFAULT_SYNCHRONOUS: Final = "FULL"
 SYNC_ENV: Final = "DEFECT_STORE_SYNC"
@@ -489,7 +495,9 @@ class SqliteStore(Transactions):
             ).fetchone()
             return row is not None
 
-    def load(self, session_id: str) -> StoredSession:
+    def load(
+        self, session_id: str, on_part: Callable[[BranchPart], None] | None = None
+    ) -> StoredSession:
         with self._read(f"load session {session_id!r}", snapshot=True) as conn:
             row = conn.execute(
                 "SELECT id, cwd, title, created_at, updated_at, provider, model, mode,"
@@ -500,23 +508,33 @@ class SqliteStore(Transactions):
             if row is None:
                 raise SessionNotFound(f"session {session_id!r} not found")
             place = tree.head_of(conn, session_id)
-            nodes, branch = tree.read_branch(conn, session_id, place.head)
-            cut = tree.compaction_cut(nodes, place)
+            nodes: builtins.list[int] = []  # noted as the rows pass, on a chain
+            branch = tree.own_chain(conn, session_id, place, nodes)
+            if branch is None:
+                nodes, branch = tree.read_branch(conn, session_id, place.head)
             checkpoint_rows = conn.execute(
                 "SELECT pos, CAST(body AS BLOB) FROM checkpoint_messages WHERE session_id = ?"
                 " ORDER BY pos",
                 (session_id,),
             ).fetchall()
-            tool_rows = conn.execute(
-                "SELECT tool_call_id, title, kind, status, CAST(content AS BLOB),"
-                " CAST(locations AS BLOB), CAST(raw_input AS BLOB), CAST(raw_output AS BLOB)"
-                " FROM tool_calls WHERE session_id = ? ORDER BY rowid",
-                (session_id,),
-            )
+
+            def tool_rows(ids: Sequence[str] | None) -> Iterable[tuple[Any, ...]]:
+                if ids is None:  # every call, in stored order; else those, in any order
+                    return conn.execute(f"{_TOOL_ROWS} ORDER BY rowid", (session_id,))
+                marks = ",".join("?" * len(ids))
+                return conn.execute(
+                    f"{_TOOL_ROWS} AND tool_call_id IN ({marks})", (session_id, *ids)
+                )
+
+            cut = functools.partial(tree.compaction_cut, nodes, place)
             # Parsed as read: a long session's raw bodies are never all held at once.
-            return rows.session_from_rows(
-                self.path, session_id, row, branch, cut, checkpoint_rows, tool_rows
-            )
+            try:
+                return rows.session_from_rows(
+                    self.path, session_id, row, branch, cut, checkpoint_rows, tool_rows, on_part
+                )
+            except tree.BrokenChain as exc:
+                where = f"message row seq {exc.seq}" if exc.seq is not None else "the last row"
+                raise rows.corrupt(self.path, session_id, where, str(exc)) from None
 
     def list(
         self, cwd: str | None = None, cursor: str | None = None, limit: int = 50

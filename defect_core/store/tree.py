@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from defect_core.errors import SessionNotFound
@@ -49,6 +49,11 @@ SELECT node, parent FROM messages WHERE session_id = ? AND node <= ? ORDER BY se
 """
 _OWN_BODIES = """
 SELECT node, session_id, seq, CAST(body AS BLOB) FROM messages
+WHERE session_id = ? AND node <= ? ORDER BY seq
+"""
+
+_OWN_ROWS = """
+SELECT node, parent, session_id, seq, CAST(body AS BLOB) FROM messages
 WHERE session_id = ? AND node <= ? ORDER BY seq
 """
 
@@ -99,6 +104,46 @@ def read_branch(
         return [node for node, _ in links], conn.execute(_OWN_BODIES, (session_id, head))
     rows = branch(conn, head)
     return [row[0] for row in rows], iter(rows)
+
+
+class BrokenChain(ValueError):
+    """A session never rewound nor forked whose messages are not one chain (`own_chain`):
+    the row at `seq` (None: the last) does not follow the one before it."""
+
+    def __init__(self, seq: int | None) -> None:
+        super().__init__(f"message row seq {seq} does not follow the one before it")
+        self.seq = seq
+
+
+def own_chain(
+    conn: sqlite3.Connection, session_id: str, place: Head, nodes: list[int]
+) -> Iterator[BranchRow] | None:
+    """The branch of a session never rewound nor forked, streamed by the seq index with no
+    first pass over its links (`read_branch` reads every row twice to check them: on a long
+    session, the whole table before the first body). Such a session's messages are one chain
+    by construction (`append_node` hangs each below the head), which is checked link by link
+    as the rows are read: `BrokenChain` if one does not follow. Each row's node is appended to
+    `nodes` as it passes. None for any other session."""
+    if place.head is None or place.undo_head is not None:
+        return None  # empty, or rewound once (the head's past is then a tree)
+    row = conn.execute("SELECT fork_of FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is None or row[0] is not None:
+        return None
+    return _checked(conn.execute(_OWN_ROWS, (session_id, place.head)), place.head, nodes)
+
+
+def _checked(
+    rows: Iterable[tuple[int, int | None, str, int, bytes]], head: int, nodes: list[int]
+) -> Iterator[BranchRow]:
+    previous: int | None = None
+    for node, parent, owner, seq, body in rows:
+        if parent != previous:
+            raise BrokenChain(seq)
+        previous = node
+        nodes.append(node)
+        yield node, owner, seq, body
+    if previous != head:
+        raise BrokenChain(None)
 
 
 def _is_chain(links: list[tuple[int, int | None]], head: int) -> bool:
