@@ -11,7 +11,7 @@ follow the ones that run in the background (`tasks.py` keeps them).
 - `cancel_background_task {task_id}`: stops a running task.
 
 Invariants:
-- The input schemas are derived from the argument models (`tools/base.input_schema`); the
+- The input schemas are derived from the argument models (`tools/base.ModelTool`); the
   profiles are listed in `spawn_agent`'s description, built once per tool from the profiles
   the session loaded when it started, so the tool list is byte-stable for the prompt cache.
 - `spawn_agent` itself runs without a question (`Safety.READ_ONLY`): what the subagent does
@@ -28,15 +28,15 @@ from pydantic import Field
 
 from defect_core.agents.child import SPAWN_AGENT, ChildOutcome, Lineage, run_child
 from defect_core.agents.tasks import BackgroundTask, BackgroundTasks
-from defect_core.events import TextDisplay, ToolDisplay, ToolKind
+from defect_core.events import TextDisplay, ToolKind
 from defect_core.tools.base import (
+    ModelTool,
     Safety,
     ToolCallView,
     ToolContext,
     ToolError,
     ToolOutput,
     clip_title,
-    input_schema,
 )
 from defect_core.tools.workspace import ToolArgs, parse_args
 
@@ -71,18 +71,12 @@ class CancelArgs(ToolArgs):
     task_id: str = Field(min_length=1, description="The id of the task to cancel (`t1`).")
 
 
-class _Tool:
-    """What the three share: read-only as far as the policy goes, no preview."""
+class _Tool(ModelTool):
+    """What the three share beyond `ModelTool`: read-only as far as the policy goes."""
 
     @property
     def safety(self) -> Safety:
         return Safety.READ_ONLY
-
-    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[ToolDisplay, ...]:
-        return ()
-
-    def permission_key(self, args: dict[str, Any]) -> str:
-        return str(getattr(self, "name", ""))
 
 
 class SpawnAgentTool(_Tool):
@@ -114,10 +108,6 @@ class SpawnAgentTool(_Tool):
     @property
     def description(self) -> str:
         return self._description
-
-    @property
-    def input_schema(self) -> dict[str, Any]:
-        return input_schema(self.args_model)
 
     @property
     def kind(self) -> ToolKind:
@@ -208,10 +198,6 @@ class InspectBackgroundTaskTool(_Tool):
         )
 
     @property
-    def input_schema(self) -> dict[str, Any]:
-        return input_schema(self.args_model)
-
-    @property
     def kind(self) -> ToolKind:
         return "other"
 
@@ -251,10 +237,6 @@ class CancelBackgroundTaskTool(_Tool):
     @property
     def description(self) -> str:
         return "Cancel a running background task (started by spawn_agent with run_in_background)."
-
-    @property
-    def input_schema(self) -> dict[str, Any]:
-        return input_schema(self.args_model)
 
     @property
     def kind(self) -> ToolKind:
