@@ -254,29 +254,26 @@ class SessionCheckpoints:
 
 async def sweep(store: AsyncStore, blobs: BlobStore) -> None:
     """Remove the blobs no stored checkpoint references (after a prune or a delete)."""
-    live: set[str] = set()
-    for record in await store.file_checkpoints():
-        try:
-            live |= Checkpoint.from_json(record.body).blob_digests()
-        except ValueError:
-            continue
+    live = await _referenced(store)
     await anyio.to_thread.run_sync(lambda: blobs.sweep(live))
 
 
 async def forget_session(store: AsyncStore, session_id: str) -> None:
     """Delete the session, then the blobs only its checkpoints referenced."""
     blobs = BlobStore.in_state_dir(state_dir_of(store))
-    mine: set[str] = set()
+    mine = await _referenced(store, session_id)
+    await store.delete(session_id)
+    live = await _referenced(store)
+    await anyio.to_thread.run_sync(lambda: blobs.discard(mine - live))
+
+
+async def _referenced(store: AsyncStore, session_id: str | None = None) -> set[str]:
+    """The blob digests the stored checkpoints (of one session, or all) reference; a record
+    this defect cannot read references nothing."""
+    digests: set[str] = set()
     for record in await store.file_checkpoints(session_id):
         try:
-            mine |= Checkpoint.from_json(record.body).blob_digests()
+            digests |= Checkpoint.from_json(record.body).blob_digests()
         except ValueError:
             continue
-    await store.delete(session_id)
-    live: set[str] = set()
-    for record in await store.file_checkpoints():
-        try:
-            live |= Checkpoint.from_json(record.body).blob_digests()
-        except ValueError:
-            continue
-    await anyio.to_thread.run_sync(lambda: blobs.discard(mine - live))
+    return digests

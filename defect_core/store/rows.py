@@ -127,9 +127,6 @@ def corrupt(path: Path, session_id: str, where: str, detail: str) -> CorruptSess
     return CorruptSession(text, session_id, where)
 
 
-_corrupt = corrupt
-
-
 def session_from_rows(
     path: Path,
     session_id: str,
@@ -159,20 +156,20 @@ def _session_from_rows(
     on_part: Callable[[BranchPart], None] | None,
 ) -> StoredSession:
 
-    def corrupt(where: str, detail: str) -> CorruptSession:
-        return _corrupt(path, session_id, where, detail)
+    def corrupt_here(where: str, detail: str) -> CorruptSession:
+        return corrupt(path, session_id, where, detail)
 
     def parse_json(blob: bytes | None, where: str) -> Any:
         try:  # pydantic-core's reader: the same values as `json.loads`, several times faster
             return None if blob is None else from_json(blob)
         except ValueError as exc:
-            raise corrupt(where, str(exc)) from None
+            raise corrupt_here(where, str(exc)) from None
 
     def parse_message(blob: bytes, where: str) -> Message:
         try:
             return message_from_json(blob)
         except MessageFormatError as exc:
-            raise corrupt(where, str(exc)) from None
+            raise corrupt_here(where, str(exc)) from None
 
     config = parse_json(row[8], "the session row (config)")
     mcp_servers = parse_json(row[9], "the session row (mcp_servers)")
@@ -183,7 +180,7 @@ def _session_from_rows(
         ("permissions", permissions, dict),
     ):
         if not isinstance(value, kind):
-            raise corrupt(f"the session row ({name})", f"not a JSON {kind.__name__}")
+            raise corrupt_here(f"the session row ({name})", f"not a JSON {kind.__name__}")
     record = SessionRecord(
         id=row[0],
         cwd=row[1],
@@ -206,11 +203,11 @@ def _session_from_rows(
         locations_v = parse_json(locations, where + " (locations)")
         raw_input_v = parse_json(raw_input, where + " (raw_input)")
         if not isinstance(content_v, list) or not isinstance(locations_v, list):
-            raise corrupt(where, "content and locations must be JSON lists")
+            raise corrupt_here(where, "content and locations must be JSON lists")
         if not isinstance(raw_input_v, dict):
-            raise corrupt(where, "raw_input must be a JSON object")
+            raise corrupt_here(where, "raw_input must be a JSON object")
         if status not in TOOL_STATUSES:
-            raise corrupt(where, f"unknown status {status!r}")
+            raise corrupt_here(where, f"unknown status {status!r}")
         return ToolCallRecord(
             session_id=session_id,
             tool_call_id=tc_id,
