@@ -883,3 +883,20 @@ def test_appends_are_full_sync_by_default_and_normal_on_request(
     assert levels == {"default": 2, "normal": 1, "env": 1}  # 2 = FULL, 1 = NORMAL
     with pytest.raises(ValueError, match="synchronous"):
         SqliteStore(tmp_path / "bad.sqlite3", synchronous="sometimes")
+
+
+def test_a_tool_call_naming_a_file_that_is_not_utf8_is_stored_with_u_fffd(
+    store: SqliteStore,
+) -> None:
+    """A name that is not UTF-8 reaches Python with lone surrogates (`surrogateescape`), which
+    SQLite cannot store: the replay state keeps U+FFFD in their place, as a front end shows."""
+    name = os.fsdecode(b"bad\xff.txt")
+    store.create(SessionRecord(id="s1", cwd="/w", provider="p", model="m", mode="d"))
+    started = ToolCallRecord(session_id="s1", tool_call_id="t1", title=f"Read {name}", kind="read")
+    store.upsert_tool_call(started)
+    update = ToolCallUpdated("t1", content=(TextDisplay(f"{name}:1: needle"),), raw_output=name)
+    store.upsert_tool_call(started.updated(update))
+    (snapshot,) = store.load("s1").tool_calls.values()
+    assert snapshot.title == "Read bad\ufffd.txt"
+    assert "bad\ufffd.txt:1: needle" in json.dumps(snapshot.content, ensure_ascii=False)
+    assert snapshot.raw_output == "bad\ufffd.txt"

@@ -28,6 +28,7 @@ import base64
 import binascii
 import gc
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,11 +68,22 @@ LOOKUP_BATCH = 500
 
 
 def dumps(value: Any, name: str) -> str:
-    """`value` as the compact JSON a column holds; `StorageError` naming `name` if not JSON."""
+    """`value` as the compact JSON a column holds (`mended`); `StorageError` naming `name` if
+    not JSON."""
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return mended(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
     except (TypeError, ValueError) as exc:
         raise StorageError(f"cannot store {name}: not JSON ({exc})") from None
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def mended(text: str) -> str:
+    """`text` with each lone surrogate as U+FFFD: a file name that is not UTF-8 reaches Python
+    with them (`surrogateescape`), and SQLite cannot store such a string. For what a replay
+    shows (tool-call titles, content, inputs); the front end would show U+FFFD anyway."""
+    return text if text.isascii() else _LONE_SURROGATE.sub("\ufffd", text)
 
 
 def message_json(message: Message) -> str:

@@ -259,12 +259,12 @@ class SqliteStore(Transactions):
             None
             if record.raw_output is None
             # Display-only data from tools: anything that is not JSON is kept as its text.
-            else json.dumps(record.raw_output, ensure_ascii=False, default=str)
+            else rows.mended(json.dumps(record.raw_output, ensure_ascii=False, default=str))
         )
         values = (
             record.session_id,
             record.tool_call_id,
-            record.title,
+            rows.mended(record.title),
             record.kind,
             record.status,
             rows.dumps(record.content, "content"),
