@@ -15,22 +15,27 @@ Reported:
   is per model, and thinking parameters key the messages) and the first after each
   compaction (its history starts with a new summary). Target ≥ 90 %.
 - cost ratio: what the session's input tokens cost ÷ what they would cost uncached (all
-  requests). Target ≤ 0.25. Its floor is computed from the same requests
+  requests), beside its floor computed from the same requests
   (`defect_fakeapi.cache.least_usages`): each reads the longest prefix any earlier request of
   its model and thinking setting sent, as if every block were a breakpoint and nothing
-  expired, writes only what a later request reads, and sends the rest uncached. Measured
-  (2026-11): 0.261 against a floor of 0.260, so ≤ 0.25 is out of reach of breakpoint
-  placement: the floor is the warm requests' reads of the growing history (0.1×) and single
+  expired, writes only what a later request reads, and sends the rest uncached. Target: within
+  3 % of that floor, i.e. the breakpoints lose next to nothing. (An absolute 0.25 was the
+  target before: measured 0.261 against a floor of 0.260 (2026-11), out of reach of breakpoint
+  placement. The floor is the warm requests' reads of the growing history (0.1×) and single
   writes of each new result (1.25×), 0.160, the summaries, 0.007, and the prefixes this
   session must write anew, 0.093: after the two compactions 23.8k and 13.1k tokens (the kept
   turns follow a new summary), after the thinking and the model change 2.1k and 8.9k (the
   cache is per model, and thinking keys the messages), after the two micro-compactions 0.9k
   and 10.2k (from the first cleared result on), and the first request's 2.7k. Only doing less
-  of those (compacting or clearing less, never switching) would go lower. Where the
+  of those (compacting or clearing less, never switching) would go lower.) Where the
   background summary's splice lands moves both figures: the fake answers at once, a summary
-  as slow as 50 ms per event lands it later (0.258 against a floor of 0.250). For comparison, an
-  agent sending 23.5k tokens of fixed overhead per request for the same work pays about twice
-  as much (the measurement the issue quotes): 0.42.
+  as slow as 50 ms per event lands it later (0.258 against a floor of 0.250).
+- cost against a peer: what defect pays ÷ what an agent sending 23.5k tokens of fixed
+  overhead per request (a Claude-Code-based ACP agent, the measurement the issue quotes)
+  would pay for the same requests, its larger prefix written once per model and read by every
+  other request. For reference (the lead the fixed overhead's target keeps): 0.57 (2026-11);
+  on the issue's simpler 21-request session, where the history weighs less beside the fixed
+  overhead, about half.
 - fixed overhead per request: the system prompt and the tool definitions, in the fake's tokens.
   Target ≤ 4,000 (a Claude-Code-based ACP agent: 23,500). Measured (2026-11): 2,637, the
   system prompt 557 and ten tools 2,074 (`update_plan` 200, `spawn_agent` 331).
@@ -78,8 +83,7 @@ from defect_fakeapi.cache import (  # noqa: E402
 from tests.support.acp_harness import agent_env, spawn_defect  # noqa: E402
 
 TARGET_SHARE = 0.90
-TARGET_COST = 0.25
-PEER_COST = 0.42
+TARGET_COST_OVER_FLOOR = 1.03
 TARGET_OVERHEAD = 4_000
 PEER_OVERHEAD = 23_500
 MODEL = "claude-sonnet-5-5"
@@ -301,6 +305,7 @@ def figures(
                 file=sys.stderr,
             )
     overhead = _overhead(records[0]) if records else 0
+    peer = paid + _peer_extra(records, overhead)
     least = least_usages([(r.body, r.model) for r in records], min_tokens=min_tokens)
     floor = sum(u.cost_ratio() * u.total for u in least) / total if total else 1.0
     fresh = sum(
@@ -320,9 +325,14 @@ def figures(
             "input cost ÷ uncached",
             round(cost, 3),
             "x",
-            TARGET_COST,
-            cost <= TARGET_COST,
+            f"≤ {TARGET_COST_OVER_FLOOR:g}× floor",
+            cost <= floor * TARGET_COST_OVER_FLOOR,
             floor=round(floor, 3),
+        ),
+        Figure(
+            "input cost ÷ a peer's sending 23.5k tokens of fixed overhead, same requests",
+            round(paid / peer if peer else 1.0, 3),
+            "x",
         ),
         Figure(
             "fixed overhead per request",
@@ -337,7 +347,6 @@ def figures(
             round(fresh / total if total else 0.0, 3),
             "x",
         ),
-        Figure("input cost ÷ uncached of a peer sending 23.5k tokens per request", PEER_COST, "x"),
         Figure("model requests", len(records), "", None, True),
         Figure("cache share, requests right after a compaction", round(after * 100, 1), "%"),
         Figure("cache share, summary requests", round(summaries * 100, 1), "%"),
@@ -364,6 +373,20 @@ def _content(value: Any) -> Any:
     if isinstance(value, list):
         return [_content(v) for v in value]
     return value
+
+
+def _peer_extra(records: list[RequestRecord], overhead: int) -> float:
+    """What a peer whose system prompt and tools weigh PEER_OVERHEAD tokens pays beyond defect
+    for the same requests: its larger prefix is written (1.25×) by the first request to each
+    model and read (0.1×) by every other; a compaction or thinking change keeps it (it sits
+    before the messages). The cost is in uncached-token units, like `paid`."""
+    extra = max(PEER_OVERHEAD - overhead, 0)
+    seen: set[str] = set()
+    total = 0.0
+    for record in records:
+        total += extra * (0.1 if record.model in seen else 1.25)
+        seen.add(record.model)
+    return total
 
 
 def _overhead(record: RequestRecord) -> int:
