@@ -159,6 +159,24 @@ def test_ids_proven_requests_ago_still_count(walks: list[int]) -> None:
     assert out == fresh_repair(again)
 
 
+def test_a_history_ending_with_calls_is_proven_up_to_its_last_user_message(
+    walks: list[int],
+) -> None:
+    # A loaded session ends with the model's last message, here one that asked for a tool.
+    history = [*rounds(10), assistant("one more", use("toolu_last"))]
+    assert clean_prefix(history).length == len(history) - 1
+    # Its call is not among the ids proven: the answer that follows is no duplicate ...
+    answered = [*history, user(res("toolu_last"))]
+    assert repair_outbound(answered) is answered
+    assert walks == [0, len(history) - 1]
+    # ... while every call of the proven prefix still is one when used again.
+    again = [*answered, assistant(use("toolu_9")), user(res("toolu_9"))]
+    assert not is_wire_legal(again)
+    out = repair(again)
+    assert TOOL_CALL_ID_UNIQUE in out.fixes
+    assert out == fresh_repair(again)
+
+
 # --------------------------------------------------------------------------------------------
 # The history is replaced, or the caller's list changes
 
