@@ -7,11 +7,11 @@ recover from becomes a `TurnError` carrying the provider's error data.
 
 Invariants:
 - Every request is built from `repair_outbound(history.snapshot())`, never from anything else
-  (less the thinking another provider or model signed: `provenance.py`). A loaded session's
-  history is gone through once when it loads (`prove_outbound`), so its first request, like
-  every later one, walks only what was added since. It names where the
+  (less the thinking another provider or model signed: `provenance.py`). It names where the
   history will next be rewritten (`ModelRequest.cache_anchor`, from the compactor), so the
-  prompt cache keeps the prefix before it.
+  prompt cache keeps the prefix before it. A loaded session's history is gone through once
+  while it loads (`prove_outbound`), so its first request, like every later one, walks only
+  what was added since.
 - Only a `Completed` chunk ends a stream: a stream that ends without one is an error
   (`stream_incomplete`, retryable), so a cut stream never becomes history.
 - Retries (bounded, exponential backoff with jitter or the server's `retry-after`) happen only
