@@ -28,7 +28,17 @@ Invariants:
 
 from __future__ import annotations
 
-from defect_core.model import Message, RedactedThinkingBlock, ThinkingBlock
+from defect_core.model import (
+    ImageBlock,
+    Message,
+    RedactedThinkingBlock,
+    ServerToolUseBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    WebSearchResultBlock,
+)
 from defect_core.prefix_memo import PrefixMemo
 from defect_core.selection import ModelSelection
 
@@ -57,25 +67,33 @@ def own_thinking_only(
 ) -> list[Message]:
     """`messages` without the thinking `selection` did not sign (see the module docstring)."""
     origin = selection.value
+    # Unstamped blocks are taken as the work of `unstamped_provider` (none: of whoever asks).
+    unstamped_ours = unstamped_provider is None or unstamped_provider == selection.provider
 
     def foreign(block: object) -> bool:
-        if not isinstance(block, ThinkingBlock | RedactedThinkingBlock):
+        if not isinstance(block, _THINKING_KINDS):
             return False
-        if block.origin is None:
-            return unstamped_provider is not None and unstamped_provider != selection.provider
-        return block.origin != origin
+        stamp = block.origin
+        return not unstamped_ours if stamp is None else stamp != origin
 
     key = (origin, unstamped_provider)
     proof = _copies.check_out(messages, key)
     start = len(proof.messages)
     out = proof.state  # the copy of the messages gone through, None while it is themselves
+    # A session's first request walks every block of every assistant message: a block of a
+    # kind that never carries a signature is passed over with one set look-up.
+    never_thinking = _NEVER_THINKING
     for index in range(start, len(messages)):
         message = messages[index]
-        if message.role == "assistant" and any(foreign(b) for b in message.content):
-            if out is None:
-                out = messages[:index]
-            kept = tuple(b for b in message.content if not foreign(b))
-            message = message.model_copy(update={"content": kept})
+        if message.role == "assistant":
+            for block in message.content:
+                if type(block) in never_thinking or not foreign(block):
+                    continue
+                if out is None:
+                    out = messages[:index]
+                kept = tuple(b for b in message.content if not foreign(b))
+                message = message.model_copy(update={"content": kept})
+                break
         if out is not None:
             out.append(message)
     proof.messages += messages[start:]
@@ -84,6 +102,21 @@ def own_thinking_only(
     _copies.check_in(proof, key)
     return copy
 
+
+_THINKING_KINDS = (ThinkingBlock, RedactedThinkingBlock)
+
+_NEVER_THINKING = frozenset(
+    {
+        TextBlock,
+        ImageBlock,
+        ToolUseBlock,
+        ToolResultBlock,
+        ServerToolUseBlock,
+        WebSearchResultBlock,
+    }
+)
+"""The exact block kinds that carry no signature of a model (an instance of a subclass of a
+thinking kind is not among them)."""
 
 _copies: PrefixMemo[list[Message] | None] = PrefixMemo(lambda: None)
 """Per history and (selection, unstamped provider): the copy made of the messages gone through

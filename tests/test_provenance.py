@@ -154,3 +154,28 @@ def test_a_rewound_or_differently_asked_history_is_filtered_afresh() -> None:
     # A history whose new tail is foreign where its remembered prefix was not.
     mixed = [*history, *conversation(1, B)[1:]]
     assert own_thinking_only(list(mixed), A, None) == fresh(mixed, A)
+
+
+class _MarkedThinking(ThinkingBlock):
+    """A thinking block of a subclass kind (as a newer defect or a plugin might make)."""
+
+
+class _MarkedText(TextBlock):
+    """A text block of a subclass kind."""
+
+
+def test_blocks_of_subclass_kinds_are_judged_like_their_kind() -> None:
+    # The filter passes over the exact kinds that never carry a signature; an instance of a
+    # subclass is judged by what it is an instance of, like any other block.
+    foreign = _MarkedThinking(thinking="t", signature="s", origin=B.value)
+    ours = _MarkedThinking(thinking="u", signature="s", origin=A.value)
+    text = _MarkedText(text="x")
+    history = [
+        Message(role="user", content=(TextBlock(text="q"),)),
+        Message.model_construct(role="assistant", content=(foreign, ours, text)),
+        Message(role="user", content=(TextBlock(text="r"),)),
+    ]
+    out = own_thinking_only(list(history), A, None)
+    assert out[1].content == (ours, text)
+    assert out[1].content[0] is ours and out[1].content[1] is text
+    assert own_thinking_only(list(history), B, None)[1].content == (foreign, text)

@@ -69,8 +69,12 @@ def clean_prefix(messages: Sequence[Message]) -> CleanPrefix:
         while end > start and messages[end - 1].role != "user":
             end -= 1
         if end > start:
-            if stretch.rule is not None or end < len(messages):
-                taken = _call_ids(messages[start:end])  # damaged or unfinished: rare
+            if stretch.rule is not None:
+                taken = _call_ids(messages[start:end])  # damaged: rare
+            elif end < len(messages):
+                # Unfinished (a loaded session ends with the model's answer): the one message
+                # after `end`, an assistant message, asked for `stretch.calls`, the last taken.
+                del taken[len(taken) - len(stretch.calls) :]
             proof.messages += messages[start:end]
             proof.state.update(taken)
     length = len(proof.messages)
