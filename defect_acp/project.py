@@ -492,13 +492,22 @@ class ReplayWalk(Generic[T]):
             result = self._results.get(block.id)
             if block.name in SHOWN_BY_THEIR_EVENT and (result is None or not result.is_error):
                 return
-            call = _replayed_call(block, self._tool_calls.get(block.id), result)
+            snap = self._tool_calls.get(block.id)
+            call = _replayed_call(block, snap, result)
+            if result is not None and not (snap and _has_terminal(snap.content)):
+                # Shown: only whether it failed is asked again (a load would keep every
+                # result's text alive until the end; a terminal's card reads it, so stays).
+                self._results[block.id] = _SPENT[result.is_error]
             if block.id in self._subagents:
                 shown = (ev.TextDisplay(self._subagents[block.id]),)
                 call = dataclasses.replace(call, content=shown)
             yield view.tool_call(call)
         elif isinstance(block, ServerToolUseBlock):
             yield view.tool_call(_replayed_search(block, self._searches.get(block.id)))
+
+
+_SPENT = {e: ToolResultBlock(tool_use_id="", is_error=e) for e in (False, True)}
+"""What `ReplayWalk` keeps of a result once its call is shown."""
 
 
 def _replayed_search(use: ServerToolUseBlock, result: WebSearchResultBlock | None) -> ReplayedCall:
@@ -545,12 +554,16 @@ def _replayed_call(
     )
 
 
+def _has_terminal(content: Sequence[ev.ToolDisplay]) -> bool:
+    return any(isinstance(item, ev.TerminalDisplay) for item in content)
+
+
 def _replayed_displays(
     content: Sequence[ev.ToolDisplay], result: ToolResultBlock | None
 ) -> tuple[ev.ToolDisplay, ...]:
     """`content` as a replay shows it: a terminal (released long ago) by what the command
     printed, else by the result the model read (`displays`, `replayed_output`)."""
-    if not any(isinstance(item, ev.TerminalDisplay) for item in content):
+    if not _has_terminal(content):
         return tuple(content)
     printed = _result_text(result)
     return tuple(

@@ -12,6 +12,7 @@ never open it, and the gate notes that it gave up waiting).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import threading
@@ -37,6 +38,7 @@ from defect_core.store import (
     StoredSession,
     ToolCallRecord,
 )
+from defect_core.store.door import PARTS_AHEAD
 from defect_core.store.rows import FIRST_PART
 from tests.test_replay_lines import SID, conversation
 
@@ -260,3 +262,61 @@ def test_a_broken_link_in_a_plain_session_is_named(tmp_path: Path) -> None:
         with sqlite3.connect(db) as conn:
             conn.execute("UPDATE messages SET parent = node - 1 WHERE seq = 7")
         assert len(store.load(SID).transcript) == 12
+
+
+class PacedStore(SqliteStore):
+    """A real SQLite store whose load counts the parts its worker has decoded."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.decoded = 0
+
+    def load(
+        self, session_id: str, on_part: Callable[[BranchPart], None] | None = None
+    ) -> StoredSession:
+        def counted(part: BranchPart) -> None:
+            self.decoded += 1
+            if on_part is not None:
+                on_part(part)
+
+        return super().load(session_id, counted if on_part is not None else None)
+
+
+async def test_the_worker_reads_only_a_few_parts_ahead_of_the_replay(tmp_path: Path) -> None:
+    """A replay slower than the store does not leave the parsed history piling up: the worker
+    waits while `PARTS_AHEAD` parts are decoded and not yet replayed."""
+    db = tmp_path / "sessions.sqlite3"
+    messages = _store_session(db, tmp_path, 2000)
+    store = PacedStore(db)
+    door = AsyncStore(store)
+    ahead: list[int] = []
+    seen = 0
+
+    async def slow_replay(part: BranchPart) -> None:
+        nonlocal seen
+        for _ in range(20):  # the worker, unbounded, would read the whole branch meanwhile
+            await asyncio.sleep(0.001)
+        seen += len(part.messages)
+        ahead.append(store.decoded - len(ahead) - 1)
+
+    stored = await door.load(SID, slow_replay)
+    await door.aclose()
+    assert seen == messages == len(stored.transcript) and len(ahead) > 6
+    # Parts decoded beyond the one being replayed: the ones waiting, and one held at the gate.
+    assert max(ahead) <= PARTS_AHEAD + 1
+
+
+async def test_a_failing_replay_does_not_leave_the_worker_waiting(tmp_path: Path) -> None:
+    """The replay stops at its first failure; the worker, held for room, is let go, reads
+    the rest, and the store goes on serving."""
+    db = tmp_path / "sessions.sqlite3"
+    messages = _store_session(db, tmp_path, 1000)
+    door = AsyncStore(SqliteStore(db))
+
+    async def failing(part: BranchPart) -> None:
+        raise RuntimeError("the client went away")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        await door.load(SID, failing)
+    assert len((await door.load(SID)).transcript) == messages
+    await door.aclose()

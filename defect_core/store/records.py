@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, get_args
 
@@ -173,12 +174,12 @@ class StoredSession:
 
     `history` is what the session resumes from (last compaction checkpoint + the messages
     appended after it); `transcript` is the full original log, for replay. Without any
-    compaction the two are equal.
+    compaction the two are equal. A load hands both as `StoredMessages` (parsed when read).
     """
 
     record: SessionRecord
-    history: list[Message]
-    transcript: list[Message]
+    history: Sequence[Message]
+    transcript: Sequence[Message]
     tool_calls: dict[str, ToolCallRecord]
     last_seq: int = 0
     """The seq of the session's own last message on its branch (0 for none)."""
