@@ -320,3 +320,60 @@ async def test_a_failing_replay_does_not_leave_the_worker_waiting(tmp_path: Path
         await door.load(SID, failing)
     assert len((await door.load(SID)).transcript) == messages
     await door.aclose()
+
+
+def test_every_part_comes_with_its_calls_whatever_order_they_were_stored_in(
+    tmp_path: Path,
+) -> None:
+    """Calls are read in stored order as the parts need them; one stored long after the
+    message that made it, or never stored, is still found (or known absent) in time, and the
+    load's calls keep their stored order."""
+    db = tmp_path / "sessions.sqlite3"
+    turns = 1200
+    with SqliteStore(db, synchronous="OFF") as store:
+        store.create(
+            SessionRecord(
+                id=SID, cwd=str(tmp_path), provider="scripted", model="offline", mode="ask"
+            )
+        )
+        late: list[ToolCallRecord] = []
+        for n in range(turns):
+            call = ToolUseBlock(id=f"toolu_{n:05d}", name="read_file", input={"path": f"{n}.py"})
+            store.append_message(SID, Message(role="assistant", content=(call,)))
+            result = ToolResultBlock(tool_use_id=call.id, content=f"line {n}")
+            store.append_message(SID, Message(role="user", content=(result,)))
+            record = ToolCallRecord(
+                session_id=SID,
+                tool_call_id=call.id,
+                title=f"Read {n}.py",
+                kind="read",
+                status="completed",
+                content=[{"type": "text", "text": f"line {n}"}],
+                raw_input=dict(call.input),
+            )
+            if n % 7 == 3:
+                continue  # never stored
+            if n % 5 == 1:
+                late.append(record)  # stored after every other
+            else:
+                store.upsert_tool_call(record)
+        for record in reversed(late):
+            store.upsert_tool_call(record)
+    with sqlite3.connect(db) as conn:
+        query = "SELECT tool_call_id FROM tool_calls ORDER BY rowid"
+        stored_order = [call_id for (call_id,) in conn.execute(query)]
+
+    handed: list[str] = []
+
+    def check(part: BranchPart) -> None:
+        for message in part.messages:
+            for use in message.tool_uses():
+                n = int(use.id.split("_")[1])
+                assert (use.id in part.tool_calls) == (n % 7 != 3), use.id
+                handed.append(use.id)
+
+    with SqliteStore(db) as store:
+        stored = store.load(SID, check)
+    assert len(handed) == turns
+    assert list(stored.tool_calls) == stored_order
+    assert len(stored_order) == turns - len(range(3, turns, 7))

@@ -214,16 +214,35 @@ def _session_from_rows(
             raw_output=parse_json(raw_output, where + " (raw_output)"),
         )
 
+    in_order = iter(tool_rows(None))  # every call, in stored order, read as the parts need
+    order: list[str] = []  # the ids `in_order` gave so far
+
+    def take(found: tuple[Any, ...]) -> str:
+        order.append(found[0])
+        if found[0] not in early:  # else looked up by id before
+            early[found[0]] = parse_tool_call(found)
+        return str(found[0])
+
     def hand_over(part: list[Message]) -> None:
         """A part to `on_part`, once the stored state of every call it makes is parsed (the
-        replay shows a call by it): those rows are looked up by id, the rest read later."""
+        replay shows a call by it). Calls are stored in the order they are made, so those
+        are read on in stored order; the few not among the next rows are looked up by id."""
         assert on_part is not None
-        wanted = [
+        missing = {
             b.id
             for m in part
             for b in m.content
             if isinstance(b, ToolUseBlock) and b.id not in early
-        ]
+        }
+        for _ in range(len(missing) + LOOKUP_BATCH if missing else 0):
+            found = next(in_order, None)
+            if found is None:  # every row read: the rest have none
+                missing.clear()
+                break
+            missing.discard(take(found))
+            if not missing:
+                break
+        wanted = [call_id for call_id in missing if call_id not in early]
         for n in range(0, len(wanted), LOOKUP_BATCH):
             for found in tool_rows(wanted[n : n + LOOKUP_BATCH]):
                 record = parse_tool_call(found)
@@ -249,10 +268,9 @@ def _session_from_rows(
                 part, size = [], min(size * 2, LAST_PART)
     if on_part is not None and part:
         hand_over(part)
-    tool_calls: dict[str, ToolCallRecord] = {}  # every call, in stored order
-    for found in tool_rows(None):
-        known = early.get(found[0])
-        tool_calls[found[0]] = known if known is not None else parse_tool_call(found)
+    for found in in_order:
+        take(found)
+    tool_calls = {call_id: early[call_id] for call_id in order}  # every call, in stored order
     transcript = StoredMessages(cells)
     covered = cut()  # once the branch is read: its nodes are known then
     if covered is None:
