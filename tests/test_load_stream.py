@@ -26,7 +26,14 @@ from defect_acp import project
 from defect_acp.replay_lines import ReplayLines
 from defect_acp.updates import StreamedReplay, replay
 from defect_core.config import Settings
-from defect_core.model import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from defect_core.model import (
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    message_from_dict,
+)
 from defect_core.providers.scripted import ScriptedProvider
 from defect_core.session import Backends, DefaultAgentCore
 from defect_core.store import (
@@ -367,7 +374,8 @@ def test_every_part_comes_with_its_calls_whatever_order_they_were_stored_in(
 
     def check(part: BranchPart) -> None:
         for message in part.messages:
-            for use in message.tool_uses():
+            model = message_from_dict(message) if isinstance(message, dict) else message
+            for use in model.tool_uses():
                 n = int(use.id.split("_")[1])
                 assert (use.id in part.tool_calls) == (n % 7 != 3), use.id
                 handed.append(use.id)

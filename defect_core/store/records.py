@@ -38,7 +38,7 @@ from defect_core.events import (
     ToolStatus,
 )
 from defect_core.log import get_logger
-from defect_core.model import Message
+from defect_core.model import Message, PlainMessage
 
 log = get_logger("defect.store")
 
@@ -195,9 +195,10 @@ class BranchPart:
     them while the rest is read. Every part carries the session's tool calls, the same dict
     each time, which the load goes on filling (from the worker thread: look calls up, do not
     iterate it before the load returns): it holds at least every call the part's messages
-    and those before make."""
+    and those before make. A message is its JSON value when that is plain (`model.PlainMessage`,
+    `is_plain_message`: no model is built for the replay), else the model."""
 
-    messages: list[Message]
+    messages: list[Message | PlainMessage]
     tool_calls: dict[str, ToolCallRecord]
 
 

@@ -30,7 +30,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,9 @@ from defect_core.log import get_logger
 from defect_core.model import (
     Message,
     MessageFormatError,
+    PlainMessage,
     ToolUseBlock,
+    is_plain_message,
     message_from_json,
     message_to_json,
 )
@@ -165,6 +167,19 @@ def _session_from_rows(
         except MessageFormatError as exc:
             raise corrupt_here(where, str(exc)) from None
 
+    def read_message(blob: bytes, owner: str, seq: int) -> Message | PlainMessage:
+        """A row as the replay reads it: its JSON value when that is a plain message (most
+        are: no model is built), else the model, which names what is wrong with a row that
+        is not a message."""
+        try:
+            data = from_json(blob)
+        except ValueError:
+            data = None
+        if is_plain_message(data):
+            return data
+        where = f"message row seq {seq}" + ("" if owner == session_id else f" of {owner!r}")
+        return parse_message(blob, where)
+
     config = parse_json(row[8], "the session row (config)")
     mcp_servers = parse_json(row[9], "the session row (mcp_servers)")
     permissions = parse_json(row[10], "the session row (permissions)")
@@ -223,17 +238,12 @@ def _session_from_rows(
             early[found[0]] = parse_tool_call(found)
         return str(found[0])
 
-    def hand_over(part: list[Message]) -> None:
+    def hand_over(part: list[Message | PlainMessage]) -> None:
         """A part to `on_part`, once the stored state of every call it makes is parsed (the
         replay shows a call by it). Calls are stored in the order they are made, so those
         are read on in stored order; the few not among the next rows are looked up by id."""
         assert on_part is not None
-        missing = {
-            b.id
-            for m in part
-            for b in m.content
-            if isinstance(b, ToolUseBlock) and b.id not in early
-        }
+        missing = {call_id for m in part for call_id in _calls_made(m) if call_id not in early}
         for _ in range(len(missing) + LOOKUP_BATCH if missing else 0):
             found = next(in_order, None)
             if found is None:  # every row read: the rest have none
@@ -250,13 +260,12 @@ def _session_from_rows(
         on_part(BranchPart(part, early))
 
     cells: list[Cell] = []  # the bodies, kept as read: parsed again when read (`StoredMessages`)
-    part: list[Message] = []  # what goes to `on_part` next
+    part: list[Message | PlainMessage] = []  # what goes to `on_part` next
     ids: list[tuple[str, int]] = []
     last_seq = 0
     size = FIRST_PART
     for _node, owner, seq, blob in branch:
-        where = f"message row seq {seq}" + ("" if owner == session_id else f" of {owner!r}")
-        message = parse_message(blob, where)  # read, so that a row that cannot be is named now
+        message = read_message(blob, owner, seq)  # so that a row that cannot be is named now
         cells.append(blob)
         ids.append((owner, seq))
         if owner == session_id:
@@ -289,6 +298,13 @@ def _session_from_rows(
         last_seq=last_seq,
         ids=ids,
     )
+
+
+def _calls_made(message: Message | PlainMessage) -> Iterator[str]:
+    """The ids of the tool calls `message` makes."""
+    if isinstance(message, Message):
+        return (b.id for b in message.content if isinstance(b, ToolUseBlock))
+    return (b["id"] for b in message["content"] if b["type"] == "tool_use")
 
 
 def subagents_from_rows(
