@@ -464,8 +464,8 @@ class ReplayWalk(Generic[T]):
             for block in content:
                 if held or self._waits(role, block):
                     held.append((role, block))
-                else:
-                    yield from self._show(role, block)
+                elif not isinstance(piece := self._piece(role, block), _Hidden):
+                    yield piece
 
     def finish(self) -> Iterator[T]:
         """Whatever is still held: the conversation ended before its results."""
@@ -484,43 +484,47 @@ class ReplayWalk(Generic[T]):
 
     def _release(self, *, final: bool) -> Iterator[T]:
         while self._held and (final or not self._waits(*self._held[0])):
-            yield from self._show(*self._held.popleft())
+            if not isinstance(piece := self._piece(*self._held.popleft()), _Hidden):
+                yield piece
 
-    def _show(self, role: str, block: Any) -> Iterator[T]:
+    def _piece(self, role: str, block: Any) -> T | _Hidden:
+        """What `block` shows (made by the view), or `HIDDEN`."""
         view = self._view
         if type(block) is dict:  # a plain block (`is_plain_message`)
             kind = block["type"]
             if kind == "text":
-                yield (
+                return (
                     view.user_text(block["text"])
                     if role == "user"
                     else view.agent_text(block["text"])
                 )
-            elif role == "user":
-                return
-            elif kind == "thinking":
-                yield view.thought(block["thinking"])
-            elif kind == "tool_use":
-                yield from self._call(block["id"], block["name"], block.get("input", {}))
-        elif role == "user":
+            if role == "user":
+                return HIDDEN
+            if kind == "thinking":
+                return view.thought(block["thinking"])
+            if kind == "tool_use":
+                return self._call(block["id"], block["name"], block.get("input", {}))
+            return HIDDEN
+        if role == "user":
             if isinstance(block, TextBlock):
-                yield view.user_text(block.text)
-            elif isinstance(block, ImageBlock):
-                yield view.user_image(block)
+                return view.user_text(block.text)
+            if isinstance(block, ImageBlock):
+                return view.user_image(block)
         elif isinstance(block, TextBlock):
-            yield view.agent_text(block.text)
+            return view.agent_text(block.text)
         elif isinstance(block, ThinkingBlock):
-            yield view.thought(block.thinking)
+            return view.thought(block.thinking)
         elif isinstance(block, ToolUseBlock):
-            yield from self._call(block.id, block.name, block.input)
+            return self._call(block.id, block.name, block.input)
         elif isinstance(block, ServerToolUseBlock):
-            yield view.tool_call(replayed_search(block, self._searches.get(block.id)))
+            return view.tool_call(replayed_search(block, self._searches.get(block.id)))
+        return HIDDEN
 
-    def _call(self, call_id: str, name: str, tool_input: dict[str, Any]) -> Iterator[T]:
+    def _call(self, call_id: str, name: str, tool_input: dict[str, Any]) -> T | _Hidden:
         known = self._results.get(call_id)
         failure = known is not None and failed(known)
         if name in SHOWN_BY_THEIR_EVENT and not failure:
-            return
+            return HIDDEN
         snap = self._tool_calls.get(call_id)
         terminal = snap is not None and has_terminal(snap.content)  # it reads the result's text
         result = None if known is None else result_block(known) if terminal else SPENT[failure]
@@ -532,7 +536,14 @@ class ReplayWalk(Generic[T]):
         if call_id in self._subagents:
             shown = (ev.TextDisplay(self._subagents[call_id]),)
             call = dataclasses.replace(call, content=shown)
-        yield self._view.tool_call(call)
+        return self._view.tool_call(call)
+
+
+class _Hidden:
+    """What a block a replay does not show makes (`ReplayWalk._piece`)."""
+
+
+HIDDEN = _Hidden()
 
 
 def _user_chunk(content: Any) -> s.UserMessageChunk:
