@@ -15,7 +15,6 @@ import dataclasses
 import json
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from acp import schema as s
@@ -28,13 +27,23 @@ from acp.helpers import (
 )
 from pydantic_core import PydanticSerializationError
 
+from defect_acp.replayed import (
+    SPENT,
+    ReplayedCall,
+    Result,
+    failed,
+    has_terminal,
+    replayed_call,
+    replayed_search,
+    result_block,
+)
 from defect_acp.transport import encode_message
 from defect_core import events as ev
-from defect_core.hosted import search_outcome, search_title
 from defect_core.model import (
     ContentBlock,
     ImageBlock,
     Message,
+    PlainMessage,
     ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
@@ -312,21 +321,6 @@ T_co = TypeVar("T_co", covariant=True)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class ReplayedCall:
-    """A tool call as a replay shows it: its last known state, its content resolved for a
-    replay (a terminal released long ago is shown by what it printed)."""
-
-    tool_call_id: str
-    title: str
-    kind: ev.ToolKind
-    status: ev.ToolStatus
-    content: tuple[ev.ToolDisplay, ...] = ()
-    locations: tuple[ev.Location, ...] = ()
-    raw_input: Any = None
-    raw_output: Any = None
-
-
 class ReplayView(Protocol[T_co]):
     """What each shown piece of a replayed conversation becomes: the schema's update models
     (`UpdateModels`, the reference) or, for a long replay, its protocol lines straight
@@ -425,7 +419,8 @@ class ReplayWalk(Generic[T]):
     status, a refused `update_plan`): it waits for the part that holds the result — and,
     to keep the order, so does every piece after it — or for `finish` (a call that never got
     one is shown as `iter_replay` shows it). The pieces are the same, in the same order, however
-    the conversation is cut into parts."""
+    the conversation is cut into parts, and whether a message comes as the model or as its
+    JSON value (`PlainMessage`, as a load hands most over: its blocks are read as dicts)."""
 
     def __init__(
         self,
@@ -436,37 +431,51 @@ class ReplayWalk(Generic[T]):
         self._tool_calls = tool_calls
         self._view = view
         self._subagents = subagents or {}
-        self._results: dict[str, ToolResultBlock] = {}
+        self._results: dict[str, Result] = {}
         self._searches: dict[str, WebSearchResultBlock] = {}
-        self._held: deque[tuple[str, ContentBlock]] = deque()
+        self._held: deque[tuple[str, Any]] = deque()  # (role, a block or a plain one's dict)
 
-    def know(self, messages: Iterable[Message]) -> None:
+    def know(self, messages: Iterable[Message | PlainMessage]) -> None:
         """Take note of the results in `messages` (what the calls before them wait for)."""
         for m in messages:
-            for b in m.content:
-                if isinstance(b, ToolResultBlock):
-                    self._results[b.tool_use_id] = b
-                elif isinstance(b, WebSearchResultBlock):
-                    self._searches[b.tool_use_id] = b
+            self._know(m["content"] if type(m) is dict else m.content)  # type: ignore[union-attr]
 
-    def feed(self, messages: Iterable[Message]) -> Iterator[T]:
+    def _know(self, content: Iterable[Any]) -> None:
+        for b in content:
+            if type(b) is dict:
+                if b["type"] == "tool_result":
+                    self._results[b["tool_use_id"]] = b
+            elif isinstance(b, ToolResultBlock):
+                self._results[b.tool_use_id] = b
+            elif isinstance(b, WebSearchResultBlock):
+                self._searches[b.tool_use_id] = b
+
+    def feed(self, messages: Iterable[Message | PlainMessage]) -> Iterator[T]:
         """The pieces of the next `messages` that can be made now, and of those held before."""
+        held = self._held
         for message in messages:
-            self.know((message,))
-            yield from self._release(final=False)
-            for block in message.content:
-                if self._held or self._waits(message.role, block):
-                    self._held.append((message.role, block))
-                else:
-                    yield from self._show(message.role, block)
+            if type(message) is dict:
+                role, content = message["role"], message["content"]
+            else:
+                role, content = message.role, message.content  # type: ignore[union-attr]
+            self._know(content)
+            if held:
+                yield from self._release(final=False)
+            for block in content:
+                if held or self._waits(role, block):
+                    held.append((role, block))
+                elif not isinstance(piece := self._piece(role, block), _Hidden):
+                    yield piece
 
     def finish(self) -> Iterator[T]:
         """Whatever is still held: the conversation ended before its results."""
         yield from self._release(final=True)
 
-    def _waits(self, role: str, block: ContentBlock) -> bool:
+    def _waits(self, role: str, block: Any) -> bool:
         if role == "user":
             return False
+        if type(block) is dict:
+            return block["type"] == "tool_use" and block["id"] not in self._results
         if isinstance(block, ToolUseBlock):
             return block.id not in self._results
         if isinstance(block, ServerToolUseBlock):
@@ -475,96 +484,67 @@ class ReplayWalk(Generic[T]):
 
     def _release(self, *, final: bool) -> Iterator[T]:
         while self._held and (final or not self._waits(*self._held[0])):
-            yield from self._show(*self._held.popleft())
+            if not isinstance(piece := self._piece(*self._held.popleft()), _Hidden):
+                yield piece
 
-    def _show(self, role: str, block: ContentBlock) -> Iterator[T]:
+    def _piece(self, role: str, block: Any) -> T | _Hidden:
+        """What `block` shows (made by the view), or `HIDDEN`."""
         view = self._view
+        if type(block) is dict:  # a plain block (`is_plain_message`)
+            kind = block["type"]
+            if kind == "text":
+                return (
+                    view.user_text(block["text"])
+                    if role == "user"
+                    else view.agent_text(block["text"])
+                )
+            if role == "user":
+                return HIDDEN
+            if kind == "thinking":
+                return view.thought(block["thinking"])
+            if kind == "tool_use":
+                return self._call(block["id"], block["name"], block.get("input", {}))
+            return HIDDEN
         if role == "user":
             if isinstance(block, TextBlock):
-                yield view.user_text(block.text)
-            elif isinstance(block, ImageBlock):
-                yield view.user_image(block)
+                return view.user_text(block.text)
+            if isinstance(block, ImageBlock):
+                return view.user_image(block)
         elif isinstance(block, TextBlock):
-            yield view.agent_text(block.text)
+            return view.agent_text(block.text)
         elif isinstance(block, ThinkingBlock):
-            yield view.thought(block.thinking)
+            return view.thought(block.thinking)
         elif isinstance(block, ToolUseBlock):
-            result = self._results.get(block.id)
-            if block.name in SHOWN_BY_THEIR_EVENT and (result is None or not result.is_error):
-                return
-            call = _replayed_call(block, self._tool_calls.get(block.id), result)
-            if block.id in self._subagents:
-                shown = (ev.TextDisplay(self._subagents[block.id]),)
-                call = dataclasses.replace(call, content=shown)
-            yield view.tool_call(call)
+            return self._call(block.id, block.name, block.input)
         elif isinstance(block, ServerToolUseBlock):
-            yield view.tool_call(_replayed_search(block, self._searches.get(block.id)))
+            return view.tool_call(replayed_search(block, self._searches.get(block.id)))
+        return HIDDEN
+
+    def _call(self, call_id: str, name: str, tool_input: dict[str, Any]) -> T | _Hidden:
+        known = self._results.get(call_id)
+        failure = known is not None and failed(known)
+        if name in SHOWN_BY_THEIR_EVENT and not failure:
+            return HIDDEN
+        snap = self._tool_calls.get(call_id)
+        terminal = snap is not None and has_terminal(snap.content)  # it reads the result's text
+        result = None if known is None else result_block(known) if terminal else SPENT[failure]
+        call = replayed_call(call_id, name, tool_input, snap, result)
+        if known is not None and not terminal:
+            # Shown: only whether it failed is asked again (a load would keep every result's
+            # text alive until the end).
+            self._results[call_id] = SPENT[failure]
+        if call_id in self._subagents:
+            shown = (ev.TextDisplay(self._subagents[call_id]),)
+            call = dataclasses.replace(call, content=shown)
+        return self._view.tool_call(call)
 
 
-def _replayed_search(use: ServerToolUseBlock, result: WebSearchResultBlock | None) -> ReplayedCall:
-    """A search the provider ran, as it was shown live: from its blocks alone."""
-    succeeded, text = search_outcome(result)
-    return ReplayedCall(
-        tool_call_id=use.id,
-        title=search_title(use),
-        kind="search",
-        status="completed" if succeeded else "failed",
-        content=(ev.TextDisplay(text),),
-        raw_input=use.input,
-    )
+class _Hidden:
+    """What a block a replay does not show makes (`ReplayWalk._piece`)."""
+
+
+HIDDEN = _Hidden()
 
 
 def _user_chunk(content: Any) -> s.UserMessageChunk:
     return s.UserMessageChunk(session_update="user_message_chunk", content=content)
-
-
-def _replayed_call(
-    use: ToolUseBlock, snap: ToolCallSnapshot | None, result: ToolResultBlock | None
-) -> ReplayedCall:
-    if snap is None:
-        status: ev.ToolStatus = "pending"
-        if result is not None:
-            status = "failed" if result.is_error else "completed"
-        return ReplayedCall(
-            tool_call_id=use.id, title=use.name, kind="other", status=status, raw_input=use.input
-        )
-    status = snap.status
-    if result is None and status in ("completed", "failed"):
-        # It finished, but the process died before its result reached history: the model
-        # will be told it was interrupted, so the user must not see it as closed either.
-        status = "in_progress"
-    return ReplayedCall(
-        tool_call_id=use.id,
-        title=snap.title,
-        kind=snap.kind,
-        status=status,
-        content=_replayed_displays(snap.content, result),
-        locations=tuple(snap.locations),
-        raw_input=snap.raw_input or use.input,
-        raw_output=snap.raw_output,
-    )
-
-
-def _replayed_displays(
-    content: Sequence[ev.ToolDisplay], result: ToolResultBlock | None
-) -> tuple[ev.ToolDisplay, ...]:
-    """`content` as a replay shows it: a terminal (released long ago) by what the command
-    printed, else by the result the model read (`displays`, `replayed_output`)."""
-    if not any(isinstance(item, ev.TerminalDisplay) for item in content):
-        return tuple(content)
-    printed = _result_text(result)
-    return tuple(
-        ev.TextDisplay(item.output if item.output is not None else printed)
-        if isinstance(item, ev.TerminalDisplay)
-        else item
-        for item in content
-    )
-
-
-def _result_text(result: ToolResultBlock | None) -> str:
-    """The text of a tool result, for a replayed terminal that recorded no output."""
-    if result is None:
-        return "(the command did not finish: its output was not recorded)"
-    if isinstance(result.content, str):
-        return result.content
-    return "\n".join(getattr(part, "text", "") for part in result.content).strip()

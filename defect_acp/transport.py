@@ -34,6 +34,8 @@ for the same id; such a notification is dropped and logged, such a request fails
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -56,6 +58,9 @@ EOF_GRACE_SECONDS = 1.5
 """When stdin closes, requests already received get this long to be answered. Running turns
 are cancelled first (`on_eof`), so a prompt answers `cancelled` in a fraction of it; the bound
 is for a handler that hangs, so the process still ends soon after its input."""
+PIPE_BUFFER = 1 << 20
+"""Bytes the protocol pipe holds (Linux, `F_SETPIPE_SZ`; the default is 64 KiB): a long
+replay is a hundred megabytes of lines, written and read in 16 times fewer wake-ups."""
 
 
 _NO_ANSWER: dict[str, Any] = {
@@ -255,6 +260,8 @@ class LineWriter:
         except (ValueError, OSError):
             return self
         self._stream = asyncio.StreamWriter(transport, protocol, None, loop)
+        with contextlib.suppress(OSError, AttributeError):  # Linux pipes only; else as it is
+            fcntl.fcntl(self._fd, fcntl.F_SETPIPE_SZ, PIPE_BUFFER)
         return self
 
     async def write(self, data: bytes) -> None:

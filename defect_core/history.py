@@ -20,6 +20,9 @@ Invariants:
   running total is kept, so `token_estimate` is O(1) with or without a baseline; a list given
   whole (a loaded session, `replace`) is estimated on the first call that needs its size, not
   when it arrives, so loading a long session does not pay for a measure no replay uses.
+- A loaded history (`StoredMessages`: the bodies as stored) stays unparsed until something
+  reads its messages (a turn's snapshot, a size estimate, a compaction); it is then parsed
+  whole, once, and kept as a list. Its length and appends need no parse.
 
 A list that `replace` or `splice_prefix` puts aside is announced to `prefix_memo`
 (`forget_history`), so the memos of the per-request checks do not keep its messages alive.
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from typing import Protocol
 
 from defect_core.model import (
@@ -48,6 +52,7 @@ from defect_core.model import (
     WebSearchResultBlock,
 )
 from defect_core.prefix_memo import forget_history
+from defect_core.stored_messages import StoredMessages
 
 IMAGE_TOKEN_ESTIMATE = 2_000
 """Images cannot be estimated by characters; a conservative constant is used instead."""
@@ -60,7 +65,7 @@ class History(Protocol):
 
     def snapshot(self) -> list[Message]: ...
 
-    def replace(self, messages: list[Message]) -> None: ...
+    def replace(self, messages: Sequence[Message]) -> None: ...
 
     def splice_prefix(self, drop_count: int, summary: Message) -> int: ...
 
@@ -74,26 +79,37 @@ class History(Protocol):
 class VecHistory:
     """A `History` backed by a list and a lock."""
 
-    def __init__(self, messages: list[Message] | None = None) -> None:
+    def __init__(self, messages: Sequence[Message] | None = None) -> None:
         self._lock = threading.Lock()
         self._messages: list[Message] = []
+        self._stored: StoredMessages | None = None
+        """A loaded history not parsed yet (`_list` parses it); `_messages` is empty then."""
         self._estimates: list[int] | None = []
         """Each message's estimate, measured on first need (None until then): a loaded long
         history is not measured until a turn asks for its size."""
         self._total = 0
         self._last_real_input: int | None = None
         self._est_since_baseline = 0
-        self._set(list(messages or []))
+        self._set(messages or [])
 
-    def _set(self, messages: list[Message]) -> None:
-        self._messages = messages
+    def _set(self, messages: Sequence[Message]) -> None:
+        if isinstance(messages, StoredMessages) and messages:
+            self._stored, self._messages = messages.copy(), []
+        else:
+            self._stored, self._messages = None, list(messages)
         self._estimates = None if messages else []
         self._total = 0
+
+    def _list(self) -> list[Message]:
+        """The messages, parsed now if they were loaded and not yet read (lock held)."""
+        if self._stored is not None:
+            self._messages, self._stored = self._stored.parsed(), None
+        return self._messages
 
     def _measured(self) -> list[int]:
         """The estimates, measured now if they were not yet (call with the lock held)."""
         if self._estimates is None:
-            self._estimates = [estimate_message_tokens(m) for m in self._messages]
+            self._estimates = [estimate_message_tokens(m) for m in self._list()]
             self._total = sum(self._estimates)
         return self._estimates
 
@@ -102,19 +118,18 @@ class VecHistory:
         with self._lock:
             if self._last_real_input is not None:
                 self._est_since_baseline += estimate
-            self._messages.append(message)
+            (self._messages if self._stored is None else self._stored).append(message)
             if self._estimates is not None:
                 self._estimates.append(estimate)
                 self._total += estimate
 
     def snapshot(self) -> list[Message]:
         with self._lock:
-            return list(self._messages)
+            return list(self._list())
 
-    def replace(self, messages: list[Message]) -> None:
-        messages = list(messages)
+    def replace(self, messages: Sequence[Message]) -> None:
         with self._lock:
-            old = self._messages
+            old = self._messages  # empty if never parsed: no check has memos of it
             self._set(messages)
             # The real size of the new list is unknown until the next model call reports it.
             self._last_real_input = None
@@ -129,7 +144,7 @@ class VecHistory:
         the current length as a safety net. Returns how many messages were dropped.
         """
         with self._lock:
-            old = self._messages
+            old = self._list()
             drop = max(0, min(drop_count, len(self._messages)))
             head = estimate_message_tokens(summary)
             estimates = self._measured()
@@ -150,14 +165,17 @@ class VecHistory:
         with self._lock:
             if self._last_real_input is not None:
                 return self._last_real_input + self._est_since_baseline
-            if not self._messages:
+            if not self._count():
                 return None
             self._measured()
             return self._total
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._messages)
+            return self._count()
+
+    def _count(self) -> int:
+        return len(self._messages if self._stored is None else self._stored)
 
 
 def estimate_message_tokens(message: Message) -> int:

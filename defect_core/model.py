@@ -218,6 +218,53 @@ def message_from_dict(data: Any) -> Message:
         raise MessageFormatError(_describe(exc)) from None
 
 
+PlainMessage = dict[str, Any]
+"""A message's JSON value that `is_plain_message` accepts: read as it is, without the model."""
+
+
+def is_plain_message(data: Any) -> bool:
+    """Whether `data` (a stored message's JSON value) is a message made only of text,
+    thinking, redacted thinking, tool use and plain-text tool result blocks, each with the
+    JSON types its model requires (absent optional fields read as their defaults): then
+    `message_from_dict(data)` accepts it as it is, and a reader that knows those blocks (a
+    replay) reads the same values from the dict. False for anything else, valid or not
+    (images, searches, a result made of parts): such a message is read through the model.
+    Checked without building a model: a long session is a hundred thousand messages."""
+    if type(data) is not dict or data.get("role") not in ("user", "assistant"):
+        return False
+    content = data.get("content")
+    return type(content) is list and all(_plain_block(block) for block in content)
+
+
+def _plain_block(b: Any) -> bool:
+    if type(b) is not dict:
+        return False
+    kind = b.get("type")
+    if kind == "text":
+        return type(b.get("text")) is str
+    if kind == "thinking":
+        return type(b.get("thinking")) is str and _optional_str(b, "signature", "origin")
+    if kind == "redacted_thinking":
+        return type(b.get("data")) is str and _optional_str(b, "origin")
+    if kind == "tool_use":
+        return (
+            type(b.get("id")) is str
+            and type(b.get("name")) is str
+            and type(b.get("input", {})) is dict
+        )
+    if kind == "tool_result":
+        return (
+            type(b.get("tool_use_id")) is str
+            and type(b.get("content", "")) is str
+            and type(b.get("is_error", False)) is bool
+        )
+    return False
+
+
+def _optional_str(b: dict[str, Any], *names: str) -> bool:
+    return all(b.get(name) is None or type(b[name]) is str for name in names)
+
+
 def messages_to_json(messages: list[Message]) -> str:
     return json.dumps([message_to_dict(m) for m in messages])
 

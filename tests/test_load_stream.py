@@ -12,6 +12,7 @@ never open it, and the gate notes that it gave up waiting).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import threading
@@ -25,7 +26,14 @@ from defect_acp import project
 from defect_acp.replay_lines import ReplayLines
 from defect_acp.updates import StreamedReplay, replay
 from defect_core.config import Settings
-from defect_core.model import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from defect_core.model import (
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    message_from_dict,
+)
 from defect_core.providers.scripted import ScriptedProvider
 from defect_core.session import Backends, DefaultAgentCore
 from defect_core.store import (
@@ -37,6 +45,7 @@ from defect_core.store import (
     StoredSession,
     ToolCallRecord,
 )
+from defect_core.store.door import PARTS_AHEAD
 from defect_core.store.rows import FIRST_PART
 from tests.test_replay_lines import SID, conversation
 
@@ -260,3 +269,119 @@ def test_a_broken_link_in_a_plain_session_is_named(tmp_path: Path) -> None:
         with sqlite3.connect(db) as conn:
             conn.execute("UPDATE messages SET parent = node - 1 WHERE seq = 7")
         assert len(store.load(SID).transcript) == 12
+
+
+class PacedStore(SqliteStore):
+    """A real SQLite store whose load counts the parts its worker has decoded."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.decoded = 0
+
+    def load(
+        self, session_id: str, on_part: Callable[[BranchPart], None] | None = None
+    ) -> StoredSession:
+        def counted(part: BranchPart) -> None:
+            self.decoded += 1
+            if on_part is not None:
+                on_part(part)
+
+        return super().load(session_id, counted if on_part is not None else None)
+
+
+async def test_the_worker_reads_only_a_few_parts_ahead_of_the_replay(tmp_path: Path) -> None:
+    """A replay slower than the store does not leave the parsed history piling up: the worker
+    waits while `PARTS_AHEAD` parts are decoded and not yet replayed."""
+    db = tmp_path / "sessions.sqlite3"
+    messages = _store_session(db, tmp_path, 2000)
+    store = PacedStore(db)
+    door = AsyncStore(store)
+    ahead: list[int] = []
+    seen = 0
+
+    async def slow_replay(part: BranchPart) -> None:
+        nonlocal seen
+        for _ in range(20):  # the worker, unbounded, would read the whole branch meanwhile
+            await asyncio.sleep(0.001)
+        seen += len(part.messages)
+        ahead.append(store.decoded - len(ahead) - 1)
+
+    stored = await door.load(SID, slow_replay)
+    await door.aclose()
+    assert seen == messages == len(stored.transcript) and len(ahead) > 6
+    # Parts decoded beyond the one being replayed: the ones waiting, and one held at the gate.
+    assert max(ahead) <= PARTS_AHEAD + 1
+
+
+async def test_a_failing_replay_does_not_leave_the_worker_waiting(tmp_path: Path) -> None:
+    """The replay stops at its first failure; the worker, held for room, is let go, reads
+    the rest, and the store goes on serving."""
+    db = tmp_path / "sessions.sqlite3"
+    messages = _store_session(db, tmp_path, 1000)
+    door = AsyncStore(SqliteStore(db))
+
+    async def failing(part: BranchPart) -> None:
+        raise RuntimeError("the client went away")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        await door.load(SID, failing)
+    assert len((await door.load(SID)).transcript) == messages
+    await door.aclose()
+
+
+def test_every_part_comes_with_its_calls_whatever_order_they_were_stored_in(
+    tmp_path: Path,
+) -> None:
+    """Calls are read in stored order as the parts need them; one stored long after the
+    message that made it, or never stored, is still found (or known absent) in time, and the
+    load's calls keep their stored order."""
+    db = tmp_path / "sessions.sqlite3"
+    turns = 1200
+    with SqliteStore(db, synchronous="OFF") as store:
+        store.create(
+            SessionRecord(
+                id=SID, cwd=str(tmp_path), provider="scripted", model="offline", mode="ask"
+            )
+        )
+        late: list[ToolCallRecord] = []
+        for n in range(turns):
+            call = ToolUseBlock(id=f"toolu_{n:05d}", name="read_file", input={"path": f"{n}.py"})
+            store.append_message(SID, Message(role="assistant", content=(call,)))
+            result = ToolResultBlock(tool_use_id=call.id, content=f"line {n}")
+            store.append_message(SID, Message(role="user", content=(result,)))
+            record = ToolCallRecord(
+                session_id=SID,
+                tool_call_id=call.id,
+                title=f"Read {n}.py",
+                kind="read",
+                status="completed",
+                content=[{"type": "text", "text": f"line {n}"}],
+                raw_input=dict(call.input),
+            )
+            if n % 7 == 3:
+                continue  # never stored
+            if n % 5 == 1:
+                late.append(record)  # stored after every other
+            else:
+                store.upsert_tool_call(record)
+        for record in reversed(late):
+            store.upsert_tool_call(record)
+    with sqlite3.connect(db) as conn:
+        query = "SELECT tool_call_id FROM tool_calls ORDER BY rowid"
+        stored_order = [call_id for (call_id,) in conn.execute(query)]
+
+    handed: list[str] = []
+
+    def check(part: BranchPart) -> None:
+        for message in part.messages:
+            model = message_from_dict(message) if isinstance(message, dict) else message
+            for use in model.tool_uses():
+                n = int(use.id.split("_")[1])
+                assert (use.id in part.tool_calls) == (n % 7 != 3), use.id
+                handed.append(use.id)
+
+    with SqliteStore(db) as store:
+        stored = store.load(SID, check)
+    assert len(handed) == turns
+    assert list(stored.tool_calls) == stored_order
+    assert len(stored_order) == turns - len(range(3, turns, 7))

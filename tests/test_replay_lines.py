@@ -23,6 +23,9 @@ from defect_core.model import (
     WebSearchError,
     WebSearchHit,
     WebSearchResultBlock,
+    is_plain_message,
+    message_from_dict,
+    message_to_dict,
 )
 from defect_core.session import ToolCallSnapshot
 
@@ -160,3 +163,92 @@ def test_pieces_the_writer_refuses_go_through_the_models() -> None:
     assert by_id["t_term"]["content"][0]["content"]["text"] == "out\n"  # what it printed
     assert by_id["t_term_cut"]["status"] == "in_progress"  # no result: not shown as closed
     assert "line" not in by_id["t_text"]["locations"][2]  # a negative line is dropped
+
+
+def _walk(messages: list[Any], snapshots: Any, subagents: Any, cuts: list[int]) -> list[Any]:
+    walk = project.ReplayWalk(snapshots, ReplayLines(SID), subagents)
+    out: list[Any] = []
+    for start, end in zip([0, *cuts], [*cuts, len(messages)], strict=True):
+        out.extend(walk.feed(messages[start:end]))
+    out.extend(walk.finish())
+    return out
+
+
+def test_a_plain_message_walks_as_its_model() -> None:
+    """A load hands most messages over as their JSON values (`is_plain_message`): the walk
+    shows each exactly as it shows the model, with results met in either form — a terminal's
+    card reading a plain result's text, a refused plan call, a call whose result is a model."""
+    transcript, snapshots, subagents = conversation()
+    term_text = ToolResultBlock(tool_use_id="t_plain_term", content="printed\n")
+    extra = [
+        Message(role="assistant", content=(ToolUseBlock(id="t_plain_term", name="bash"),)),
+        Message(role="user", content=(term_text,)),
+    ]
+    snapshots = {
+        **snapshots,
+        "t_plain_term": _snap("t_plain_term", content=(ev.TerminalDisplay("term_9"),)),
+    }
+    # One block a message, so that every block a plain message can hold comes as a dict.
+    models = [
+        Message(role=m.role, content=(block,)) for m in [*transcript, *extra] for block in m.content
+    ]
+    mixed: list[Any] = []
+    for m in models:
+        data = message_to_dict(m)
+        mixed.append(data if is_plain_message(data) else m)
+    assert sum(isinstance(m, dict) for m in mixed) >= 25
+    for cuts in ([], [3], [7, 20], list(range(1, len(models)))):
+        assert _walk(mixed, snapshots, subagents, cuts) == _walk(models, snapshots, subagents, [])
+
+
+PLAIN_BLOCKS: list[dict[str, Any]] = [
+    {"type": "text", "text": "hi"},
+    {"type": "thinking", "thinking": "hm", "signature": "sig", "origin": "a/b"},
+    {"type": "thinking", "thinking": "hm"},
+    {"type": "redacted_thinking", "data": "xx", "origin": None},
+    {"type": "tool_use", "id": "t1", "name": "read_file", "input": {"path": "a"}},
+    {"type": "tool_use", "id": "t1", "name": "read_file"},
+    {"type": "tool_result", "tool_use_id": "t1", "content": "out", "is_error": True},
+    {"type": "tool_result", "tool_use_id": "t1"},
+    {"type": "text", "text": "extra fields are ignored", "cache": 1},
+]
+
+
+def test_a_plain_message_is_one_its_model_takes_as_it_is() -> None:
+    for block in PLAIN_BLOCKS:
+        data = {"role": "assistant", "content": [block]}
+        assert is_plain_message(data), block
+        assert (
+            message_from_dict(data).content[0].model_dump(mode="json").items()
+            >= {k: v for k, v in block.items() if k != "cache"}.items()
+        )
+    not_plain: list[Any] = [
+        None,
+        [],
+        {"role": "system", "content": []},
+        {"role": "user"},
+        {"role": "user", "content": "text"},
+        {"role": "user", "content": [None]},
+        {"role": "user", "content": [{"text": "no type"}]},
+        {"role": "user", "content": [{"type": "image", "url": "https://x"}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": []}]},
+        {"role": "assistant", "content": [{"type": "server_tool_use", "id": "s", "name": "w"}]},
+    ]
+    for data in not_plain:
+        assert not is_plain_message(data), data
+
+
+def test_whatever_is_plain_is_a_valid_message() -> None:
+    """Every field of every plain block set to every kind of JSON value: whenever the check
+    says plain, the model takes the dict (the check is never looser than the model)."""
+    values: list[Any] = [None, True, 0, 1.5, "s", [], {}, ["s"], {"k": "v"}]
+    checked = 0
+    for block in PLAIN_BLOCKS:
+        for field in [*block, "role"]:
+            for value in values:
+                changed = dict(block) if field == "role" else {**block, field: value}
+                data = {"role": value if field == "role" else "user", "content": [changed]}
+                if is_plain_message(data):
+                    message_from_dict(data)
+                    checked += 1
+    assert checked > 20

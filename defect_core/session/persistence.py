@@ -120,6 +120,9 @@ class ToolCallSnapshots(Mapping[str, ToolCallSnapshot]):
             raw_output=r.raw_output,
         )
 
+    def get(self, call_id: str, default: Any = None) -> Any:  # Mapping's, without its raise
+        return self[call_id] if call_id in self._records else default
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._records)
 

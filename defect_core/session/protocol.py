@@ -58,7 +58,7 @@ from defect_core.events import (
 )
 from defect_core.listing import SessionPage, SessionSummary
 from defect_core.mcp.spec import McpServerSpec
-from defect_core.model import ContentBlock, Message
+from defect_core.model import ContentBlock, Message, PlainMessage
 from defect_core.policy import ModeInfo
 from defect_core.prompt import Frontend
 from defect_core.tools.backends import FsBackend, ShellBackend
@@ -127,9 +127,10 @@ class HistoryPart:
     `on_history` as soon as the store has read them, with what a replay of them needs: the
     stored tool calls and subagent views (the same for every part of one load). The tool
     calls are filled in as the load goes on: each part's own calls are there when it is
-    handed over; look calls up, do not list them."""
+    handed over; look calls up, do not list them. A plain message comes as its JSON value
+    (`model.PlainMessage`), any other as the model."""
 
-    messages: Sequence[Message]
+    messages: Sequence[Message | PlainMessage]
     tool_calls: Mapping[str, ToolCallSnapshot]
     subagents: Mapping[str, str]
 

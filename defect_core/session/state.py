@@ -62,7 +62,7 @@ from defect_core.events import (
     TurnStopReason,
 )
 from defect_core.goal import GoalRun, GoalState, goal_prompt
-from defect_core.history import VecHistory
+from defect_core.history import StoredMessages, VecHistory
 from defect_core.hooks.engine import HookEngine
 from defect_core.hosted import hosted_web_search
 from defect_core.log import get_logger
@@ -136,7 +136,7 @@ class DefaultSession:
         self._bus = EventBus()
         self._writer = ReplayStateWriter(session_id, store, self._bus.publish)
         self._history = VecHistory(stored.history if stored else None)
-        self._transcript: list[Message] = list(stored.transcript) if stored else []
+        self._transcript = StoredMessages.of(stored.transcript if stored else None)
         self._ids: list[MessageId] = list(stored.ids) if stored else []
         """Each transcript message's name in the store (`/rewind` finds prompts by it)."""
         budget = Budget(settings.checkpoint_max_mb << 20, settings.checkpoint_max_age_days * 86400)
@@ -433,7 +433,7 @@ class DefaultSession:
     def _rewinder(self) -> Rewinder:
         async def adopt(stored: StoredSession) -> None:  # the store's branch, now the live one
             self._history.replace(stored.history)
-            self._transcript, self._ids = list(stored.transcript), list(stored.ids)
+            self._transcript, self._ids = StoredMessages.of(stored.transcript), list(stored.ids)
             await self.plan.follow(self._transcript)
 
         return Rewinder(

@@ -14,7 +14,10 @@ Invariants:
 - A cancel never loses or half-writes a commit: each await is shielded (anyio and asyncio), so
   a cancelled caller waits until its call is done, then sees the cancellation.
 - A load with `on_part` is one call on the worker (one read transaction); its parts are
-  awaited on the loop in order while the worker reads on, all of them before it returns.
+  awaited on the loop in order while the worker reads on, all of them before it returns, and
+  the worker reads at most `PARTS_AHEAD` parts ahead of them (it waits meanwhile): the
+  messages parsed for a replay are not all alive at once when the replay is the slower.
+  `on_part` must therefore not wait on another call of this store.
 - After `aclose` every call raises `StorageError`; `aclose` finishes every submitted call first.
 
 Why a door rather than an async store: SQLite is synchronous, and one worker thread both keeps
@@ -26,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import functools
+import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
@@ -46,6 +50,9 @@ from defect_core.store.records import (
 from defect_core.store.writer import GroupWriter
 
 _T = TypeVar("_T")
+
+PARTS_AHEAD = 2
+"""Parts of a load decoded and not yet awaited by its `on_part`, at most."""
 
 
 class AsyncStore:
@@ -148,8 +155,14 @@ class AsyncStore:
             return await self._call(self.store.load, session_id)
         loop = asyncio.get_running_loop()
         parts: asyncio.Queue[BranchPart | None] = asyncio.Queue()
+        room = threading.Semaphore(PARTS_AHEAD)
+        stopped = False  # no more parts are awaited: the worker must not wait for room
 
         def hand_over(part: BranchPart) -> None:  # on the worker thread
+            room.acquire()
+            if stopped:
+                room.release()
+                return
             loop.call_soon_threadsafe(parts.put_nowait, part)
 
         def load() -> StoredSession:
@@ -164,7 +177,10 @@ class AsyncStore:
         try:
             while (part := await parts.get()) is not None:
                 await on_part(part)
+                room.release()
         finally:
+            stopped = True
+            room.release()  # a worker waiting for room goes on (and finds `stopped`)
             # Handing parts over stops with the first that fails; the load itself runs on
             # (it holds the worker) and is awaited, so its own error is not lost.
             with anyio.CancelScope(shield=True):

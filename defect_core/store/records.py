@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, get_args
 
@@ -37,7 +38,7 @@ from defect_core.events import (
     ToolStatus,
 )
 from defect_core.log import get_logger
-from defect_core.model import Message
+from defect_core.model import Message, PlainMessage
 
 log = get_logger("defect.store")
 
@@ -173,12 +174,12 @@ class StoredSession:
 
     `history` is what the session resumes from (last compaction checkpoint + the messages
     appended after it); `transcript` is the full original log, for replay. Without any
-    compaction the two are equal.
+    compaction the two are equal. A load hands both as `StoredMessages` (parsed when read).
     """
 
     record: SessionRecord
-    history: list[Message]
-    transcript: list[Message]
+    history: Sequence[Message]
+    transcript: Sequence[Message]
     tool_calls: dict[str, ToolCallRecord]
     last_seq: int = 0
     """The seq of the session's own last message on its branch (0 for none)."""
@@ -194,9 +195,10 @@ class BranchPart:
     them while the rest is read. Every part carries the session's tool calls, the same dict
     each time, which the load goes on filling (from the worker thread: look calls up, do not
     iterate it before the load returns): it holds at least every call the part's messages
-    and those before make."""
+    and those before make. A message is its JSON value when that is plain (`model.PlainMessage`,
+    `is_plain_message`: no model is built for the replay), else the model."""
 
-    messages: list[Message]
+    messages: list[Message | PlainMessage]
     tool_calls: dict[str, ToolCallRecord]
 
 

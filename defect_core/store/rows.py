@@ -6,7 +6,9 @@ Owns the JSON a column holds (`dumps`, `message_json`), the `list` cursor (`enco
 
 Invariants: nothing here runs SQL (`session_from_rows` reads the rows it is handed, cursors
 included: `SqliteStore.load` hands them over inside its read transaction, so a long session's
-raw bodies are parsed one by one as they are read, never all held at once); a
+bodies are checked one by one as they are read); the messages a load returns are the bodies
+as read (`StoredMessages`: each parsed again when first read, the parse checked here), and
+the messages parsed for `on_part` are the replay's alone, dropped once shown; a
 value that cannot be written is a `StorageError` before any transaction starts; a row that
 cannot be read raises `CorruptSession` naming the session and the row (`message row seq 7`,
 `tool call row 'tc_1' (content)`) and changes nothing on disk (handed to `on_part`, the
@@ -15,8 +17,8 @@ tool calls its messages make are parsed; a tool kind this defect does not
 know loads as "other" (a newer defect may have written it).
 
 Parsing runs with Python's cycle collector paused, and what it made is frozen out of the
-collector's reach afterwards (`_collector_paused`): a long session is millions of objects that
-live as long as it does, and each full collection would walk them all again.
+collector's reach afterwards (`collector_paused`): a long session is millions of objects,
+and each collection on the way would walk them all again.
 
 Why apart from `sqlite.py`: the SQL and the parsing change for different reasons, and the
 parsing is the slow part of a load, worth reading on its own.
@@ -26,11 +28,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gc
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,9 @@ from defect_core.log import get_logger
 from defect_core.model import (
     Message,
     MessageFormatError,
+    PlainMessage,
     ToolUseBlock,
+    is_plain_message,
     message_from_json,
     message_to_json,
 )
@@ -56,6 +58,7 @@ from defect_core.store.records import (
     SubagentRecord,
     ToolCallRecord,
 )
+from defect_core.stored_messages import Cell, StoredMessages, collector_paused
 
 log = get_logger("defect.store")
 
@@ -110,25 +113,6 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
     raise InvalidCursor(f"invalid session list cursor {cursor!r}")
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cycle collector off while a session is parsed, and what it parsed moved out
-    of its reach once parsed (`gc.freeze`). A long session is millions of objects that live
-    as long as the session: each collection on the way would walk all of them again (on 100k
-    messages, half the load's time), and so would every full collection after, wherever it
-    falls - in the middle of a streamed answer, say. Frozen objects are still freed by
-    reference count when the session lets them go; only a reference cycle among them would
-    outlive it, and messages hold none."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
-
-
 def corrupt(path: Path, session_id: str, where: str, detail: str) -> CorruptSession:
     """The error (logged) for a row of the session that cannot be read."""
     text = (
@@ -151,7 +135,7 @@ def session_from_rows(
 ) -> StoredSession:
     """The session the rows of `SqliteStore.load` hold (`path` is named in errors); its
     branch is also handed to `on_part`, part by part, as it is decoded (`BranchPart`)."""
-    with _collector_paused():
+    with collector_paused():
         return _session_from_rows(
             path, session_id, row, branch, cut, checkpoint_rows, tool_rows, on_part
         )
@@ -182,6 +166,19 @@ def _session_from_rows(
             return message_from_json(blob)
         except MessageFormatError as exc:
             raise corrupt_here(where, str(exc)) from None
+
+    def read_message(blob: bytes, owner: str, seq: int) -> Message | PlainMessage:
+        """A row as the replay reads it: its JSON value when that is a plain message (most
+        are: no model is built), else the model, which names what is wrong with a row that
+        is not a message."""
+        try:
+            data = from_json(blob)
+        except ValueError:
+            data = None
+        if is_plain_message(data):
+            return data
+        where = f"message row seq {seq}" + ("" if owner == session_id else f" of {owner!r}")
+        return parse_message(blob, where)
 
     config = parse_json(row[8], "the session row (config)")
     mcp_servers = parse_json(row[9], "the session row (mcp_servers)")
@@ -232,50 +229,66 @@ def _session_from_rows(
             raw_output=parse_json(raw_output, where + " (raw_output)"),
         )
 
-    def hand_over(part: list[Message]) -> None:
+    in_order = iter(tool_rows(None))  # every call, in stored order, read as the parts need
+    order: list[str] = []  # the ids `in_order` gave so far
+
+    def take(found: tuple[Any, ...]) -> str:
+        order.append(found[0])
+        if found[0] not in early:  # else looked up by id before
+            early[found[0]] = parse_tool_call(found)
+        return str(found[0])
+
+    def hand_over(part: list[Message | PlainMessage]) -> None:
         """A part to `on_part`, once the stored state of every call it makes is parsed (the
-        replay shows a call by it): those rows are looked up by id, the rest read later."""
+        replay shows a call by it). Calls are stored in the order they are made, so those
+        are read on in stored order; the few not among the next rows are looked up by id."""
         assert on_part is not None
-        wanted = [
-            b.id
-            for m in part
-            for b in m.content
-            if isinstance(b, ToolUseBlock) and b.id not in early
-        ]
+        missing = {call_id for m in part for call_id in _calls_made(m) if call_id not in early}
+        for _ in range(len(missing) + LOOKUP_BATCH if missing else 0):
+            found = next(in_order, None)
+            if found is None:  # every row read: the rest have none
+                missing.clear()
+                break
+            missing.discard(take(found))
+            if not missing:
+                break
+        wanted = [call_id for call_id in missing if call_id not in early]
         for n in range(0, len(wanted), LOOKUP_BATCH):
             for found in tool_rows(wanted[n : n + LOOKUP_BATCH]):
                 record = parse_tool_call(found)
                 early[record.tool_call_id] = record
         on_part(BranchPart(part, early))
 
-    transcript: list[Message] = []
+    cells: list[Cell] = []  # the bodies, kept as read: parsed again when read (`StoredMessages`)
+    part: list[Message | PlainMessage] = []  # what goes to `on_part` next
     ids: list[tuple[str, int]] = []
     last_seq = 0
-    handed = 0  # transcript[:handed] went to `on_part`
     size = FIRST_PART
     for _node, owner, seq, blob in branch:
-        where = f"message row seq {seq}" + ("" if owner == session_id else f" of {owner!r}")
-        transcript.append(parse_message(blob, where))
+        message = read_message(blob, owner, seq)  # so that a row that cannot be is named now
+        cells.append(blob)
         ids.append((owner, seq))
         if owner == session_id:
             last_seq = seq
-        if on_part is not None and len(transcript) - handed >= size:
-            hand_over(transcript[handed:])
-            handed, size = len(transcript), min(size * 2, LAST_PART)
-    if on_part is not None and len(transcript) > handed:
-        hand_over(transcript[handed:])
-    tool_calls: dict[str, ToolCallRecord] = {}  # every call, in stored order
-    for found in tool_rows(None):
-        known = early.get(found[0])
-        tool_calls[found[0]] = known if known is not None else parse_tool_call(found)
+        if on_part is not None:
+            part.append(message)
+            if len(part) >= size:
+                hand_over(part)
+                part, size = [], min(size * 2, LAST_PART)
+    if on_part is not None and part:
+        hand_over(part)
+    for found in in_order:
+        take(found)
+    tool_calls = {call_id: early[call_id] for call_id in order}  # every call, in stored order
+    transcript = StoredMessages(cells)
     covered = cut()  # once the branch is read: its nodes are known then
     if covered is None:
-        history = list(transcript)
+        history = transcript.copy()
     else:
-        history = [
+        checkpoint = [
             parse_message(blob, f"checkpoint row pos {pos}") for pos, blob in checkpoint_rows
         ]
-        history.extend(transcript[covered:])
+        history = StoredMessages(cells, covered, head=checkpoint)
 
     return StoredSession(
         record=record,
@@ -285,6 +298,13 @@ def _session_from_rows(
         last_seq=last_seq,
         ids=ids,
     )
+
+
+def _calls_made(message: Message | PlainMessage) -> Iterator[str]:
+    """The ids of the tool calls `message` makes."""
+    if isinstance(message, Message):
+        return (b.id for b in message.content if isinstance(b, ToolUseBlock))
+    return (b["id"] for b in message["content"] if b["type"] == "tool_use")
 
 
 def subagents_from_rows(

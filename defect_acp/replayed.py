@@ -1,0 +1,136 @@
+"""What a replay shows of a tool call: its stored state, resolved against its result.
+
+Owns `ReplayedCall` (a tool call as `session/load` shows it) and how one is made: from the
+call's stored snapshot and the result the model read (`replayed_call`), or, for a search the
+provider ran, from its blocks alone (`replayed_search`). A result is a `ToolResultBlock`, or
+a plain tool result's JSON value when the replay read its message without the model
+(`defect_core.model.is_plain_message`): both read the same.
+
+Invariant: a call's card is what the client saw live, as far as the store knows it: its last
+recorded status (a call that finished but whose result never reached history is shown as
+still running, as the model will be told it was interrupted), and a terminal released long
+ago by what it printed.
+
+Why apart from `project.py`: the replay walk (`project.ReplayWalk`) and the two views that
+write its pieces share these; `project.py` keeps the live projection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from defect_core import events as ev
+from defect_core.hosted import search_outcome, search_title
+from defect_core.model import ServerToolUseBlock, ToolResultBlock, WebSearchResultBlock
+from defect_core.session import ToolCallSnapshot
+
+Result = ToolResultBlock | dict[str, Any]
+"""A tool result as a replay met it: the model, or a plain result block's JSON value."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedCall:
+    """A tool call as a replay shows it: its last known state, its content resolved for a
+    replay (a terminal released long ago is shown by what it printed)."""
+
+    tool_call_id: str
+    title: str
+    kind: ev.ToolKind
+    status: ev.ToolStatus
+    content: tuple[ev.ToolDisplay, ...] = ()
+    locations: tuple[ev.Location, ...] = ()
+    raw_input: Any = None
+    raw_output: Any = None
+
+
+SPENT = {e: ToolResultBlock(tool_use_id="", is_error=e) for e in (False, True)}
+"""What a replay keeps of a result once its call is shown: whether it failed."""
+
+
+def failed(result: Result) -> bool:
+    if isinstance(result, ToolResultBlock):
+        return result.is_error
+    return bool(result.get("is_error", False))
+
+
+def result_block(result: Result) -> ToolResultBlock:
+    """The model of `result` (a plain one's JSON value is a valid block: it was checked)."""
+    if isinstance(result, ToolResultBlock):
+        return result
+    return ToolResultBlock.model_validate(result)
+
+
+def replayed_search(use: ServerToolUseBlock, result: WebSearchResultBlock | None) -> ReplayedCall:
+    """A search the provider ran, as it was shown live: from its blocks alone."""
+    succeeded, text = search_outcome(result)
+    return ReplayedCall(
+        tool_call_id=use.id,
+        title=search_title(use),
+        kind="search",
+        status="completed" if succeeded else "failed",
+        content=(ev.TextDisplay(text),),
+        raw_input=use.input,
+    )
+
+
+def replayed_call(
+    call_id: str,
+    name: str,
+    tool_input: dict[str, Any],
+    snap: ToolCallSnapshot | None,
+    result: ToolResultBlock | None,
+) -> ReplayedCall:
+    """The call `call_id` (named `name`, made with `tool_input`) as a replay shows it."""
+    if snap is None:
+        status: ev.ToolStatus = "pending"
+        if result is not None:
+            status = "failed" if result.is_error else "completed"
+        return ReplayedCall(
+            tool_call_id=call_id, title=name, kind="other", status=status, raw_input=tool_input
+        )
+    status = snap.status
+    if result is None and status in ("completed", "failed"):
+        # It finished, but the process died before its result reached history: the model
+        # will be told it was interrupted, so the user must not see it as closed either.
+        status = "in_progress"
+    return ReplayedCall(
+        tool_call_id=call_id,
+        title=snap.title,
+        kind=snap.kind,
+        status=status,
+        content=_replayed_displays(snap.content, result),
+        locations=tuple(snap.locations),
+        raw_input=snap.raw_input or tool_input,
+        raw_output=snap.raw_output,
+    )
+
+
+def has_terminal(content: Sequence[ev.ToolDisplay]) -> bool:
+    return any(isinstance(item, ev.TerminalDisplay) for item in content)
+
+
+def _replayed_displays(
+    content: Sequence[ev.ToolDisplay], result: ToolResultBlock | None
+) -> tuple[ev.ToolDisplay, ...]:
+    """`content` as a replay shows it: a terminal (released long ago) by what the command
+    printed, else by the result the model read (`displays`, `replayed_output`)."""
+    if not has_terminal(content):
+        return tuple(content)
+    printed = _result_text(result)
+    return tuple(
+        ev.TextDisplay(item.output if item.output is not None else printed)
+        if isinstance(item, ev.TerminalDisplay)
+        else item
+        for item in content
+    )
+
+
+def _result_text(result: ToolResultBlock | None) -> str:
+    """The text of a tool result, for a replayed terminal that recorded no output."""
+    if result is None:
+        return "(the command did not finish: its output was not recorded)"
+    if isinstance(result.content, str):
+        return result.content
+    return "\n".join(getattr(part, "text", "") for part in result.content).strip()
