@@ -7,10 +7,7 @@ request of a session one cheap O(n) scan (clean 10k <= 10 ms), and it stays line
 something needs repair (corrupted 10k <= 30 ms); `VecHistory.append` is O(1) (<= 20 us per op)
 and `token_estimate` is O(1) with a baseline. The whole outbound copy of a request (the thinking
 filter of `provenance.py`, then the repair) is measured too, on a clean history and on one
-whose thinking another model signed (all of it filtered out): <= 5 ms for a next request. A
-session loaded from the store has its history gone through while it loads
-(`turn/request.prove_outbound`): what that costs the load, and the first request after it (the
-history with a prompt appended), <= 5 ms, are measured on the clean history.
+whose thinking another model signed (all of it filtered out): <= 5 ms for a next request.
 
 Each repair figure is printed beside its floor, measured in the same run: for a first request,
 a bare walk that reads every message's role and every block's type (the least any check of
@@ -57,7 +54,6 @@ from defect_core.model import (
 from defect_core.prefix_memo import forget_all
 from defect_core.provenance import own_thinking_only
 from defect_core.selection import ModelSelection
-from defect_core.turn.request import prove_outbound
 
 
 @dataclass(frozen=True)
@@ -289,8 +285,6 @@ def bench_outbound(quick: bool) -> list[Figure]:
         figures.append(
             Figure(f"{label}, first request", round(ms, 3), "ms", None, True, round(floor, 3))
         )
-        if kind == "clean":
-            figures += bench_loaded(history, runs, floor)
         before_round = history[: last_round_start(history)]
 
         def prove(proven: list[Message] = before_round) -> None:
@@ -309,37 +303,6 @@ def bench_outbound(quick: bool) -> list[Figure]:
                 round(floor, 3),
             )
         )
-    return figures
-
-
-def bench_loaded(history: list[Message], runs: int, walk_floor: float) -> list[Figure]:
-    """A session loaded with `history` but its last message (the model's answer before the
-    prompt of its first request): the proof made while it loads, and that first request."""
-    loaded = history[:-1]
-    label = "outbound copy, clean, 10k messages"
-    ms = 1_000 * median_seconds(
-        partial(prove_outbound, list(loaded), SELECTION, "anthropic"), runs, before=forget_all
-    )
-    figures = [
-        Figure(f"{label}: proven while session/load", round(ms, 3), "ms", None, True, walk_floor)
-    ]
-
-    def load() -> None:
-        forget_all()
-        prove_outbound(list(loaded), SELECTION, "anthropic")
-
-    ms = 1_000 * median_seconds(partial(outbound_copy, list(history)), runs, before=load)
-    floor = 1_000 * median_seconds(partial(list, history), runs)
-    figures.append(
-        Figure(
-            f"{label}, first request after session/load (a prompt appended)",
-            round(ms, 3),
-            "ms",
-            5.0,
-            ms <= 5.0,
-            round(floor, 3),
-        )
-    )
     return figures
 
 

@@ -5,21 +5,18 @@ Every test starts with an empty memo. The scenarios are the ways a session's his
 between two requests: it grows at its tail (clean or damaged), a rewind or a compaction replaces
 it, the caller's list is changed in place; and, as a property, whatever damage follows a proven
 conversation, the repair (its messages and the rule of every fix) is the one a fresh repair
-makes. A session loaded from a real SQLite store has its history gone through while it loads,
-so its first turn's request walks only what that turn added.
+makes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from defect_core.config import Settings
 from defect_core.history import VecHistory
 from defect_core.integrity import (
     INTERRUPTED_RESULT_TEXT,
@@ -33,14 +30,9 @@ from defect_core.integrity.proven import clean_prefix, forget_clean_prefixes
 from defect_core.integrity.repair import _rebuild
 from defect_core.integrity.rules import TOOL_CALL_ANSWERED, TOOL_CALL_ID_UNIQUE
 from defect_core.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from defect_core.prefix_memo import forget_all
 from defect_core.provenance import _copies, own_thinking_only
-from defect_core.providers.scripted import ScriptedProvider
 from defect_core.selection import ModelSelection
-from defect_core.session import DefaultAgentCore
-from defect_core.store import AsyncStore, SqliteStore
 from tests.test_integrity_property import conversations, damaged
-from tests.test_load_stream import NO_BACKENDS, SID, _store_session
 
 
 @pytest.fixture(autouse=True)
@@ -310,36 +302,3 @@ def test_a_compacted_or_rewound_vec_history_takes_its_old_proofs_with_it() -> No
     assert not held(new_first)
     sent = history.snapshot()
     assert repair_outbound(sent) is sent
-
-
-# --------------------------------------------------------------------------------------------
-# A session loaded from the store
-
-
-@pytest.mark.anyio
-async def test_a_loaded_history_is_gone_through_while_it_loads(
-    tmp_path: Path, walks: list[int]
-) -> None:
-    db = tmp_path / "sessions.sqlite3"
-    stored = _store_session(db, tmp_path, 50)  # ends with the model's answer
-    forget_all()
-    store = AsyncStore(SqliteStore(db))
-    provider = ScriptedProvider([{"text": "it still passes"}])
-    core = DefaultAgentCore(Settings(), provider=provider, tools=lambda: [], store=store)
-    session = await core.load_session(SID, NO_BACKENDS, cwd=tmp_path)
-    history = session.history_snapshot()
-    assert len(history) == stored
-    assert walks == [0]  # the clean check went through all of it, while the session loaded
-    # ... and so did the thinking filter (its memo, white box: its copy of the history, kept
-    # under the session's selection and the stored provider, which signed unstamped thinking).
-    key = (session.selection.value, "scripted")
-    copy = _copies.check_out(history, key)
-    assert len(copy.messages) == stored and copy.state is None  # nothing filtered out
-    _copies.check_in(copy, key)
-
-    assert await session.run_turn([TextBlock(text="does it still pass?")]) == "end_turn"
-    # The first request walked only the model's last answer and the new prompt: the proof
-    # ends with the last user message of the loaded history.
-    assert walks == [0, stored - 1]
-    assert session.history_snapshot()[-1].text() == "it still passes"
-    await core.aclose()

@@ -41,17 +41,15 @@ Every request sends the whole history, so the check is written for speed. A sess
 only grows at its tail between two requests, so the clean check (`proven.clean_prefix`) walks
 only what no earlier request proved: a prefix proven clean is remembered as its message objects
 (`prefix_memo.py`) and recognised by identity or equality (one pointer comparison per message,
-in C), and a rewind or a compaction, which replace those objects, is walked afresh; a session
-loaded from the store is walked while it loads (`turn/request.py`, `prove_outbound`), off its
-first request's path. The walk itself is one O(n) scan of exact-type checks and attribute
-reads (no copy, no model construction; the call ids are checked against the pattern in bulk);
-its floor is the reads themselves, each a pydantic field behind `BaseModel.__getattr__`. A
-history that breaks no rule is returned itself. Otherwise the rebuild starts at the end of the
-proven prefix (laid out as it is) and goes on in one linear pass that emits undamaged stretches
-as they are, takes damaged messages apart block by block, and reuses every message that needs
-no change (new messages are built with `model_construct` from blocks that are validated values
-already). An image's verdict is worked out once per block object (`media.image_block_problem`
-keeps it), so later requests pay a dictionary look-up per image, not a base64 decode.
+in C), and a rewind or a compaction, which replace those objects, is walked afresh. The walk
+itself is one O(n) scan of exact-type checks and attribute reads (no copy, no model
+construction; the call ids are checked against the pattern in bulk). A history that breaks no
+rule is returned itself. Otherwise the rebuild starts at the end of the proven prefix (laid out
+as it is) and goes on in one linear pass that emits undamaged stretches as they are, takes
+damaged messages apart block by block, and reuses every message that needs no change (new
+messages are built with `model_construct` from blocks that are validated values already). An
+image's verdict is worked out once per block object (`media.image_block_problem` keeps it), so
+later requests pay a dictionary look-up per image, not a base64 decode.
 `scripts/bench_repair.py` measures it.
 """
 

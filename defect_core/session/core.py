@@ -52,7 +52,6 @@ from defect_core.session.state import DefaultSession
 from defect_core.session.toolset import default_tools
 from defect_core.store import AsyncStore, BranchPart, SubagentRecord
 from defect_core.tools.base import Tool, ToolRegistry
-from defect_core.turn.request import prove_outbound
 
 log = get_logger("defect.agent")
 
@@ -233,9 +232,6 @@ class DefaultAgentCore:
                 mcp=hub,
                 mcp_servers=mcp_servers,
             )
-            # The first request sends the whole history: its outbound copy is gone through
-            # now, off that request's path (the stored provider signed unstamped thinking).
-            prove_outbound(session.history_snapshot(), session.selection, stored.record.provider)
             await session.delegation.load(runs)
             await session.plan.load(self._store)
             self._sessions[session_id] = session

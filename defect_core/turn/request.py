@@ -9,9 +9,7 @@ Invariants:
 - Every request is built from `repair_outbound(history.snapshot())`, never from anything else
   (less the thinking another provider or model signed: `provenance.py`). It names where the
   history will next be rewritten (`ModelRequest.cache_anchor`, from the compactor), so the
-  prompt cache keeps the prefix before it. A loaded session's history is gone through once
-  while it loads (`prove_outbound`), so its first request, like every later one, walks only
-  what was added since.
+  prompt cache keeps the prefix before it.
 - Only a `Completed` chunk ends a stream: a stream that ends without one is an error
   (`stream_incomplete`, retryable), so a cut stream never becomes history.
 - Retries (bounded, exponential backoff with jitter or the server's `retry-after`) happen only
@@ -47,7 +45,6 @@ from defect_core.events import (
 )
 from defect_core.hosted import search_outcome, search_title
 from defect_core.integrity import repair_outbound
-from defect_core.integrity.proven import clean_prefix
 from defect_core.log import get_logger
 from defect_core.model import Message, ToolResultBlock
 from defect_core.provenance import own_thinking_only
@@ -63,7 +60,6 @@ from defect_core.providers.base import (
     ToolInputDelta,
     ToolUseStarted,
 )
-from defect_core.selection import ModelSelection
 from defect_core.turn.deps import TurnConfig, TurnDeps
 
 log = get_logger("defect.turn")
@@ -127,19 +123,6 @@ def outbound_history(deps: TurnDeps, config: TurnConfig) -> list[Message]:
     if selection is None:
         return history
     return own_thinking_only(history, selection, config.unstamped_provider)
-
-
-def prove_outbound(
-    history: list[Message], selection: ModelSelection, unstamped_provider: str | None
-) -> None:
-    """Go through `history` as the outbound copy of its next request will (the thinking
-    filter, then the repair's clean check), now: both remember what they went through
-    (`prefix_memo.py`), so that request walks only the messages added since.
-
-    For a session loaded from the store, whose first request would otherwise walk all of a
-    long history while the user waits for the reply (`session/load` calls it, off that path).
-    The memos only save work: nothing done here changes what any request sends."""
-    clean_prefix(own_thinking_only(history, selection, unstamped_provider))
 
 
 def build_request(deps: TurnDeps, config: TurnConfig, *, paused: bool = False) -> ModelRequest:
