@@ -7,7 +7,9 @@ every line ending, comments, multi-line data, pings and unnamed events, cut into
 every byte. The others stream replies from the strict fake API on 127.0.0.1 through the real
 SDK both ways - the stream `create_stream` returns iterated by the SDK, and read with
 `stream_batches` - and compare the events, and the exception of an `error` event, and pin
-that the SDK this project installs takes defect's reader on the Anthropic API route.
+that the SDK this project installs takes defect's reader on the Anthropic API route. The last
+ones read the body off its HTTP/1.1 connection (`body.py`): the connection is kept alive
+after, and a connection dropped mid-body raises what httpx raises.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import pytest
 
 from defect_core.config import Settings
 from defect_core.providers.anthropic import anthropic_provider
+from defect_core.providers.anthropic.body import body_reads
 from defect_core.providers.anthropic.call import create_stream, stream_batches
 from defect_core.providers.anthropic.provider import AnthropicProvider
-from defect_core.providers.anthropic.sse import SseReader
+from defect_core.providers.anthropic.sse import SseReader, read_events
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply
 
 STREAMS = [
@@ -67,12 +70,62 @@ def test_every_event_complete_in_a_read_comes_out_of_that_read() -> None:
     assert reader.feed(b"ta: 3\n\n") == [("c", "3")]
 
 
+async def _read_all(stream: bytes) -> tuple[list[Any], BaseException | None]:
+    """What `read_events` hands over for `stream` (in one read), and what it raised."""
+
+    async def body() -> AsyncIterator[bytes]:
+        yield stream
+
+    def make_error(message: str, body: object) -> Exception:
+        return RuntimeError(message, body)
+
+    seen: list[Any] = []
+    try:
+        async for batch in read_events(body(), make_error, 200):
+            seen.extend(batch)
+    except Exception as exc:
+        return seen, exc
+    return seen, None
+
+
+GOOD = b'event: a\ndata: {"n": 1}\n\nevent: ping\ndata: {}\n\n'
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("bad", "raised"),
+    [
+        (b'event: error\ndata: {"type": "error"}\n\n', RuntimeError),
+        (b"event: b\ndata: {not json\n\n", ValueError),
+        (b"event: b\ndata: \xff\n\n", UnicodeDecodeError),
+    ],
+    ids=["error event", "not json", "not utf-8"],
+)
+async def test_a_failure_comes_after_the_events_before_it_even_in_one_read(
+    bad: bytes, raised: type[Exception]
+) -> None:
+    seen, error = await _read_all(GOOD + bad + GOOD)
+    assert seen == [{"n": 1}]
+    assert isinstance(error, raised)
+
+
+@pytest.mark.anyio
+async def test_an_error_event_is_raised_as_the_sdk_words_it() -> None:
+    _, error = await _read_all(b'event: error\ndata: {"type": "error"}\n\n')
+    assert error is not None and error.args == ("{'type': 'error'}", {"type": "error"})
+    _, error = await _read_all(b"event: error\ndata: not json\n\n")
+    assert error is not None and error.args == ("not json", "not json")
+    _, error = await _read_all(b"event: error\n\n")
+    assert error is not None and error.args == ("Error code: 200", "")
+
+
 def test_a_line_that_is_not_utf8_fails_as_the_sdk_does() -> None:
     stream = b"event: a\ndata: \xff\n\n"
     with pytest.raises(UnicodeDecodeError):
         _sdk_events(stream)
-    with pytest.raises(UnicodeDecodeError):
-        SseReader().feed(stream)
+    reader = SseReader()
+    assert reader.feed(stream) == []
+    assert isinstance(reader.error, UnicodeDecodeError)
 
 
 @pytest.fixture
@@ -152,3 +205,57 @@ async def test_an_error_event_raises_what_the_sdk_raises(
     assert (str(ours), ours.body, ours.status_code) == (str(theirs), theirs.body, 200)
     assert ours.body["error"]["type"] == "overloaded_error"
     assert [e["type"] for e in seen][:1] == ["message_start"]
+
+
+def _local_port(response: Any) -> int:
+    """The client-side port of the connection that carried `response`."""
+    address = response.extensions["network_stream"].get_extra_info("client_addr")
+    return int(address[1])
+
+
+@pytest.mark.anyio
+async def test_the_body_is_read_off_its_connection_which_is_then_reused(
+    fake_provider: FakeProvider, provider: AnthropicProvider
+) -> None:
+    client, _ = await provider._ready()
+    fake_provider.enqueue(Reply.text("first answer here"), Reply.text("second answer"))
+    body = {"model": provider.default_model(), **BODY}
+    stream = await create_stream(client, body)
+    reads = body_reads(stream.response)
+    assert reads is not None  # the httpx2/httpcore2 installed are read off the connection
+    seen = [data async for batch in read_events(reads, _no_error, 200) for data in batch]
+    await stream.close()
+    assert [e["type"] for e in seen][-1] == "message_stop"
+    text = "".join(e["delta"]["text"] for e in seen if e["type"] == "content_block_delta")
+    assert text == "first answer here"
+    again = await create_stream(client, body)
+    assert body_reads(again.response) is not None
+    assert _local_port(again.response) == _local_port(stream.response)  # kept alive
+    await again.close()
+
+
+def _no_error(message: str, body: object) -> Exception:
+    raise AssertionError(f"no error event was sent: {message}")
+
+
+@pytest.mark.anyio
+async def test_a_connection_dropped_mid_body_raises_what_httpx_raises(
+    fake_provider: FakeProvider, provider: AnthropicProvider
+) -> None:
+    client, _ = await provider._ready()
+    dropped = Reply.text("partial answer here").cut(4, abrupt=True)
+    fake_provider.enqueue(dropped, dropped)
+    body = {"model": provider.default_model(), **BODY}
+    raised: list[BaseException] = []
+    for read_here in (False, True):
+        stream = await create_stream(client, body)
+        reads = body_reads(stream.response) if read_here else stream.response.aiter_raw()
+        assert reads is not None
+        with pytest.raises(Exception) as failure:  # which one: compared below
+            async for _ in read_events(reads, _no_error, 200):
+                pass
+        raised.append(failure.value)
+        await stream.close()
+    theirs, ours = raised
+    assert type(ours) is type(theirs) and type(ours).__name__ == "RemoteProtocolError"
+    assert str(ours) == str(theirs)

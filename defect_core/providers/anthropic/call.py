@@ -40,6 +40,7 @@ import importlib
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
+from defect_core.providers.anthropic.body import body_reads
 from defect_core.providers.anthropic.sse import read_events
 
 __all__ = ["MESSAGES_PATH", "SPAN_NAME", "create_stream", "ordered_body", "stream_batches"]
@@ -101,8 +102,10 @@ def stream_batches(stream: Any) -> AsyncGenerator[list[Any], None]:
         error: Exception = client._make_status_error(message, body=body, response=response)
         return error
 
-    encoded = response.headers.get("content-encoding", "identity") != "identity"
-    body = response.aiter_bytes() if encoded else response.aiter_raw()
+    body = body_reads(response)
+    if body is None:
+        encoded = response.headers.get("content-encoding", "identity") != "identity"
+        body = response.aiter_bytes() if encoded else response.aiter_raw()
     return read_events(body, make_error, response.status_code)
 
 

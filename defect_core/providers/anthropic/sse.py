@@ -15,6 +15,9 @@ Invariants:
   line is dropped. An event named `error` raises what the SDK's client makes of it
   (`make_error(message, body)`: the caller passes the client's own `_make_status_error`),
   so the provider's error mapping (`errors.py`) sees exactly what it saw.
+- A failure never swallows what came before it: the events ahead of an `error` event, of
+  data that is not JSON or of a line that is not UTF-8 are handed over first (as the SDK
+  yields them before it raises), even when they arrived in the same read.
 - Nothing is held back that could be handed on: every event complete in a read is returned
   by that read (the first delta leaves as soon as its bytes arrived). Only a read that ends
   in `\\r` keeps its last line until the next read says whether a `\\n` follows.
@@ -32,7 +35,7 @@ observer), and leaves Bedrock's event-stream framing to the SDK.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
 __all__ = ["SseReader", "read_events"]
@@ -49,9 +52,15 @@ class SseReader:
         """The last line of the previous read, not yet ended (or ended by `\\r`)."""
         self._event = ""
         self._data: list[str] = []
+        self.error: UnicodeDecodeError | None = None
+        """A line that is not UTF-8: the reader stopped there (the events before it were
+        returned); the SDK raises this once it has yielded them."""
 
     def feed(self, chunk: bytes) -> list[tuple[str, str]]:
-        """The events completed by `chunk` (named ones only: the SDK skips the others)."""
+        """The events completed by `chunk` (named ones only: the SDK skips the others), up
+        to a line that is not UTF-8 (then `error` is set and nothing more is read)."""
+        if self.error is not None:
+            return []
         buffer = self._tail + chunk if self._tail else chunk
         if b"\r" in buffer:
             lines = buffer.splitlines()
@@ -81,7 +90,12 @@ class SseReader:
                 self._event = ""
                 data.clear()
                 continue
-            line = raw.decode("utf-8")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                self.error = exc
+                self._tail = b""
+                break
             if line[0] == ":":
                 continue
             name, _, value = line.partition(":")
@@ -106,25 +120,42 @@ async def read_events(
     reader = SseReader()
     try:
         async for chunk in body:
-            if batch := _parsed(reader.feed(chunk), make_error, status_code):
+            for batch in _batches(reader.feed(chunk), make_error, status_code):
                 yield batch
-        if batch := _parsed(reader.finish(), make_error, status_code):
+            if reader.error is not None:
+                raise reader.error
+        for batch in _batches(reader.finish(), make_error, status_code):
             yield batch
+        if reader.error is not None:
+            raise reader.error
     finally:
         if isinstance(body, AsyncGenerator):
             await body.aclose()
 
 
-def _parsed(events: list[tuple[str, str]], make_error: ErrorMaker, status_code: int) -> list[Any]:
+def _batches(
+    events: list[tuple[str, str]], make_error: ErrorMaker, status_code: int
+) -> Iterator[list[Any]]:
+    """The parsed events of one read as one batch; an `error` event raises once the events
+    before it were handed over (the SDK yields them before it raises)."""
     batch: list[Any] = []
     for event, data in events:
         if event == "ping":
             continue
         if event == "error":
+            if batch:
+                yield batch
+                batch = []
             raise _error(data, make_error, status_code)
         if data:
-            batch.append(json.loads(data))
-    return batch
+            try:
+                batch.append(json.loads(data))
+            except ValueError:
+                if batch:
+                    yield batch
+                raise
+    if batch:
+        yield batch
 
 
 def _error(data: str, make_error: ErrorMaker, status_code: int) -> Exception:

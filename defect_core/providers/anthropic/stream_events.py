@@ -12,9 +12,11 @@ Invariants:
   reads by attribute) is the same either way: `type`, `index`, `delta.type` and the delta's
   one text field. A delta of another shape (unknown kind, a field of another type) takes the
   SDK's path, so the assembler sees what it always saw for it.
-- The SDK still owns the stream: SSE decoding, `ping`s, in-stream `error` events (raised as
-  its status errors), its stream observer, closing the response. Only the per-event build is
-  ours (asked for `object`, the SDK hands each event's JSON over as it parsed it).
+- Where the SDK's stream is iterated (Bedrock; anywhere `call.stream_batches` does not read
+  the bytes itself) the SDK still owns SSE decoding, `ping`s, in-stream `error` events and
+  its stream observer; only the per-event build is ours (asked for `object`, the SDK hands
+  each event's JSON over as it parsed it). On the Anthropic API route the JSON comes from
+  defect's own SSE reader (`sse.py`), which hands over the same JSON.
 - Cheap until used: importing this module loads no SDK.
 
 Why: a fast stream is almost all deltas, and the SDK's build of each (a pydantic model of a
