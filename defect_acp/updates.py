@@ -22,7 +22,8 @@ Invariants:
   plus whatever the session has already queued behind it (never waiting for more, so the first
   delta leaves at once, as it came), merges adjacent queued text deltas of one kind into one
   (`coalesce`: only when the writer is behind, and never across any other event), and writes
-  the batch as one write with one flush (`UpdateSink.send_updates`). A replay goes out the
+  the batch as one write with one flush (`UpdateSink.send_lines`; a text delta's line is
+  written straight, as a replay's are, without a model per delta). A replay goes out the
   same way, `REPLAY_BATCH` updates per write as they are built, so the first leave before the
   last are made (as protocol lines straight: `replay_lines.py`). A `session/load` replay
   streams further (`StreamedReplay`): each part of the history is sent as soon as the store
@@ -90,6 +91,9 @@ class SessionPump:
         self._task: asyncio.Task[None] | None = None
         self._questions: set[asyncio.Task[None]] = set()
         self._refresh: asyncio.Task[None] | None = None
+        self._lines = ReplayLines(session.id)
+        """Text deltas' lines, written straight (`replay_lines.py`: the line `update_line`
+        writes for the model, without building one per delta)."""
         self._held: dict[str, ev.ToolCallStarted] = {}
         """Calls shown by their own event (`project.SHOWN_BY_THEIR_EVENT`), until they end:
         a refused one is shown then, as a failed card."""
@@ -157,7 +161,11 @@ class SessionPump:
         before a turn's end or a permission question leave before it is acted on."""
         pending: list[Any] = []
         for event in events:
-            if isinstance(event, ev.PermissionRequested):
+            if isinstance(event, ev.AgentTextDelta):
+                pending.append(self._lines.agent_text(event.text))
+            elif isinstance(event, ev.AgentThoughtDelta):
+                pending.append(self._lines.thought(event.text))
+            elif isinstance(event, ev.PermissionRequested):
                 await self._flush(pending)
                 task = asyncio.create_task(self._ask(event))
                 self._questions.add(task)
@@ -191,8 +199,15 @@ class SessionPump:
         await self._flush(pending)
 
     async def _flush(self, pending: list[Any]) -> None:
+        """Send `pending` (update models, and text deltas' lines) as one write."""
         if pending:
-            await self._agent.send_updates(self._session.id, pending)
+            session_id = self._session.id
+            lines = [
+                item if isinstance(item, bytes) else project.update_line(session_id, item)
+                for item in pending
+                if item is not None
+            ]
+            await self._agent.send_lines(session_id, [line for line in lines if line])
             pending.clear()
 
     async def _ask(self, event: ev.PermissionRequested) -> None:

@@ -26,6 +26,11 @@ import and the first connection):
   answer at once. Median and p95 of each; targets: burst median ≤ 3 ms, p95 ≤ 5 ms. A delta
   that reaches the client inside a coalesced update counts from its own write time, so
   coalescing can only show up as the latency it saves.
+- agent CPU per delta, --sessions at once: the agent process's CPU time (user + system, from
+  /proc; Linux only) over the sessions-at-once prompts, divided by their deltas. Load-
+  independent where the latencies are not: on a busy machine it says whether the work per
+  delta shrank. It includes each prompt's own cost (the request, the history), spread over
+  its deltas. No target: reported to compare builds.
 
 The fake's sockets get TCP_NODELAY here so it answers "instantly" (Nagle's algorithm would
 otherwise hold its small writes for the client's delayed ACK, up to 40 ms, and charge that
@@ -177,6 +182,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
+def agent_cpu_seconds(relay_pid: int) -> float | None:
+    """CPU time (user + system) of the agent, the relay's child; None where /proc cannot say."""
+    try:
+        children = Path(f"/proc/{relay_pid}/task/{relay_pid}/children").read_text().split()
+        fields = Path(f"/proc/{children[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def serve_fake(conn: Any) -> None:
     """The fake's own process: serve, and answer the bench's commands over a pipe."""
     timings = Timings()
@@ -244,6 +259,7 @@ async def run(
     paced_marks: list[int] = []
     fast_marks: list[int] = []
     parallel_marks: list[int] = []
+    parallel_cpu: list[float] = []
     fake = FakeProcess()
     try:
         with tempfile.TemporaryDirectory(prefix="defect-bench-turn-") as workspace:
@@ -315,7 +331,11 @@ async def run(
                         before = await asyncio.to_thread(
                             fake.call, "enqueue", [r.to_dict() for r in replies]
                         )
+                        cpu_before = agent_cpu_seconds(agent.process.pid)
                         await asyncio.gather(*(answer(sid) for sid in sids))
+                        cpu_after = agent_cpu_seconds(agent.process.pid)
+                        if width > 1 and cpu_before is not None and cpu_after is not None:
+                            parallel_cpu.append(cpu_after - cpu_before)
                         seen = await asyncio.to_thread(fake.call, "wait", before + len(replies))
                         if seen["rejected"]:
                             raise RuntimeError(f"the fake rejected: {seen['rejected'][0]}")
@@ -339,6 +359,11 @@ async def run(
         "fast_p95_ms": percentile(fast_ms, 0.95),
         "parallel_p50_ms": statistics.median(parallel_ms) if parallel_ms else float("nan"),
         "parallel_p95_ms": percentile(parallel_ms, 0.95),
+        "parallel_cpu_us": (
+            sum(parallel_cpu) / len(parallel_marks) * 1e6
+            if parallel_cpu and parallel_marks
+            else float("nan")
+        ),
         "overhead_ms": statistics.median(overheads) * 1000,
         "wall_ms": statistics.median(walls) * 1000,
         "fake_ms": statistics.median(fake_parts) * 1000,
@@ -448,6 +473,13 @@ def main() -> int:
                 "ok": None,
             },
             *fast_figures(result, args.burst_deltas, args.burst_ms, args.sessions),
+            {
+                "name": f"agent CPU per delta, {args.sessions} sessions at once (prompt included)",
+                "value": round(result["parallel_cpu_us"], 1),
+                "unit": "µs",
+                "target": "—",
+                "ok": None,
+            },
             {
                 "name": "deltas matched (received / sent)",
                 "value": f"{result['deltas']}/{result['deltas_expected']}",

@@ -1,7 +1,8 @@
 """The streamed Messages call, made through the SDK client's own `post`.
 
 Owns `create_stream(client, body, extra_body=...)`: the request `client.messages.create(**body,
-stream=True, extra_body=...)` sends, sent without importing the SDK's messages resource.
+stream=True, extra_body=...)` sends, sent without importing the SDK's messages resource; and
+`stream_batches(stream)`: the events of the stream it returned, one batch per network read.
 
 Why: `anthropic.resources.messages.messages` imports, at module level, the batches resource,
 the request-parameter types of both the Messages API and its beta (about 600 modules of
@@ -25,15 +26,24 @@ Invariants:
   for retired models (stderr only).
 - Cheap until used: importing this module loads no SDK; the call resolves the SDK's modules
   (loaded by then: `client.load_sdk`) when it runs.
+- `stream_batches` reads the response with defect's own SSE reader (`sse.py`: the same
+  events and errors) only where the SDK would run its plain `SSEDecoder` and no tracing
+  observer waits for the stream's items (the Anthropic API route, tracing off); anywhere
+  else (Bedrock's event stream, an SDK whose stream looks otherwise) the SDK's stream is
+  iterated as it is, one event per batch. A test pins that the SDK this project installs
+  takes defect's reader (tests/test_provider_anthropic_sse.py).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
-__all__ = ["MESSAGES_PATH", "SPAN_NAME", "create_stream", "ordered_body"]
+from defect_core.providers.anthropic.body import body_reads
+from defect_core.providers.anthropic.sse import read_events
+
+__all__ = ["MESSAGES_PATH", "SPAN_NAME", "create_stream", "ordered_body", "stream_batches"]
 
 MESSAGES_PATH = "/v1/messages"
 SPAN_NAME = "anthropic.messages.create"
@@ -75,6 +85,33 @@ async def create_stream(
         stream=True,
         stream_cls=streaming.AsyncStream[object],
     )
+
+
+def stream_batches(stream: Any) -> AsyncGenerator[list[Any], None]:
+    """The events of `stream` (what `create_stream` returned), each as the JSON the SDK would
+    have yielded, one list per network read; raises what the SDK's iteration raises. Close
+    it (or read it to its end), then close `stream`."""
+    decoder = getattr(stream, "_decoder", None)
+    sse_decoder = importlib.import_module("anthropic._streaming").SSEDecoder
+    if type(decoder) is not sse_decoder or getattr(stream, "_observer", True) is not None:
+        return _one_by_one(stream)
+    response = stream.response
+    client = stream._client
+
+    def make_error(message: str, body: object) -> Exception:
+        error: Exception = client._make_status_error(message, body=body, response=response)
+        return error
+
+    body = body_reads(response)
+    if body is None:
+        encoded = response.headers.get("content-encoding", "identity") != "identity"
+        body = response.aiter_bytes() if encoded else response.aiter_raw()
+    return read_events(body, make_error, response.status_code)
+
+
+async def _one_by_one(stream: Any) -> AsyncGenerator[list[Any], None]:
+    async for data in stream:
+        yield [data]
 
 
 def span_attributes(body: object) -> Mapping[str, Any]:

@@ -39,7 +39,7 @@ import anyio
 
 from defect_core.config import Settings
 from defect_core.log import get_logger
-from defect_core.providers.anthropic.call import create_stream
+from defect_core.providers.anthropic.call import create_stream, stream_batches
 from defect_core.providers.anthropic.catalog import Route, models_for
 from defect_core.providers.anthropic.client import (
     Sdk,
@@ -177,9 +177,11 @@ class AnthropicProvider:
             request_id = request_id_of(stream.response.headers)
             assembler = StreamAssembler(max_tokens=request.max_tokens)
             try:
-                async for data in stream:
-                    for chunk in assembler.feed(stream_event(data)):
-                        yield chunk
+                async with aclosing(stream_batches(stream)) as batches:
+                    async for batch in batches:
+                        for data in batch:
+                            for chunk in assembler.feed(stream_event(data)):
+                                yield chunk
             except ProviderError:
                 raise
             except Exception as exc:

@@ -12,9 +12,11 @@ Invariants:
   reads by attribute) is the same either way: `type`, `index`, `delta.type` and the delta's
   one text field. A delta of another shape (unknown kind, a field of another type) takes the
   SDK's path, so the assembler sees what it always saw for it.
-- The SDK still owns the stream: SSE decoding, `ping`s, in-stream `error` events (raised as
-  its status errors), its stream observer, closing the response. Only the per-event build is
-  ours (asked for `object`, the SDK hands each event's JSON over as it parsed it).
+- Where the SDK's stream is iterated (Bedrock; anywhere `call.stream_batches` does not read
+  the bytes itself) the SDK still owns SSE decoding, `ping`s, in-stream `error` events and
+  its stream observer; only the per-event build is ours (asked for `object`, the SDK hands
+  each event's JSON over as it parsed it). On the Anthropic API route the JSON comes from
+  defect's own SSE reader (`sse.py`), which hands over the same JSON.
 - Cheap until used: importing this module loads no SDK.
 
 Why: a fast stream is almost all deltas, and the SDK's build of each (a pydantic model of a
@@ -28,8 +30,8 @@ event.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 __all__ = ["ContentDelta", "DeltaBody", "content_delta", "stream_event"]
 
@@ -44,8 +46,7 @@ _DELTA_FIELDS: dict[str, str] = {
 _EVENT_UNION = "anthropic.types.raw_message_stream_event"
 
 
-@dataclass(frozen=True, slots=True)
-class DeltaBody:
+class DeltaBody(NamedTuple):
     """The `delta` of a `content_block_delta`: its kind, and its text in the field the API
     names for that kind (the others stay empty)."""
 
@@ -56,28 +57,37 @@ class DeltaBody:
     signature: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class ContentDelta:
+class ContentDelta(NamedTuple):
     """A `content_block_delta` event of a known kind."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the event's field (it shadows `tuple.index`)
     delta: DeltaBody
     type: str = "content_block_delta"
+
+
+_BODIES: dict[str, Callable[[str], DeltaBody]] = {
+    "text": lambda value: DeltaBody("text_delta", value),
+    "thinking": lambda value: DeltaBody("thinking_delta", "", value),
+    "partial_json": lambda value: DeltaBody("input_json_delta", "", "", value),
+    "signature": lambda value: DeltaBody("signature_delta", "", "", "", value),
+}
+"""The field that carries a delta's text → its body, built from that text (positional: a
+body is built per delta, and keywords cost more)."""
 
 
 def content_delta(data: object) -> ContentDelta | None:
     """`data` (one event's parsed JSON) as a `ContentDelta`, or None when it is another event
     or a delta of another shape."""
-    if not isinstance(data, dict) or data.get("type") != "content_block_delta":
+    if type(data) is not dict or data.get("type") != "content_block_delta":
         return None
     index, delta = data.get("index"), data.get("delta")
-    if type(index) is not int or not isinstance(delta, dict):
+    if type(index) is not int or type(delta) is not dict:
         return None
     kind = delta.get("type")
-    name = _DELTA_FIELDS.get(kind) if isinstance(kind, str) else None
-    if name is None or not isinstance(value := delta.get(name), str):
+    name = _DELTA_FIELDS.get(kind) if type(kind) is str else None
+    if name is None or type(value := delta.get(name)) is not str:
         return None
-    return ContentDelta(index, DeltaBody(kind, **{name: value}))  # type: ignore[arg-type]
+    return ContentDelta(index, _BODIES[name](value))
 
 
 def stream_event(data: object) -> Any:

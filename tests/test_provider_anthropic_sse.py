@@ -1,0 +1,261 @@
+"""defect's own SSE reader yields what the SDK's reader yields, and raises what it raises.
+
+`defect_core/providers/anthropic/sse.py` splits the response's bytes into events itself and
+`call.stream_batches` uses it where the SDK would run its plain `SSEDecoder`. The first tests
+hold it against the SDK's own `SSEDecoder` (the reference, not a copy of it) on streams with
+every line ending, comments, multi-line data, pings and unnamed events, cut into reads at
+every byte. The others stream replies from the strict fake API on 127.0.0.1 through the real
+SDK both ways - the stream `create_stream` returns iterated by the SDK, and read with
+`stream_batches` - and compare the events, and the exception of an `error` event, and pin
+that the SDK this project installs takes defect's reader on the Anthropic API route. The last
+ones read the body off its HTTP/1.1 connection (`body.py`): the connection is kept alive
+after, and a connection dropped mid-body raises what httpx raises.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from defect_core.config import Settings
+from defect_core.providers.anthropic import anthropic_provider
+from defect_core.providers.anthropic.body import body_reads
+from defect_core.providers.anthropic.call import create_stream, stream_batches
+from defect_core.providers.anthropic.provider import AnthropicProvider
+from defect_core.providers.anthropic.sse import SseReader, read_events
+from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply
+
+STREAMS = [
+    b'event: message_start\ndata: {"a": 1}\n\nevent: ping\ndata: {}\n\n'
+    b'event: content_block_delta\ndata: {"t": "h\xc3\xa9llo"}\n\n',
+    b"event: x\r\ndata: one\r\ndata: two\r\n\r\n: a comment\r\nevent:y\r\ndata:3\r\n\r\n",
+    b"event: cr\rdata: only\r\r\r\revent: mixed\ndata: m\r\n\rdata: unnamed\n\n",
+    b"data: no name\n\nevent: e\nid: 7\nretry: 10\nfoo: bar\ndata:  two spaces\n\n\n\n",
+    b"event: e\ndata:\n\nevent: f\ndata: last, never ended\n",
+    b"event: g\ndata: ended by a last cr\n\r",
+]
+
+
+def _sdk_events(stream: bytes) -> list[tuple[str, str]]:
+    """What the SDK's `SSEDecoder` makes of `stream` (in one read), named events only (the
+    SDK's stream skips the others)."""
+    from anthropic._streaming import SSEDecoder
+
+    return [(e.event, e.data) for e in SSEDecoder().iter_bytes(iter([stream])) if e.event]
+
+
+def _ours(reads: list[bytes]) -> list[tuple[str, str]]:
+    reader = SseReader()
+    events = [event for read in reads for event in reader.feed(read)]
+    return events + reader.finish()
+
+
+@pytest.mark.parametrize("stream", STREAMS, ids=range(len(STREAMS)))
+def test_events_match_the_sdk_decoder_wherever_the_reads_split(stream: bytes) -> None:
+    expected = _sdk_events(stream)
+    assert expected  # every stream has events to compare
+    assert _ours([stream]) == expected
+    for cut in range(1, len(stream)):
+        assert _ours([stream[:cut], stream[cut:]]) == expected, cut
+    assert _ours([stream[i : i + 1] for i in range(len(stream))]) == expected
+
+
+def test_every_event_complete_in_a_read_comes_out_of_that_read() -> None:
+    reader = SseReader()
+    first = reader.feed(b"event: a\ndata: 1\n\nevent: b\ndata: 2\n\nevent: c\nda")
+    assert first == [("a", "1"), ("b", "2")]
+    assert reader.feed(b"ta: 3\n\n") == [("c", "3")]
+
+
+async def _read_all(stream: bytes) -> tuple[list[Any], BaseException | None]:
+    """What `read_events` hands over for `stream` (in one read), and what it raised."""
+
+    async def body() -> AsyncIterator[bytes]:
+        yield stream
+
+    def make_error(message: str, body: object) -> Exception:
+        return RuntimeError(message, body)
+
+    seen: list[Any] = []
+    try:
+        async for batch in read_events(body(), make_error, 200):
+            seen.extend(batch)
+    except Exception as exc:
+        return seen, exc
+    return seen, None
+
+
+GOOD = b'event: a\ndata: {"n": 1}\n\nevent: ping\ndata: {}\n\n'
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("bad", "raised"),
+    [
+        (b'event: error\ndata: {"type": "error"}\n\n', RuntimeError),
+        (b"event: b\ndata: {not json\n\n", ValueError),
+        (b"event: b\ndata: \xff\n\n", UnicodeDecodeError),
+    ],
+    ids=["error event", "not json", "not utf-8"],
+)
+async def test_a_failure_comes_after_the_events_before_it_even_in_one_read(
+    bad: bytes, raised: type[Exception]
+) -> None:
+    seen, error = await _read_all(GOOD + bad + GOOD)
+    assert seen == [{"n": 1}]
+    assert isinstance(error, raised)
+
+
+@pytest.mark.anyio
+async def test_an_error_event_is_raised_as_the_sdk_words_it() -> None:
+    _, error = await _read_all(b'event: error\ndata: {"type": "error"}\n\n')
+    assert error is not None and error.args == ("{'type': 'error'}", {"type": "error"})
+    _, error = await _read_all(b"event: error\ndata: not json\n\n")
+    assert error is not None and error.args == ("not json", "not json")
+    _, error = await _read_all(b"event: error\n\n")
+    assert error is not None and error.args == ("Error code: 200", "")
+
+
+def test_a_line_that_is_not_utf8_fails_as_the_sdk_does() -> None:
+    stream = b"event: a\ndata: \xff\n\n"
+    with pytest.raises(UnicodeDecodeError):
+        _sdk_events(stream)
+    reader = SseReader()
+    assert reader.feed(stream) == []
+    assert isinstance(reader.error, UnicodeDecodeError)
+
+
+@pytest.fixture
+async def provider(
+    fake_provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[AnthropicProvider]:
+    for name in list(os.environ):
+        if name.startswith(("ANTHROPIC_", "DEFECT_", "OTEL_")):
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", DEFAULT_API_KEY)
+    opened = anthropic_provider(Settings(provider="anthropic", base_url=fake_provider.url))
+    yield opened
+    await opened.aclose()
+
+
+BODY: dict[str, Any] = {
+    "max_tokens": 4096,
+    "messages": [{"role": "user", "content": "hello"}],
+    "thinking": {"type": "enabled", "budget_tokens": 2048},
+    "tools": [{"name": "lookup", "description": "d", "input_schema": {"type": "object"}}],
+}
+
+
+async def _both_ways(client: Any, body: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """The events of the next two replies (each message's id masked): the SDK's iteration of
+    the stream, then `stream_batches`."""
+    theirs = [_masked(data) async for data in await create_stream(client, body)]
+    stream = await create_stream(client, body)
+    batches = stream_batches(stream)
+    assert batches.ag_code.co_name == "read_events"  # the SDK installed takes our reader
+    ours = [_masked(data) async for batch in batches for data in batch]
+    await stream.close()
+    return theirs, ours
+
+
+def _masked(event: dict[str, Any]) -> dict[str, Any]:
+    if event["type"] == "message_start":
+        return {**event, "message": {**event["message"], "id": "msg"}}
+    return event
+
+
+@pytest.mark.anyio
+async def test_a_streamed_reply_reads_the_same_as_through_the_sdk(
+    fake_provider: FakeProvider, provider: AnthropicProvider
+) -> None:
+    client, _ = await provider._ready()
+    reply = Reply.thinking(
+        "first I think",
+        Reply.tool_use("toolu_01", "lookup", {"key": "a value"}, text_before="some text hére"),
+    )
+    fake_provider.enqueue(reply, reply)
+    theirs, ours = await _both_ways(client, {"model": provider.default_model(), **BODY})
+    assert theirs == ours
+    assert {"message_start", "content_block_delta", "message_stop"} <= {e["type"] for e in ours}
+    assert not any(r.rejected for r in fake_provider.requests)
+
+
+@pytest.mark.anyio
+async def test_an_error_event_raises_what_the_sdk_raises(
+    fake_provider: FakeProvider, provider: AnthropicProvider
+) -> None:
+    client, sdk = await provider._ready()
+    failing = Reply.text("partial answer here").error_mid_stream(3)
+    fake_provider.enqueue(failing, failing)
+    body = {"model": provider.default_model(), **BODY}
+    with pytest.raises(sdk.anthropic.APIStatusError) as sdk_raised:
+        async for _ in await client.messages.create(**body, stream=True):
+            pass
+    stream = await create_stream(client, body)
+    seen: list[Any] = []
+    with pytest.raises(sdk.anthropic.APIStatusError) as we_raised:
+        async for batch in stream_batches(stream):
+            seen.extend(batch)
+    await stream.close()
+    theirs, ours = sdk_raised.value, we_raised.value
+    assert type(ours) is type(theirs)
+    assert (str(ours), ours.body, ours.status_code) == (str(theirs), theirs.body, 200)
+    assert ours.body["error"]["type"] == "overloaded_error"
+    assert [e["type"] for e in seen][:1] == ["message_start"]
+
+
+def _local_port(response: Any) -> int:
+    """The client-side port of the connection that carried `response`."""
+    address = response.extensions["network_stream"].get_extra_info("client_addr")
+    return int(address[1])
+
+
+@pytest.mark.anyio
+async def test_the_body_is_read_off_its_connection_which_is_then_reused(
+    fake_provider: FakeProvider, provider: AnthropicProvider
+) -> None:
+    client, _ = await provider._ready()
+    fake_provider.enqueue(Reply.text("first answer here"), Reply.text("second answer"))
+    body = {"model": provider.default_model(), **BODY}
+    stream = await create_stream(client, body)
+    reads = body_reads(stream.response)
+    assert reads is not None  # the httpx2/httpcore2 installed are read off the connection
+    seen = [data async for batch in read_events(reads, _no_error, 200) for data in batch]
+    await stream.close()
+    assert [e["type"] for e in seen][-1] == "message_stop"
+    text = "".join(e["delta"]["text"] for e in seen if e["type"] == "content_block_delta")
+    assert text == "first answer here"
+    again = await create_stream(client, body)
+    assert body_reads(again.response) is not None
+    assert _local_port(again.response) == _local_port(stream.response)  # kept alive
+    await again.close()
+
+
+def _no_error(message: str, body: object) -> Exception:
+    raise AssertionError(f"no error event was sent: {message}")
+
+
+@pytest.mark.anyio
+async def test_a_connection_dropped_mid_body_raises_what_httpx_raises(
+    fake_provider: FakeProvider, provider: AnthropicProvider
+) -> None:
+    client, _ = await provider._ready()
+    dropped = Reply.text("partial answer here").cut(4, abrupt=True)
+    fake_provider.enqueue(dropped, dropped)
+    body = {"model": provider.default_model(), **BODY}
+    raised: list[BaseException] = []
+    for read_here in (False, True):
+        stream = await create_stream(client, body)
+        reads = body_reads(stream.response) if read_here else stream.response.aiter_raw()
+        assert reads is not None
+        with pytest.raises(Exception) as failure:  # which one: compared below
+            async for _ in read_events(reads, _no_error, 200):
+                pass
+        raised.append(failure.value)
+        await stream.close()
+    theirs, ours = raised
+    assert type(ours) is type(theirs) and type(ours).__name__ == "RemoteProtocolError"
+    assert str(ours) == str(theirs)
