@@ -144,12 +144,13 @@ def model_key(model: type[BaseModel]) -> str:
     digest = hashlib.sha256()
     digest.update(f"{sys.version}\0{pydantic.VERSION}\0".encode())
     files = {_file_of(__name__), _file_of("defect_core.tools.base")}
-    for cls in _models_within(model):
+    models, annotations = _within(model, pydantic.BaseModel)
+    for cls in models:
         files.add(_file_of(cls.__module__))
         fields = _ADDRESS.sub("", repr(cls.model_fields))
         config = _ADDRESS.sub("", repr(sorted(cls.model_config.items(), key=lambda kv: kv[0])))
         digest.update(f"{_name(cls)}\0{cls.__doc__}\0{fields}\0{config}\0".encode())
-    for annotation in _annotations_within(model):
+    for annotation in annotations:
         if _is_subclass(annotation, enum.Enum):
             files.add(_file_of(annotation.__module__))
             members = [(m.name, m.value) for m in annotation]
@@ -159,43 +160,32 @@ def model_key(model: type[BaseModel]) -> str:
     return digest.hexdigest()
 
 
-def _models_within(model: type[BaseModel]) -> list[type[BaseModel]]:
-    """`model`, its model bases and every model its fields name, at any depth."""
-    from pydantic import BaseModel
-
-    found: list[type[BaseModel]] = []
+def _within(
+    model: type[BaseModel], root: type[BaseModel]
+) -> tuple[list[type[BaseModel]], list[Any]]:
+    """`model`, its model bases and every model its fields name, at any depth; and every
+    type their fields name (`list[X]`, `X | None`, `Annotated[X, ...]` taken apart)."""
+    models: list[type[BaseModel]] = []
+    annotations: list[Any] = []
     todo: list[type[BaseModel]] = [model]
     while todo:
         cls = todo.pop()
-        if cls in found:
+        if cls in models:
             continue
-        found.append(cls)
-        todo.extend(b for b in cls.__mro__[1:] if _is_model(b) and b is not BaseModel)
+        models.append(cls)
+        todo.extend(b for b in cls.__mro__[1:] if _is_subclass(b, root) and b is not root)
         for field in cls.model_fields.values():
-            todo.extend(a for a in _args_of(field.annotation) if _is_model(a))
-    return found
-
-
-def _annotations_within(model: type[BaseModel]) -> list[Any]:
-    out: list[Any] = []
-    for cls in _models_within(model):
-        for field in cls.model_fields.values():
-            out.extend(_args_of(field.annotation))
-    return out
+            within = _args_of(field.annotation)
+            annotations.extend(within)
+            todo.extend(a for a in within if _is_subclass(a, root))
+    return models, annotations
 
 
 def _args_of(annotation: Any) -> list[Any]:
-    """`annotation` and everything nested in it (`list[X]`, `X | None`, `Annotated[X, ...]`)."""
     out = [annotation]
     for arg in typing.get_args(annotation):
         out.extend(_args_of(arg))
     return out
-
-
-def _is_model(value: Any) -> bool:
-    from pydantic import BaseModel
-
-    return _is_subclass(value, BaseModel)
 
 
 def _is_subclass(value: Any, base: type) -> bool:
