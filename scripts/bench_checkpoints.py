@@ -20,6 +20,10 @@ differences: other load on a shared machine hits both sides of a pair alike. The
 inside the checkpoint calls on the turn's path is reported too (the worker thread's hashing,
 compression and blob writes overlap the tool's fsync-bound writes and are not in it).
 
+The overhead can come out below zero: a held old file is freed when the flush closes it,
+not by the rename on the tool's path as without a checkpoint (that work moves into the
+blob-storing figure, with the read of the old content).
+
 It reports and never asserts: the exit status is 0 whatever the figures. `--json PATH` also
 writes `{"figures": [{"name", "value", "unit", "target", "ok"}]}` for tooling
 (scripts/bench_all.py).

@@ -51,7 +51,7 @@ from pathlib import Path
 from defect_core.checkpoints.blobs import BlobStore, digest_of
 from defect_core.checkpoints.gitsnap import StatKey, WorkTreeSnapshot, stat_key
 from defect_core.checkpoints.model import Checkpoint, Entry, FileState, Source
-from defect_core.checkpoints.pinned import Pinned, open_regular, read_regular
+from defect_core.checkpoints.pinned import Pinned, descriptor_room, open_regular, read_regular
 
 NOT_GIT_NOTE = "command side effects are not covered: the workspace is not a git work tree"
 NOT_STORED = "its prior content was not stored yet when the turn stopped"
@@ -67,8 +67,8 @@ class CaptureLimits:
     pending_bytes: int = 64 * 1024 * 1024
     """Bytes read but not yet stored; past this, capture is synchronous."""
     pinned_files: int = 128
-    """Replaced files held open until `flush` (each an open descriptor); past this, their
-    prior content is read at once."""
+    """Replaced files held open until `flush` (each an open descriptor, and never more than
+    an eighth of the descriptor limit); past this, their prior content is read at once."""
 
 
 class _Written:
@@ -128,6 +128,7 @@ class Checkpointer:
         self._flushing = threading.Lock()
         self._pending = 0
         self._pinned = 0
+        self._pin_limit = min(self.limits.pinned_files, descriptor_room())
 
     # -- paths -------------------------------------------------------------------------
 
@@ -224,7 +225,7 @@ class Checkpointer:
     def _pin(self, slot: _Slot, full: str) -> bool:
         """Hold the file open for `flush`, while the pinned budget allows."""
         with self._lock:
-            if self._pinned >= self.limits.pinned_files:
+            if self._pinned >= self._pin_limit:
                 return False
             self._pinned += 1
         try:

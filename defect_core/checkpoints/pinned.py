@@ -23,6 +23,18 @@ import stat as stat_mod
 from pathlib import Path
 
 
+def descriptor_room() -> int:
+    """How many files a checkpoint may hold open: an eighth of the process's descriptor
+    limit, so the tools, the store and the MCP servers keep plenty (256 where unknown)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 256
+    return 256 if soft == resource.RLIM_INFINITY else max(0, soft // 8)
+
+
 class PinnedChanged(OSError):
     """The pinned file was changed after it was pinned: its prior content is lost."""
 
