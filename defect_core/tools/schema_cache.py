@@ -28,11 +28,7 @@ Invariants:
 
 from __future__ import annotations
 
-import enum
-import hashlib
-import json
 import os
-import re
 import sys
 import threading
 import typing
@@ -48,7 +44,8 @@ log = get_logger("defect.tools")
 
 FILENAME = "tool-schemas.json"
 FORMAT = 1
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+# hashlib, json and re are imported by the first lookup: this module is imported on the
+# `initialize` path (by `tools.base`), where the OpenSSL behind hashlib alone costs ~1 ms.
 
 
 class SchemaCache:
@@ -94,6 +91,8 @@ class SchemaCache:
                 return
             self._dirty = False
             path, body = self._path, {"format": FORMAT, "schemas": self._entries}
+        import json
+
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             tmp.write_text(json.dumps(body, separators=(",", ":"), sort_keys=True))
@@ -118,6 +117,8 @@ class SchemaCache:
 
 
 def _read(path: Path) -> dict[str, dict[str, Any]]:
+    import json
+
     try:
         body = json.loads(path.read_text())
     except FileNotFoundError:
@@ -139,16 +140,21 @@ def _name(model: type) -> str:
 
 def model_key(model: type[BaseModel]) -> str:
     """What the schema derived from `model` depends on, hashed (see the invariants)."""
+    import enum
+    import hashlib
+    import re
+
     import pydantic
 
+    address = re.compile(r" at 0x[0-9a-fA-F]+")
     digest = hashlib.sha256()
     digest.update(f"{sys.version}\0{pydantic.VERSION}\0".encode())
     files = {_file_of(__name__), _file_of("defect_core.tools.base")}
     models, annotations = _within(model, pydantic.BaseModel)
     for cls in models:
         files.add(_file_of(cls.__module__))
-        fields = _ADDRESS.sub("", repr(cls.model_fields))
-        config = _ADDRESS.sub("", repr(sorted(cls.model_config.items(), key=lambda kv: kv[0])))
+        fields = address.sub("", repr(cls.model_fields))
+        config = address.sub("", repr(sorted(cls.model_config.items(), key=lambda kv: kv[0])))
         digest.update(f"{_name(cls)}\0{cls.__doc__}\0{fields}\0{config}\0".encode())
     for annotation in annotations:
         if _is_subclass(annotation, enum.Enum):
