@@ -128,7 +128,7 @@ class Checkpointer:
         self._flushing = threading.Lock()
         self._pending = 0
         self._pinned = 0
-        self._pin_limit = min(self.limits.pinned_files, descriptor_room())
+        self._pin_limit: int | None = None  # set by the first pin (a turn may write nothing)
 
     # -- paths -------------------------------------------------------------------------
 
@@ -225,6 +225,8 @@ class Checkpointer:
     def _pin(self, slot: _Slot, full: str) -> bool:
         """Hold the file open for `flush`, while the pinned budget allows."""
         with self._lock:
+            if self._pin_limit is None:
+                self._pin_limit = min(self.limits.pinned_files, descriptor_room())
             if self._pinned >= self._pin_limit:
                 return False
             self._pinned += 1
