@@ -5,8 +5,9 @@ Owns the number behind the checkpoint promise: on a turn whose tools rewrite 100
 time is the 100 `write_file` calls through the real write path (`WriteFileTool.run`: argument
 checks, workspace boundary, read ledger, atomic write with fsync) on the local backend, and
 the checkpointed turn writes through the door a checkpointed turn uses (`CheckpointingFs`:
-the prior content read into memory before each write). Storing the captured contents —
-hashing, compressing, writing and fsyncing the blobs (`Checkpointer.flush`, then `finish`) —
+the prior content secured before each write — the old inode held open, as the write
+replaces it with a new one). Storing the captured contents — reading, hashing, compressing,
+writing and fsyncing the blobs (`Checkpointer.flush`, then `finish`) —
 happens after the tool calls, as in a session (`defect_core/session/checkpointing.py`), where
 it overlaps the next model request: it is reported on its own line, and so is the whole
 turn's overhead with it counted in. It also reports the storage one such turn uses (blobs on
@@ -18,6 +19,10 @@ to back (the order alternating), and the overhead is the median of the pairs' re
 differences: other load on a shared machine hits both sides of a pair alike. The time spent
 inside the checkpoint calls on the turn's path is reported too (the worker thread's hashing,
 compression and blob writes overlap the tool's fsync-bound writes and are not in it).
+
+The overhead can come out below zero: a held old file is freed when the flush closes it,
+not by the rename on the tool's path as without a checkpoint (that work moves into the
+blob-storing figure, with the read of the old content).
 
 It reports and never asserts: the exit status is 0 whatever the figures. `--json PATH` also
 writes `{"figures": [{"name", "value", "unit", "target", "ok"}]}` for tooling
@@ -81,14 +86,15 @@ class TimedFs(CheckpointingFs):
         self.in_path = 0.0
         before, after = checkpointer.before_write, checkpointer.after_write
 
-        def timed_before(path: str | Path) -> None:
+        def timed_before(path: str | Path, *, replacing: bool = False) -> str | None:
             t = time.perf_counter()
-            before(path)
+            rel = before(path, replacing=replacing)
             self.in_path += time.perf_counter() - t
+            return rel
 
-        def timed_after(path: str | Path, data: bytes) -> None:
+        def timed_after(path: str | Path, data: str | bytes, *, rel: str | None = None) -> None:
             t = time.perf_counter()
-            after(path, data)
+            after(path, data, rel=rel)
             self.in_path += time.perf_counter() - t
 
         checkpointer.before_write = timed_before  # type: ignore[method-assign]

@@ -152,6 +152,27 @@ def test_outside_a_repository_or_without_git_the_facts_are_left_out(
 
 
 @needs_git
+def test_a_repository_is_found_through_a_link_and_through_git_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Git is skipped only where it would find nothing: a directory of a repository reached
+    through a link from outside it, or any directory under `GIT_DIR`, still has its facts."""
+    repo = _repo(tmp_path / "repo")
+    (repo / "pkg").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "pkg").symlink_to(repo / "pkg")
+    via_link = git_facts(outside / "pkg")
+    assert via_link is not None and via_link.root == repo.resolve()
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    monkeypatch.setenv("GIT_DIR", str(repo / ".git"))
+    named = git_facts(plain)
+    assert named is not None and named.root == plain.resolve()
+    assert named.recent_commits == via_link.recent_commits
+
+
+@needs_git
 def test_gathering_never_takes_the_index_lock(tmp_path: Path) -> None:
     repo = _repo(tmp_path / "repo")
     (repo / "app.py").write_text("changed\n")
@@ -264,7 +285,7 @@ async def test_session_new_does_not_wait_for_git(tmp_path: Path) -> None:
     fake_git.chmod(0o755)
     path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
     workspace = tmp_path / "ws"
-    workspace.mkdir()
+    (workspace / ".git").mkdir(parents=True)  # git is only started where it may find one
     async with spawn_defect(env=agent_env(PATH=path)) as agent:
         await agent.initialize()
         sid = await agent.new_session(workspace)

@@ -2,7 +2,8 @@
 
 Owns the package's public names. Lowest first: `model` (the values and their JSON form),
 `blobs` (the content-addressed, compressed store in the state directory), `gitsnap` (what a
-shell command changed in a git work tree), `budget` (what is pruned, oldest first), `capture`
+shell command changed in a git work tree), `budget` (what is pruned, oldest first), `pinned`
+(a replaced file's old inode held open until its content is stored), `capture`
 (recording one turn's checkpoint), then `fs` (the file door that captures before every write)
 and `restore` (putting files back, conflicts first).
 

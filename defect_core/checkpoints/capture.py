@@ -2,7 +2,10 @@
 
 Owns `Checkpointer`, one per prompt (turn) of one session:
 - `before_write(path)`: a file tool is about to write, create, delete or move `path`;
-- `after_write(path, data)`: it wrote `data` there (optional: saves hashing it again);
+  `replacing=True` says the write puts a new inode at the name (the local backend's atomic
+  replace), so the old one can be held open and read later (`pinned`);
+- `after_write(path, data)`: it wrote `data` there (optional: saves reading it again);
+  `write_failed(rel)`: the replace announced did not happen;
 - `before_command()` / `after_command(watch)`: a shell command runs in between; in a git work
   tree its changes are found and captured (`gitsnap`), elsewhere the checkpoint notes that
   command side effects are not covered;
@@ -15,10 +18,14 @@ Owns `Checkpointer`, one per prompt (turn) of one session:
 Invariants:
 - First capture wins: a path's `before` is its state before the turn first touched it,
   whatever the turn did to it afterwards.
-- The prior bytes are read before `before_write` returns, so the caller may overwrite the file
-  at once; they are kept in memory, and hashing, compressing, storing and fsyncing them waits
-  for `flush` (or `finish`), so a turn's tools never compete with their own checkpoint for
-  the disk. Bytes read but not yet stored are bounded (`CaptureLimits.pending_bytes`); past
+- The prior content is secured before `before_write` returns, so the caller may overwrite
+  the file at once: its bytes are read into memory, or — when the caller replaces the file
+  with a new inode and nothing else links the old one — the old inode is held open
+  (`CaptureLimits.pinned_files` at most) and read by `flush`, which checks it did not change
+  since (else the entry is "uncovered", saying so). Reading, hashing, compressing, storing and
+  fsyncing wait for `flush` (or `finish`), so a turn's tools never compete with their own
+  checkpoint for the disk, and a write pays an `open` for its checkpoint, not a copy of the
+  file. Bytes read but not yet stored are bounded (`CaptureLimits.pending_bytes`); past
   that, `before_write` stores synchronously (and durably).
 - A partial checkpoint names every path captured so far: one whose prior content is not
   stored yet is "uncovered" with that reason (a crash then says so, never a silent gap).
@@ -44,6 +51,7 @@ from pathlib import Path
 from defect_core.checkpoints.blobs import BlobStore, digest_of
 from defect_core.checkpoints.gitsnap import StatKey, WorkTreeSnapshot, stat_key
 from defect_core.checkpoints.model import Checkpoint, Entry, FileState, Source
+from defect_core.checkpoints.pinned import Pinned, descriptor_room, open_regular, read_regular
 
 NOT_GIT_NOTE = "command side effects are not covered: the workspace is not a git work tree"
 NOT_STORED = "its prior content was not stored yet when the turn stopped"
@@ -58,19 +66,37 @@ class CaptureLimits:
     """Bytes of modified or untracked files read before one command (git holds the rest)."""
     pending_bytes: int = 64 * 1024 * 1024
     """Bytes read but not yet stored; past this, capture is synchronous."""
+    pinned_files: int = 128
+    """Replaced files held open until `flush` (each an open descriptor, and never more than
+    an eighth of the descriptor limit); past this, their prior content is read at once."""
+
+
+class _Written:
+    """The content a tool wrote, not hashed yet (`flush` hashes it, off the tool's path)."""
+
+    __slots__ = ("content",)
+
+    def __init__(self, content: str | bytes) -> None:
+        self.content = content
+
+    def digest(self) -> str:
+        content = self.content
+        return digest_of(content.encode("utf-8") if isinstance(content, str) else content)
 
 
 class _Slot:
-    """One path of the turn: its prior state (or its bytes, not stored yet) and a hint of
-    the content written last (its bytes, then its digest, by `lstat` key)."""
+    """One path of the turn: its prior state (or its bytes, or its old inode held open, not
+    stored yet) and a hint of the content written last (the content, then its digest, by
+    `lstat` key)."""
 
-    __slots__ = ("before", "pending", "source", "written")
+    __slots__ = ("before", "pending", "pinned", "source", "written")
 
     def __init__(self, source: Source) -> None:
         self.before: FileState | None = None
         self.pending: tuple[bytes, int] | None = None
+        self.pinned: Pinned | None = None
         self.source: Source = source
-        self.written: tuple[StatKey, str | bytes] | None = None
+        self.written: tuple[StatKey, str | _Written] | None = None
 
     def state(self) -> FileState:
         return self.before if self.before is not None else FileState.uncovered(NOT_STORED)
@@ -88,6 +114,8 @@ class Checkpointer:
         durable: bool = True,
     ) -> None:
         self.root = Path(os.path.realpath(root))
+        self._root_str = str(self.root)
+        self._root_prefix = self._root_str.rstrip("/") + "/"
         self.blobs = blobs
         self.turn_id = turn_id
         self.session_id = session_id
@@ -99,18 +127,43 @@ class Checkpointer:
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
         self._pending = 0
+        self._pinned = 0
+        self._pin_limit: int | None = None  # set by the first pin (a turn may write nothing)
 
     # -- paths -------------------------------------------------------------------------
 
     def relative(self, path: str | Path) -> str | None:
         """`path` (absolute, or relative to the root) as the tools reach it — links
         followed — relative to the root; None when that lies outside the root."""
-        absolute = os.path.join(self.root, path)
+        absolute = os.path.join(self._root_str, path)
+        rel = self._beneath_without_links(absolute)
+        if rel is not None:
+            return rel
         real = os.path.realpath(absolute)
         rel = os.path.relpath(real, self.root)
         if rel == "." or rel == ".." or rel.startswith("../"):
             return None
         return rel.replace(os.sep, "/")
+
+    def _beneath_without_links(self, absolute: str) -> str | None:
+        """The fast path of `relative`, taken on every write: `absolute` names a path
+        beneath the root through no link and no `..` (only the names below the root are
+        examined, one `lstat` each), so it is its own resolution. None: resolve it fully."""
+        if not absolute.startswith(self._root_prefix):
+            return None
+        rel = os.path.normpath(absolute[len(self._root_prefix) :])
+        parts = rel.split("/")
+        if ".." in parts or rel == ".":
+            return None
+        current = self._root_str
+        for part in parts:
+            current = f"{current}/{part}"
+            try:
+                if stat_mod.S_ISLNK(os.lstat(current).st_mode):
+                    return None
+            except OSError:
+                break  # what does not exist below here is no link either (as for realpath)
+        return rel
 
     def _claim(self, rel: str, source: Source) -> _Slot | None:
         with self._lock:
@@ -126,56 +179,100 @@ class Checkpointer:
 
     # -- file tools --------------------------------------------------------------------
 
-    def before_write(self, path: str | Path) -> None:
-        """Capture `path`'s present state, unless this turn already did (idempotent)."""
+    def before_write(self, path: str | Path, *, replacing: bool = False) -> str | None:
+        """Capture `path`'s present state, unless this turn already did (idempotent).
+
+        `replacing`: the caller is about to put a new inode at the name (an atomic replace),
+        so the old one may be held open and read by `flush`; the caller then reports a
+        failed replace (`write_failed`). Returns the path relative to the root (None when
+        outside it), for `after_write`."""
         rel = self.relative(path)
         if rel is None:
-            return
+            return None
         slot = self._claim(rel, "tool")
         if slot is None:
-            return
-        full = self.root / rel
+            return rel
+        full = f"{self._root_str}/{rel}"
         try:
             st = os.lstat(full)
         except (FileNotFoundError, NotADirectoryError):
             slot.before = FileState.absent()
-            return
+            return rel
         except OSError as exc:
             slot.before = FileState.uncovered(f"could not be examined ({exc.strerror or exc})")
-            return
+            return rel
         if stat_mod.S_ISLNK(st.st_mode):
             slot.before = FileState("symlink", target=os.readlink(full))
-            return
+            return rel
         if not stat_mod.S_ISREG(st.st_mode):
             slot.before = FileState.uncovered("not a regular file")
-            return
+            return rel
         if st.st_size > self.limits.max_file_bytes:
             slot.before = FileState.uncovered(
                 f"{st.st_size} bytes, over the {self.limits.max_file_bytes}-byte capture limit"
             )
-            return
+            return rel
+        if replacing and st.st_nlink == 1 and self._pin(slot, full):
+            return rel
         try:
-            data = _read(full)
+            data = read_regular(full)
+        except OSError as exc:
+            slot.before = FileState.uncovered(f"could not be read ({exc.strerror or exc})")
+            return rel
+        self._store(slot, data, stat_mod.S_IMODE(st.st_mode))
+        return rel
+
+    def _pin(self, slot: _Slot, full: str) -> bool:
+        """Hold the file open for `flush`, while the pinned budget allows."""
+        with self._lock:
+            if self._pin_limit is None:
+                self._pin_limit = min(self.limits.pinned_files, descriptor_room())
+            if self._pinned >= self._pin_limit:
+                return False
+            self._pinned += 1
+        try:
+            fd, st = open_regular(full)
+        except OSError:
+            with self._lock:
+                self._pinned -= 1
+            return False  # read it now, and say why if that fails too
+        with self._lock:
+            slot.pinned = Pinned(fd, st)
+        return True
+
+    def write_failed(self, rel: str | None) -> None:
+        """The replace announced to `before_write` did not happen: the old inode is still at
+        the name, where anything may change it, so its content is read now."""
+        with self._lock:
+            slot = self._slots.get(rel) if rel is not None else None
+            pinned = slot.pinned if slot is not None else None
+            if slot is None or pinned is None:
+                return
+            slot.pinned = None
+            self._pinned -= 1
+        try:
+            data = pinned.read()
         except OSError as exc:
             slot.before = FileState.uncovered(f"could not be read ({exc.strerror or exc})")
             return
-        self._store(slot, data, stat_mod.S_IMODE(st.st_mode))
+        self._store(slot, data, pinned.mode)
 
-    def after_write(self, path: str | Path, data: bytes) -> None:
-        """`data` is what the tool just wrote at `path`: remembered so `finish` need not
-        read and hash the file again while it is unchanged."""
-        rel = self.relative(path)
+    def after_write(self, path: str | Path, data: str | bytes, *, rel: str | None = None) -> None:
+        """`data` (text is stored UTF-8) is what the tool just wrote at `path` (`rel`, as
+        `before_write` returned it, saves resolving it again): remembered so `finish` need
+        not read the file again while it is unchanged."""
+        rel = rel if rel is not None else self.relative(path)
         if rel is None:
             return
-        key = stat_key(self.root / rel)
+        key = stat_key(f"{self._root_str}/{rel}")
         with self._lock:
             slot = self._slots.get(rel)
             if slot is None or key is None:
                 return
             if self._pending + len(data) <= self.limits.pending_bytes:
-                slot.written = (key, data)  # hashed by `flush`, off the tool's path
+                slot.written = (key, _Written(data))  # hashed by `flush`, off the tool's path
                 return
-        slot.written = (key, digest_of(data))
+        slot.written = (key, _Written(data).digest())
 
     def _store(self, slot: _Slot, data: bytes, mode: int) -> None:
         """Keep the prior bytes for `flush` while the pending budget allows, else store now."""
@@ -199,31 +296,48 @@ class Checkpointer:
         so a checkpoint saved after it never names a blob a power cut could lose."""
         with self._flushing:
             with self._lock:
-                work = [s for s in self._slots.values() if s.pending is not None]
-                hints = [s for s in self._slots.values() if isinstance(_hint(s), bytes)]
+                work = [
+                    s for s in self._slots.values() if s.pending is not None or s.pinned is not None
+                ]
+                hints = [s for s in self._slots.values() if isinstance(_hint(s), _Written)]
             stored: list[str] = []
             pause = float(os.environ.get(TEST_PAUSE_ENV) or 0)
             for slot in work:
-                assert slot.pending is not None
-                data, mode = slot.pending
-                state = self._put(data, mode, durable=False)
+                state = self._flush_one(slot)
                 if state.digest is not None:
                     stored.append(state.digest)
-                with self._lock:
-                    slot.before, slot.pending = state, None
-                    self._pending -= len(data)
                 if pause > 0:
                     time.sleep(pause)
             for slot in hints:
                 with self._lock:
                     written = slot.written
-                if written is not None and isinstance(written[1], bytes):
-                    digest = digest_of(written[1])
+                if written is not None and isinstance(written[1], _Written):
+                    digest = written[1].digest()
                     with self._lock:
                         if slot.written is written:
                             slot.written = (written[0], digest)
             if self.durable and stored:
                 self.blobs.sync(stored)
+
+    def _flush_one(self, slot: _Slot) -> FileState:
+        """Store one slot's prior content (held in memory, or pinned open)."""
+        pinned = slot.pinned
+        if pinned is not None:
+            try:
+                state = self._put(pinned.read(), pinned.mode, durable=False)
+            except OSError as exc:
+                state = FileState.uncovered(f"could not be read ({exc.strerror or exc})")
+            with self._lock:
+                slot.before, slot.pinned = state, None
+                self._pinned -= 1
+            return state
+        assert slot.pending is not None
+        data, mode = slot.pending
+        state = self._put(data, mode, durable=False)
+        with self._lock:
+            slot.before, slot.pending = state, None
+            self._pending -= len(data)
+        return state
 
     # -- shell commands ----------------------------------------------------------------
 
@@ -293,10 +407,10 @@ class Checkpointer:
         written = slot.written
         if written is not None and written[0] == key:
             hint = written[1]
-            digest = hint if isinstance(hint, str) else digest_of(hint)
+            digest = hint if isinstance(hint, str) else hint.digest()
         else:
             try:
-                digest = digest_of(_read(full))
+                digest = digest_of(read_regular(full))
             except OSError as exc:
                 return FileState.uncovered(f"could not be read after the turn ({exc.strerror})")
         return FileState("file", digest=digest, size=key[0], mode=stat_mod.S_IMODE(key[4]))
@@ -330,19 +444,5 @@ class Checkpointer:
         self.flush()
 
 
-def _read(path: Path) -> bytes:
-    """A regular file's bytes, never through a link at the end, never blocking on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    try:
-        if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file")
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _hint(slot: _Slot) -> str | bytes | None:
+def _hint(slot: _Slot) -> str | _Written | None:
     return None if slot.written is None else slot.written[1]

@@ -9,7 +9,10 @@ Invariants:
 - The prior state is captured before the write starts; a capture that fails (unreadable,
   too large) is recorded as uncovered and never stops the write.
 - With the local backend, capture, write and post-write hint run in ONE worker-thread hop
-  (`LocalFsBackend.write_now`): a second hop per file would cost more than the capture.
+  (`LocalFsBackend.write_now`): a second hop per file would cost more than the capture. That
+  write replaces the file with a new inode, so the capture only opens the old one
+  (`replacing=True`; a failed write makes it read at once), and the hint is the text itself
+  (already held by the tool call), not a second encoded copy kept alive until `flush`.
 - Through the editor (`delegated`), the capture reads the file on disk (the editor's
   unsaved buffer is not what a restore would put back), and no post-write hint is taken:
   `finish` reads what actually reached the disk.
@@ -52,9 +55,13 @@ class CheckpointingFs:
             data = content.encode("utf-8")
 
             def capture_and_write() -> None:
-                checkpointer.before_write(path)
-                local.write_now(path, data)
-                checkpointer.after_write(path, data)
+                rel = checkpointer.before_write(path, replacing=True)
+                try:
+                    local.write_now(path, data)
+                except BaseException:
+                    checkpointer.write_failed(rel)
+                    raise
+                checkpointer.after_write(path, content, rel=rel)
 
             await anyio.to_thread.run_sync(capture_and_write)
             return

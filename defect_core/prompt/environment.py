@@ -7,7 +7,8 @@ Invariants:
 - Gathering never fails and never hangs: each `git` command runs with a timeout, without a
   shell, with `--no-optional-locks` (it must never take the user's index lock) and with its
   output bounded; a missing `git`, a directory outside any repository, or a command that
-  times out simply leaves the fact out.
+  times out simply leaves the fact out. Where no `.git` lies in or above the directory (and
+  no `GIT_DIR` says otherwise), git is not even started.
 - It runs off the `session/new` path (the session starts it on a worker thread and awaits it
   before its first request), because editors wait on `session/new` and `git status` in a big
   repository takes time.
@@ -73,6 +74,8 @@ def gather_environment(
 
 def git_facts(cwd: Path) -> GitFacts | None:
     """The repository `cwd` is in, or None (not a repository, no git, or git too slow)."""
+    if not _may_be_in_repository(cwd):
+        return None
     deadline = time.monotonic() + GIT_BUDGET_SECONDS
     top = _git(cwd, deadline, "rev-parse", "--show-toplevel")
     if not top:
@@ -93,6 +96,24 @@ def git_facts(cwd: Path) -> GitFacts | None:
         status_omitted=max(0, len(status_lines) - MAX_STATUS_LINES),
         recent_commits=tuple(_clip(line) for line in (log_out or "").splitlines() if line),
     )
+
+
+def _may_be_in_repository(cwd: Path) -> bool:
+    """False only where git would surely find no repository: no `GIT_DIR`, and no `.git`
+    in `cwd` or above it, by its path as given or resolved (git walks the resolved one).
+    Saves spawning git (a few milliseconds a first prompt may wait on) outside repositories."""
+    if os.environ.get("GIT_DIR"):
+        return True
+    for start in {os.path.abspath(cwd), os.path.realpath(cwd)}:
+        current = start
+        while True:
+            if os.path.lexists(os.path.join(current, ".git")):
+                return True
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+    return False
 
 
 def _git(cwd: Path, deadline: float, *args: str) -> str | None:

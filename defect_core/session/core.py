@@ -2,7 +2,8 @@
 
 Owns the live sessions of one process, the settings each starts from, the providers they
 share (every configured one, built once per shape, with one live model catalog), the store,
-and each session's MCP servers at creation and load. What a session does once it exists is
+and each session's MCP servers at creation and load (and points the tools' schema cache,
+`tools/schema_cache.py`, at the store's directory). What a session does once it exists is
 `state.py`.
 
 Invariants:
@@ -34,7 +35,7 @@ from defect_core.mcp import McpHub, load_mcp_json, merge_servers
 from defect_core.providers.base import LlmProvider
 from defect_core.providers.live import ModelCatalog, ProviderSet
 from defect_core.providers.registry import build_named
-from defect_core.session.checkpointing import forget_session
+from defect_core.session.checkpointing import forget_session, state_dir_of
 from defect_core.session.fork import fork_stored
 from defect_core.session.persistence import ToolCallSnapshots, server_summary
 from defect_core.session.protocol import (
@@ -52,6 +53,7 @@ from defect_core.session.state import DefaultSession
 from defect_core.session.toolset import default_tools
 from defect_core.store import AsyncStore, BranchPart, SubagentRecord
 from defect_core.tools.base import Tool, ToolRegistry
+from defect_core.tools.schema_cache import SCHEMAS
 
 log = get_logger("defect.agent")
 
@@ -81,6 +83,8 @@ class DefaultAgentCore:
         self._providers: dict[tuple[object, ...], LlmProvider] = {}
         self._catalog = ModelCatalog()
         self._store = store
+        if store is not None:  # the tools' derived schemas are kept beside the sessions
+            SCHEMAS.use(state_dir_of(store))
         self._sessions: dict[str, DefaultSession] = {}
         self._loading: dict[str, anyio.Event] = {}
 

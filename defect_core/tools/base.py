@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from defect_core.events import Location, ToolDisplay, ToolKind
 from defect_core.model import ResultPart, ToolSpec
+from defect_core.tools.schema_cache import SCHEMAS
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -148,7 +149,9 @@ class ToolRegistry:
         return len(self._tools)
 
     def specs(self) -> tuple[ToolSpec, ...]:
-        return tuple(ToolSpec(t.name, t.description, t.input_schema) for t in self._tools.values())
+        specs = tuple(ToolSpec(t.name, t.description, t.input_schema) for t in self._tools.values())
+        SCHEMAS.flush()  # keeps any schema derived just now for the next process
+        return specs
 
     def merged(self, other: ToolRegistry) -> ToolRegistry:
         return ToolRegistry([*self, *other])
@@ -194,12 +197,17 @@ def input_schema(model: type[BaseModel]) -> dict[str, Any]:
     bounds from the field, `additionalProperties: false` from `extra="forbid"`.
 
     Cached per model: the same dict every call, so the tool list stays byte-identical across
-    turns. Callers must not change it.
+    turns. Callers must not change it. Kept between processes too (`schema_cache`): a new
+    process reuses what an earlier one derived from the same code.
     """
+    cached = SCHEMAS.get(model)
+    if cached is not None:
+        return cached
     raw = model.model_json_schema()
     defs: dict[str, Any] = raw.pop("$defs", {})
     schema = _compact(raw, defs, frozenset())
     schema.pop("description", None)
+    SCHEMAS.put(model, schema)
     return schema
 
 
