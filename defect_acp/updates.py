@@ -267,7 +267,7 @@ async def replay(sink: UpdateSink, session: Session) -> None:
     Each is written as its protocol line straight (`replay_lines.py`), not as a model."""
     views = session.subagent_views()
     view = ReplayLines(session.id)
-    lines = project.iter_replay(session.transcript(), session.tool_calls(), view, views)
+    lines = project.iter_replay(session.transcript(), await session.tool_calls(), view, views)
     await _send_replayed(sink, session.id, lines)
     await _send_plan(sink, session)
 

@@ -67,7 +67,11 @@ class GatedStore(SqliteStore):
         self.gave_up = False
 
     def load(
-        self, session_id: str, on_part: Callable[[BranchPart], None] | None = None
+        self,
+        session_id: str,
+        on_part: Callable[[BranchPart], None] | None = None,
+        *,
+        calls: bool = True,
     ) -> StoredSession:
         def counted(part: BranchPart) -> None:
             self.parts_read += 1
@@ -76,7 +80,7 @@ class GatedStore(SqliteStore):
             if self.parts_read == 1 and not self.opened.wait(GATE_GUARD):
                 self.gave_up = True
 
-        return super().load(session_id, counted)
+        return super().load(session_id, counted, calls=calls)
 
 
 class Sink:
@@ -279,14 +283,18 @@ class PacedStore(SqliteStore):
         self.decoded = 0
 
     def load(
-        self, session_id: str, on_part: Callable[[BranchPart], None] | None = None
+        self,
+        session_id: str,
+        on_part: Callable[[BranchPart], None] | None = None,
+        *,
+        calls: bool = True,
     ) -> StoredSession:
         def counted(part: BranchPart) -> None:
             self.decoded += 1
             if on_part is not None:
                 on_part(part)
 
-        return super().load(session_id, counted if on_part is not None else None)
+        return super().load(session_id, counted if on_part is not None else None, calls=calls)
 
 
 async def test_the_worker_reads_only_a_few_parts_ahead_of_the_replay(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -51,7 +52,7 @@ from defect_core.session.protocol import (
 )
 from defect_core.session.state import DefaultSession
 from defect_core.session.toolset import default_tools
-from defect_core.store import AsyncStore, BranchPart, SubagentRecord
+from defect_core.store import AsyncStore, BranchPart, SubagentRecord, ToolCallRecord
 from defect_core.tools.base import Tool, ToolRegistry
 from defect_core.tools.schema_cache import SCHEMAS
 
@@ -215,7 +216,8 @@ class DefaultAgentCore:
                 on_part = _history_parts(on_history, subagent_views(runs))
             if cwd is not None:  # refused before any of the history is handed on
                 await _check_cwd(cwd)
-            stored = await self._store.load(session_id, on_part)
+            # Without its tool-call records: the session reads them when it needs them.
+            stored = await self._store.load(session_id, on_part, calls=False)
             where = cwd or Path(stored.record.cwd)
             if cwd is None:
                 await _check_cwd(where)
@@ -342,13 +344,44 @@ async def _check_cwd(cwd: Path) -> None:
 def _history_parts(
     on_history: Callable[[HistoryPart], Awaitable[None]], subagents: dict[str, str]
 ) -> Callable[[BranchPart], Awaitable[None]]:
-    """The store's parts of a load as the `HistoryPart`s `on_history` is handed."""
-    snapshots: ToolCallSnapshots | None = None
+    """The store's parts of a load as the `HistoryPart`s `on_history` is handed: one view
+    for them all, over the records of the calls not yet shown (`_UntilShown`)."""
+    records = _UntilShown()
+    snapshots = ToolCallSnapshots(records)
 
     async def on_part(part: BranchPart) -> None:
-        nonlocal snapshots
-        if snapshots is None:  # a view, not a copy: the load goes on filling the records
-            snapshots = ToolCallSnapshots(part.tool_calls)
+        records.update(part.tool_calls)
         await on_history(HistoryPart(part.messages, snapshots, subagents))
+        records.drop_shown()
 
     return on_part
+
+
+class _UntilShown(dict[str, ToolCallRecord]):
+    """The records a load's replay may still show: each part's are added as it comes, and
+    those looked up while it was handed on are dropped once it has been (a replay shows each
+    call once, when the part that holds its result is fed, or at the end for a call that
+    never got one: those stay until they are looked up). So the load never holds every
+    record of a long session at once, only those of the calls the replay is waiting on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shown: set[str] = set()
+
+    def __getitem__(self, call_id: str) -> ToolCallRecord:
+        self._shown.add(call_id)
+        return super().__getitem__(call_id)
+
+    def __contains__(self, call_id: object) -> bool:
+        if isinstance(call_id, str):
+            self._shown.add(call_id)
+        return super().__contains__(call_id)
+
+    def get(self, call_id: str, default: Any = None) -> Any:
+        self._shown.add(call_id)
+        return super().get(call_id, default)
+
+    def drop_shown(self) -> None:
+        for call_id in self._shown:
+            self.pop(call_id, None)
+        self._shown.clear()

@@ -65,7 +65,7 @@ async def fork_stored(
     """Store `fork_id` as a fork of `origin_id` (its whole branch, or its first `keep`
     messages) working in `cwd` (default: the origin's); the fork's record.
     `SessionNotFound` for an unknown origin, `ValueError` for a `keep` past the branch."""
-    origin = (await store.load(origin_id)).record
+    origin = (await store.load(origin_id, calls=False)).record
     now = now_iso()
     record = dataclasses.replace(
         origin,

@@ -126,9 +126,11 @@ class HistoryPart:
     """Some messages of a session being loaded, oldest first, handed to `load_session`'s
     `on_history` as soon as the store has read them, with what a replay of them needs: the
     stored tool calls and subagent views (the same for every part of one load). The tool
-    calls are filled in as the load goes on: each part's own calls are there when it is
-    handed over; look calls up, do not list them. A plain message comes as its JSON value
-    (`model.PlainMessage`), any other as the model."""
+    calls change as the load goes on: each part's own calls are there when it is handed
+    over, and a call looked up while a part is handed on is dropped once `on_history` has
+    returned (a replay shows each call once: a load never holds every record); look calls
+    up, do not list them. A plain message comes as its JSON value (`model.PlainMessage`),
+    any other as the model."""
 
     messages: Sequence[Message | PlainMessage]
     tool_calls: Mapping[str, ToolCallSnapshot]
@@ -169,7 +171,10 @@ class Session(Protocol):
         """The whole original conversation (not what compaction rewrote), for replay."""
         ...
 
-    def tool_calls(self) -> Mapping[str, ToolCallSnapshot]: ...
+    async def tool_calls(self) -> Mapping[str, ToolCallSnapshot]:
+        """Every tool call as a replay shows it (read from the store: a loaded session does
+        not hold its past calls)."""
+        ...
 
     def subagent_views(self) -> dict[str, str]:
         """What each stored subagent did (its calls and answer), by the `spawn_agent` call

@@ -181,7 +181,7 @@ class Rewinder:
                 return "\n".join(out)
         if request.half in ("both", "conversation"):
             await self._store.rewind(self._session_id, target.index)
-            await self._adopt(await self._store.load(self._session_id))
+            await self._adopt(await self._store.load(self._session_id, calls=False))
             out.append(
                 f"Conversation rewound to before prompt {request.number} "
                 f'("{target.text[:60]}"); the later messages stay stored: /rewind undo '
@@ -223,6 +223,6 @@ class Rewinder:
         except ValueError:
             out.append("The conversation has no rewind to undo.")
         else:
-            await self._adopt(await self._store.load(self._session_id))
+            await self._adopt(await self._store.load(self._session_id, calls=False))
             out.append("Conversation back where it was before the last rewind.")
         return "\n".join(out)

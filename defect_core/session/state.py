@@ -1,12 +1,13 @@
 """`DefaultSession`: one conversation's state, its turns and what the store keeps of it.
 
 Owns session state (history, transcript, event bus, tools, mode, the `(provider, model)`
-selection and the switch between providers, reasoning effort, tool-call records, title,
-permission memory), the one-turn-at-a-time rule, cancellation, and the writes that make the
-session durable. The pieces with rules of their own live beside it: `options.py` (what may be
-chosen), `commands.py` (`/compact`, `/context`), `rewind.py`, `fork.py`, `titles.py`
-(naming), `permissions.py` (remembered answers, open questions), `persistence.py` (writes of
-replay state) and `plan.py` (the plan `update_plan` keeps); subagents and background tasks are
+selection and the switch between providers, reasoning effort, title, permission memory),
+the one-turn-at-a-time rule, cancellation, and the writes that make the session durable. The
+pieces with rules of their own live beside it: `options.py` (what may be chosen),
+`commands.py` (`/compact`, `/context`), `rewind.py`, `fork.py`, `titles.py` (naming),
+`permissions.py` (remembered answers, open questions), `calls.py` (tool-call records: this
+process's held, the stored ones read on demand), `persistence.py` (writes of replay state)
+and `plan.py` (the plan `update_plan` keeps); subagents and background tasks are
 its `delegation` (`defect_core/agents/delegation.py`); `core.py` creates and loads sessions.
 
 Invariants:
@@ -54,7 +55,6 @@ from defect_core.events import (
     Notice,
     PlanEntry,
     TitleChanged,
-    ToolCallStarted,
     ToolCallUpdated,
     ToolDisplay,
     TurnEnded,
@@ -74,12 +74,13 @@ from defect_core.providers.base import LlmProvider
 from defect_core.providers.live import ProviderSet
 from defect_core.selection import ModelSelection
 from defect_core.session import options
+from defect_core.session.calls import SessionToolCalls
 from defect_core.session.checkpointing import MessageId, SessionCheckpoints
 from defect_core.session.commands import CommandBook, answer_command, slash_command
 from defect_core.session.fork import answer_fork
 from defect_core.session.notices import opening_notices
 from defect_core.session.permissions import SessionPermissions
-from defect_core.session.persistence import ReplayStateWriter, server_summary, tool_call_snapshots
+from defect_core.session.persistence import ReplayStateWriter, server_summary
 from defect_core.session.plan import SessionPlan
 from defect_core.session.protocol import (
     AgentError,
@@ -94,7 +95,7 @@ from defect_core.session.protocol import (
 )
 from defect_core.session.rewind import Rewinder
 from defect_core.session.titles import SessionTitle
-from defect_core.store import AsyncStore, SessionRecord, StoredSession, ToolCallRecord
+from defect_core.store import AsyncStore, SessionRecord, StoredSession
 from defect_core.tools.base import ToolContext, ToolRegistry
 from defect_core.tools.skill import SkillTool
 from defect_core.turn import TurnConfig, TurnDeps, TurnResult, TurnRunner, hook_note
@@ -141,7 +142,10 @@ class DefaultSession:
         """Each transcript message's name in the store (`/rewind` finds prompts by it)."""
         budget = Budget(settings.checkpoint_max_mb << 20, settings.checkpoint_max_age_days * 86400)
         self._checkpoints = SessionCheckpoints(session_id, cwd, store, budget, self._publish)
-        self._tool_calls: dict[str, ToolCallRecord] = dict(stored.tool_calls) if stored else {}
+        self._calls = SessionToolCalls(
+            session_id, store, self._writer.tool_call, stored.tool_calls if stored else None
+        )
+        """Tool-call records: this process's; the stored ones are read when a replay asks."""
         record = stored.record if stored else None
         self.plan = SessionPlan(session_id, self._writer.plan, self._publish)
         tools.add(self.plan.tool())
@@ -244,8 +248,8 @@ class DefaultSession:
     def transcript(self) -> list[Message]:
         return list(self._transcript)
 
-    def tool_calls(self) -> Mapping[str, ToolCallSnapshot]:
-        return tool_call_snapshots(self._tool_calls)
+    async def tool_calls(self) -> Mapping[str, ToolCallSnapshot]:
+        return await self._calls.snapshots()
 
     def current_plan(self) -> tuple[PlanEntry, ...]:
         return self.plan.entries
@@ -481,14 +485,7 @@ class DefaultSession:
 
     async def _publish(self, event: AgentEvent) -> None:
         """Keep what a replay needs (tool-call states), persist it, then fan the event out."""
-        record: ToolCallRecord | None = None
-        if isinstance(event, ToolCallStarted):
-            record = ToolCallRecord.started(self._id, event)
-        elif isinstance(event, ToolCallUpdated) and event.tool_call_id in self._tool_calls:
-            record = self._tool_calls[event.tool_call_id].updated(event)
-        if record is not None:
-            self._tool_calls[record.tool_call_id] = record
-            await self._writer.tool_call(record)
+        await self._calls.apply(event)
         await self._bus.publish(event)
         if isinstance(event, ToolCallUpdated) and event.status in ("completed", "failed"):
             await self._checkpoints.tool_done()

@@ -7,7 +7,7 @@ back, and the tool calls a replay shows. `SqliteStore` keeps all of it in one da
 worker thread so the event loop never waits on the disk, and commits the writes queued behind
 each other in one transaction (group commit).
 
-One room per job, in three layers, lowest first (docs/layers.md, "Inside the store package"):
+One room per job, in four layers, lowest first (docs/layers.md, "Inside the store package"):
 
 - `records.py`     the values kept and returned (`SessionRecord`, `ToolCallRecord`,
                    `StoredSession`), the store's own errors, display and location JSON
@@ -19,6 +19,7 @@ One room per job, in three layers, lowest first (docs/layers.md, "Inside the sto
 - `migrations.py`  numbered migrations (`PRAGMA user_version`) and how to add one
 - `tree.py`        the history as a tree of turns: heads, branches, forks
 - `transactions.py` the connection's lock, write and read transactions, groups of writes
+- `calls.py`       tool-call records read on demand, by id (a loaded session keeps none)
 - `writer.py`      `GroupWriter`: the one worker thread; writes queued together, one commit
 - `sqlite.py`      `SqliteStore`: connection, settings, durability, every query
 - `door.py`        `AsyncStore`: the event loop's door, reads and writes, shielded calls

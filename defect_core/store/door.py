@@ -147,12 +147,16 @@ class AsyncStore:
         self,
         session_id: str,
         on_part: Callable[[BranchPart], Awaitable[None]] | None = None,
+        *,
+        calls: bool = True,
     ) -> StoredSession:
         """The session; with `on_part`, each part of its branch is awaited on the loop as
         soon as the worker has decoded it, while the worker reads on, and every part has
-        been awaited when this returns (or raises: a corrupt row after some parts)."""
+        been awaited when this returns (or raises: a corrupt row after some parts). Without
+        `calls`, no tool-call records come back (`SessionStore.load`; `tool_calls` reads
+        them)."""
         if on_part is None:
-            return await self._call(self.store.load, session_id)
+            return await self._call(self.store.load, session_id, calls=calls)
         loop = asyncio.get_running_loop()
         parts: asyncio.Queue[BranchPart | None] = asyncio.Queue()
         room = threading.Semaphore(PARTS_AHEAD)
@@ -167,7 +171,7 @@ class AsyncStore:
 
         def load() -> StoredSession:
             try:
-                return self.store.load(session_id, hand_over)
+                return self.store.load(session_id, hand_over, calls=calls)
             finally:
                 loop.call_soon_threadsafe(parts.put_nowait, None)
 
@@ -186,6 +190,13 @@ class AsyncStore:
             with anyio.CancelScope(shield=True):
                 stored = await asyncio.shield(asyncio.wrap_future(loading))
         return stored
+
+    async def tool_calls(
+        self, session_id: str, ids: Iterable[str] | None = None
+    ) -> dict[str, ToolCallRecord]:
+        """`SessionStore.tool_calls`, on the worker: behind every write awaited before it."""
+        wanted = None if ids is None else list(ids)
+        return await self._call(self.store.tool_calls, session_id, wanted)
 
     async def exists(self, session_id: str) -> bool:
         return await self._call(self.store.exists, session_id)

@@ -147,11 +147,24 @@ class SessionStore(Protocol):
         ...
 
     def load(
-        self, session_id: str, on_part: Callable[[BranchPart], None] | None = None
+        self,
+        session_id: str,
+        on_part: Callable[[BranchPart], None] | None = None,
+        *,
+        calls: bool = True,
     ) -> StoredSession:
         """The session, or `SessionNotFound`; `CorruptSession` if a row cannot be read.
         `on_part` is handed the branch as it is decoded (`BranchPart`), in one consistent
-        read, before the load returns (or fails: a corrupt row after some parts)."""
+        read, before the load returns (or fails: a corrupt row after some parts). Without
+        `calls` its `tool_calls` come back empty (every row still read and checked): a caller
+        that reads the records it needs with `tool_calls` does not hold them all."""
+        ...
+
+    def tool_calls(
+        self, session_id: str, ids: Iterable[str] | None = None
+    ) -> dict[str, ToolCallRecord]:
+        """The stored records of the session's calls `ids` (an id with none is left out), or
+        of every call for None; in stored order. `CorruptSession` if a row cannot be read."""
         ...
 
     def exists(self, session_id: str) -> bool: ...

@@ -181,6 +181,8 @@ class StoredSession:
     history: Sequence[Message]
     transcript: Sequence[Message]
     tool_calls: dict[str, ToolCallRecord]
+    """Every stored call's record, in stored order; empty from a load told not to keep them
+    (`SessionStore.load`'s `calls`: they are read on demand, `SessionStore.tool_calls`)."""
     last_seq: int = 0
     """The seq of the session's own last message on its branch (0 for none)."""
     ids: list[tuple[str, int]] = field(default_factory=list)
@@ -192,11 +194,11 @@ class StoredSession:
 class BranchPart:
     """Some messages of a session's branch, oldest first, handed over by `SessionStore.load`
     (its `on_part`) as soon as they are decoded, before the load returns: a replay can send
-    them while the rest is read. Every part carries the session's tool calls, the same dict
-    each time, which the load goes on filling (from the worker thread: look calls up, do not
-    iterate it before the load returns): it holds at least every call the part's messages
-    and those before make. A message is its JSON value when that is plain (`model.PlainMessage`,
-    `is_plain_message`: no model is built for the replay), else the model."""
+    them while the rest is read. Every part carries the records of the calls its messages
+    make (those stored), its own dict: once handed over, the load holds none of them (unless
+    it returns them all: `calls`), so a replay keeps each only until it has shown it. A
+    message is its JSON value when that is plain (`model.PlainMessage`, `is_plain_message`:
+    no model is built for the replay), else the model."""
 
     messages: list[Message | PlainMessage]
     tool_calls: dict[str, ToolCallRecord]

@@ -132,12 +132,15 @@ def session_from_rows(
     checkpoint_rows: list[tuple[int, bytes]],
     tool_rows: Callable[[Sequence[str] | None], Iterable[tuple[Any, ...]]],
     on_part: Callable[[BranchPart], None] | None = None,
+    calls: bool = True,
 ) -> StoredSession:
     """The session the rows of `SqliteStore.load` hold (`path` is named in errors); its
-    branch is also handed to `on_part`, part by part, as it is decoded (`BranchPart`)."""
+    branch is also handed to `on_part`, part by part, as it is decoded (`BranchPart`). Its
+    `tool_calls` are every stored call's record, or none without `calls` (each row is still
+    read and checked)."""
     with collector_paused():
         return _session_from_rows(
-            path, session_id, row, branch, cut, checkpoint_rows, tool_rows, on_part
+            path, session_id, row, branch, cut, checkpoint_rows, tool_rows, on_part, calls
         )
 
 
@@ -150,6 +153,7 @@ def _session_from_rows(
     checkpoint_rows: list[tuple[int, bytes]],
     tool_rows: Callable[[Sequence[str] | None], Iterable[tuple[Any, ...]]],
     on_part: Callable[[BranchPart], None] | None,
+    calls: bool,
 ) -> StoredSession:
 
     def corrupt_here(where: str, detail: str) -> CorruptSession:
@@ -203,61 +207,50 @@ def _session_from_rows(
         mcp_servers=mcp_servers,
         permissions=permissions,
     )
-    early: dict[str, ToolCallRecord] = {}  # the calls the parts made, parsed for them
 
     def parse_tool_call(found: tuple[Any, ...]) -> ToolCallRecord:
-        tc_id, title, kind, status, content, locations, raw_input, raw_output = found
-        where = f"tool call row {tc_id!r}"
-        content_v = parse_json(content, where + " (content)")
-        locations_v = parse_json(locations, where + " (locations)")
-        raw_input_v = parse_json(raw_input, where + " (raw_input)")
-        if not isinstance(content_v, list) or not isinstance(locations_v, list):
-            raise corrupt_here(where, "content and locations must be JSON lists")
-        if not isinstance(raw_input_v, dict):
-            raise corrupt_here(where, "raw_input must be a JSON object")
-        if status not in TOOL_STATUSES:
-            raise corrupt_here(where, f"unknown status {status!r}")
-        return ToolCallRecord(
-            session_id=session_id,
-            tool_call_id=tc_id,
-            title=title,
-            kind=kind if kind in TOOL_KINDS else "other",  # a kind a newer defect knows
-            status=status,
-            content=content_v,
-            locations=locations_v,
-            raw_input=raw_input_v,
-            raw_output=parse_json(raw_output, where + " (raw_output)"),
-        )
+        return tool_call_from_row(path, session_id, found)
 
+    ahead: dict[str, ToolCallRecord] = {}  # read for the parts, not yet handed over
+    kept: dict[str, ToolCallRecord] = {}  # every call, when the load returns them (`calls`)
+    order: list[str] = []  # the ids `in_order` gave so far (when `calls`)
     in_order = iter(tool_rows(None))  # every call, in stored order, read as the parts need
-    order: list[str] = []  # the ids `in_order` gave so far
 
-    def take(found: tuple[Any, ...]) -> str:
-        order.append(found[0])
-        if found[0] not in early:  # else looked up by id before
-            early[found[0]] = parse_tool_call(found)
-        return str(found[0])
+    def take(found: tuple[Any, ...], for_parts: bool) -> str:
+        """A row read in stored order: parsed (a corrupt one fails the load even when no
+        message makes its call), kept for the parts to come and for the load's result."""
+        record = parse_tool_call(found)
+        if for_parts:
+            ahead[record.tool_call_id] = record
+        if calls:
+            order.append(record.tool_call_id)
+            kept[record.tool_call_id] = record
+        return record.tool_call_id
 
     def hand_over(part: list[Message | PlainMessage]) -> None:
         """A part to `on_part`, once the stored state of every call it makes is parsed (the
-        replay shows a call by it). Calls are stored in the order they are made, so those
-        are read on in stored order; the few not among the next rows are looked up by id."""
+        replay shows a call by it), with those records only: once handed over, the load
+        holds them no longer (unless it returns them: `calls`). Calls are stored in the
+        order they are made, so those are read on in stored order; the few not among the
+        next rows are looked up by id."""
         assert on_part is not None
-        missing = {call_id for m in part for call_id in _calls_made(m) if call_id not in early}
+        made = [call_id for m in part for call_id in _calls_made(m)]
+        missing = {call_id for call_id in made if call_id not in ahead}
         for _ in range(len(missing) + LOOKUP_BATCH if missing else 0):
             found = next(in_order, None)
             if found is None:  # every row read: the rest have none
                 missing.clear()
                 break
-            missing.discard(take(found))
+            missing.discard(take(found, True))
             if not missing:
                 break
-        wanted = [call_id for call_id in missing if call_id not in early]
+        wanted = [call_id for call_id in missing if call_id not in ahead]
         for n in range(0, len(wanted), LOOKUP_BATCH):
             for found in tool_rows(wanted[n : n + LOOKUP_BATCH]):
                 record = parse_tool_call(found)
-                early[record.tool_call_id] = record
-        on_part(BranchPart(part, early))
+                ahead[record.tool_call_id] = record
+        records = {call_id: ahead.pop(call_id) for call_id in made if call_id in ahead}
+        on_part(BranchPart(part, records))
 
     cells: list[Cell] = []  # the bodies, kept as read: parsed again when read (`StoredMessages`)
     part: list[Message | PlainMessage] = []  # what goes to `on_part` next
@@ -277,9 +270,11 @@ def _session_from_rows(
                 part, size = [], min(size * 2, LAST_PART)
     if on_part is not None and part:
         hand_over(part)
+    ahead.clear()  # calls no message of the branch makes (a rewind left them behind)
     for found in in_order:
-        take(found)
-    tool_calls = {call_id: early[call_id] for call_id in order}  # every call, in stored order
+        take(found, False)
+    tool_calls = {call_id: kept[call_id] for call_id in order}  # every call, in stored order
+    kept.clear()
     transcript = StoredMessages(cells)
     covered = cut()  # once the branch is read: its nodes are known then
     if covered is None:
@@ -297,6 +292,41 @@ def _session_from_rows(
         tool_calls=tool_calls,
         last_seq=last_seq,
         ids=ids,
+    )
+
+
+def tool_call_from_row(path: Path, session_id: str, found: tuple[Any, ...]) -> ToolCallRecord:
+    """The record a `tool_calls` row holds (`tool_call_id, title, kind, status, content,
+    locations, raw_input, raw_output`, the JSON columns as bytes); `CorruptSession` naming
+    the row and its column when one cannot be read."""
+    tc_id, title, kind, status, content, locations, raw_input, raw_output = found
+    where = f"tool call row {tc_id!r}"
+
+    def parse_json(blob: bytes | None, column: str) -> Any:
+        try:
+            return None if blob is None else from_json(blob)
+        except ValueError as exc:
+            raise corrupt(path, session_id, f"{where} ({column})", str(exc)) from None
+
+    content_v = parse_json(content, "content")
+    locations_v = parse_json(locations, "locations")
+    raw_input_v = parse_json(raw_input, "raw_input")
+    if not isinstance(content_v, list) or not isinstance(locations_v, list):
+        raise corrupt(path, session_id, where, "content and locations must be JSON lists")
+    if not isinstance(raw_input_v, dict):
+        raise corrupt(path, session_id, where, "raw_input must be a JSON object")
+    if status not in TOOL_STATUSES:
+        raise corrupt(path, session_id, where, f"unknown status {status!r}")
+    return ToolCallRecord(
+        session_id=session_id,
+        tool_call_id=tc_id,
+        title=title,
+        kind=kind if kind in TOOL_KINDS else "other",  # a kind a newer defect knows
+        status=status,
+        content=content_v,
+        locations=locations_v,
+        raw_input=raw_input_v,
+        raw_output=parse_json(raw_output, "raw_output"),
     )
 
 

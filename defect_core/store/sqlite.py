@@ -58,6 +58,8 @@ from defect_core.listing import SessionPage, SessionSummary
 from defect_core.log import get_logger
 from defect_core.model import Message
 from defect_core.store import rows, tree
+from defect_core.store.calls import ToolCallRows
+from defect_core.store.calls import tool_rows as calls_of
 from defect_core.store.migrations import MIGRATIONS, Migration, check_version, migrate, numbered
 from defect_core.store.paths import default_store_path
 from defect_core.store.protocol import UNSET, Unset
@@ -75,15 +77,10 @@ from defect_core.store.records import (
     now_iso,
 )
 from defect_core.store.schema import SESSION_TABLES
-from defect_core.store.transactions import Transactions
 
 log = get_logger("defect.store")
 
 DEFAULT_BUSY_TIMEOUT: Final = 5.0
-_TOOL_ROWS: Final = (
-    "SELECT tool_call_id, title, kind, status, CAST(content AS BLOB), CAST(locations AS BLOB),"
-    " CAST(raw_input AS BLOB), CAST(raw_output AS BLOB) FROM tool_calls WHERE session_id = ?"
-)
 """Seconds a write waits for another process's transaction before giving up."""
 DEFAULT_SYNCHRONOUS: Final = "FULL"
 SYNC_ENV: Final = "DEFECT_STORE_SYNC"
@@ -92,9 +89,10 @@ MAX_PAGE_SIZE: Final = 1000
 """`list` never returns more than this many sessions per page."""
 
 
-class SqliteStore(Transactions):
+class SqliteStore(ToolCallRows):
     """A `SessionStore` in one SQLite file (WAL). Thread-safe; one connection, one lock (its
-    transactions, and `group()` for many writes in one commit, are `Transactions`')."""
+    transactions, and `group()` for many writes in one commit, are `Transactions`'; reads of
+    tool-call records on demand, `ToolCallRows`')."""
 
     def __init__(
         self,
@@ -496,7 +494,11 @@ class SqliteStore(Transactions):
             return row is not None
 
     def load(
-        self, session_id: str, on_part: Callable[[BranchPart], None] | None = None
+        self,
+        session_id: str,
+        on_part: Callable[[BranchPart], None] | None = None,
+        *,
+        calls: bool = True,
     ) -> StoredSession:
         with self._read(f"load session {session_id!r}", snapshot=True) as conn:
             row = conn.execute(
@@ -517,20 +519,13 @@ class SqliteStore(Transactions):
                 " ORDER BY pos",
                 (session_id,),
             ).fetchall()
-
-            def tool_rows(ids: Sequence[str] | None) -> Iterable[tuple[Any, ...]]:
-                if ids is None:  # every call, in stored order; else those, in any order
-                    return conn.execute(f"{_TOOL_ROWS} ORDER BY rowid", (session_id,))
-                marks = ",".join("?" * len(ids))
-                return conn.execute(
-                    f"{_TOOL_ROWS} AND tool_call_id IN ({marks})", (session_id, *ids)
-                )
-
+            tool_rows = functools.partial(calls_of, conn, session_id)
             cut = functools.partial(tree.compaction_cut, nodes, place)
             # Parsed as read: a long session's raw bodies are never all held at once.
             try:
                 return rows.session_from_rows(
-                    self.path, session_id, row, branch, cut, checkpoint_rows, tool_rows, on_part
+                    *(self.path, session_id, row, branch, cut, checkpoint_rows, tool_rows),
+                    *(on_part, calls),
                 )
             except tree.BrokenChain as exc:
                 where = f"message row seq {exc.seq}" if exc.seq is not None else "the last row"
