@@ -64,8 +64,10 @@ log = get_logger("defect.store")
 
 FIRST_PART = 32
 """Messages in the first `BranchPart` of a load: few, so a replay starts at once..."""
-LAST_PART = 4096
-"""...then each part twice the one before, up to this many."""
+LAST_PART = 1024
+"""...then each part twice the one before, up to this many: the messages parsed for the
+replay (and their calls' records) are alive only a few parts at a time
+(`defect_core/store/door.py`, `PARTS_AHEAD`), whatever the session's length."""
 LOOKUP_BATCH = 500
 """Tool calls looked up by id at once (well under SQLite's limit on parameters)."""
 
@@ -255,12 +257,13 @@ def _session_from_rows(
     cells: list[Cell] = []  # the bodies, kept as read: parsed again when read (`StoredMessages`)
     part: list[Message | PlainMessage] = []  # what goes to `on_part` next
     ids: list[tuple[str, int]] = []
+    owners: dict[str, str] = {session_id: session_id}  # one string per owner, not per row
     last_seq = 0
     size = FIRST_PART
     for _node, owner, seq, blob in branch:
         message = read_message(blob, owner, seq)  # so that a row that cannot be is named now
         cells.append(blob)
-        ids.append((owner, seq))
+        ids.append((owners.setdefault(owner, owner), seq))
         if owner == session_id:
             last_seq = seq
         if on_part is not None:
