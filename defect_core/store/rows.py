@@ -8,7 +8,8 @@ Invariants: nothing here runs SQL (`session_from_rows` reads the rows it is hand
 included: `SqliteStore.load` hands them over inside its read transaction, so a long session's
 bodies are checked one by one as they are read); the messages a load returns are the bodies
 as read (`StoredMessages`: each parsed again when first read, the parse checked here), and
-the messages parsed for `on_part` are the replay's alone, dropped once shown; a
+the messages parsed for `on_part`, with the records of the calls they make, are the replay's
+alone, dropped once shown (the load keeps records only when it returns them all); a
 value that cannot be written is a `StorageError` before any transaction starts; a row that
 cannot be read raises `CorruptSession` naming the session and the row (`message row seq 7`,
 `tool call row 'tc_1' (content)`) and changes nothing on disk (handed to `on_part`, the
