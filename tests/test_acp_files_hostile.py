@@ -1,7 +1,8 @@
 """Files that attack the file tools, through the real `defect acp` process: a FIFO and a
 socket to read, a 200 MB file of one line, a symlink flipped between an inside and an outside
-target while the model reads and writes through it, a hard link to a file outside, and a
-read-only file. Each answer is a clear failed tool call; the process keeps serving."""
+target while the model reads and writes through it (then parked inside and used), a hard link
+to a file outside, and a read-only file. Each answer is a clear failed tool call; the process
+keeps serving."""
 
 from __future__ import annotations
 
@@ -112,9 +113,30 @@ async def test_a_200_mb_line_is_read_in_bounded_memory(tmp_path: Path) -> None:
     assert "chars cut]" in text
 
 
+# The refusals a flip may cause: the path check saw the link pointing out, or the open beneath
+# the root met it pointing out (`tools.beneath.Escape`), or the read ledger saw the file change
+# between a read and a write (the outside file's stat, or a write of the same batch).
+_FLIP_REFUSALS = (
+    "path is outside the workspace: link/f.txt -> ",
+    "path is outside the workspace: link/f.txt (a link on its way leads out of it)",
+    "link/f.txt has changed since you last read it; read it again before overwriting it",
+)
+
+
 async def test_a_symlink_flipped_during_reads_and_writes_never_leaves_the_workspace(
     tmp_path: Path,
 ) -> None:
+    """Racing: 80 concurrent reads and writes through a link flipped without pause between an
+    inside and an outside target never touch the outside, and each refusal is one a flip
+    explains. Then, the flipper parked on the inside target, the same session reads and writes
+    through the link.
+
+    The usable half is not asserted during the race: the agent runs a batch's calls at once,
+    so the whole batch can fall within one dwell of the link, and the flipper (a thread of
+    this process, sharing the GIL with the client validating every message) can stall on the
+    outside target for longer than that (209 and 254 ms were seen on a loaded 2-core
+    machine): every call was then rightly refused. Parking between the two prompts is a
+    window the agent cannot miss: the second prompt starts after the flipper has stopped."""
     work = tmp_path / "work"
     (work / "inside").mkdir(parents=True)
     outside = tmp_path / "outside"
@@ -124,35 +146,65 @@ async def test_a_symlink_flipped_during_reads_and_writes_never_leaves_the_worksp
     link = work / "link"
     link.symlink_to(work / "inside")
     stop = threading.Event()
+    flips = 0
 
     def flip() -> None:
+        nonlocal flips
         targets = [outside, work / "inside"]
-        i = 0
         while not stop.is_set():
-            tmp = work / f".flip{i % 2}"
+            tmp = work / f".flip{flips % 2}"
             tmp.unlink(missing_ok=True)
-            tmp.symlink_to(targets[i % 2])
+            tmp.symlink_to(targets[flips % 2])
             os.replace(tmp, link)
-            i += 1
+            flips += 1
 
-    calls: list[tuple[str, dict[str, Any]]] = []
+    race: list[tuple[str, dict[str, Any]]] = []
     for n in range(40):
-        calls.append(("read_file", {"path": "link/f.txt"}))
-        calls.append(("write_file", {"path": "link/f.txt", "content": f"write {n}\n"}))
-    flipper = threading.Thread(target=flip, daemon=True)
-    flipper.start()
-    try:
-        await _run(tmp_path, work, _calls(*calls), mode="yolo")
-    finally:
-        stop.set()
-        flipper.join()
+        race.append(("read_file", {"path": "link/f.txt"}))
+        race.append(("write_file", {"path": "link/f.txt", "content": f"write {n}\n"}))
+    # One call per model request once parked, so no call of the same batch races another.
+    parked = [
+        {"tool_calls": [{"name": "read_file", "input": {"path": "link/f.txt"}}]},
+        {"tool_calls": [{"name": "write_file", "input": {"path": "link/f.txt", "content": "p\n"}}]},
+        {"tool_calls": [{"name": "read_file", "input": {"path": "link/f.txt"}}]},
+        {"text": "done"},
+    ]
+    replies = [*_calls(*race), *parked]
+    client = RecordingClient()
+    async with spawn_defect(env=script_env(tmp_path, replies), client=client) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(work)
+        await agent.conn.set_session_mode(session_id=sid, mode_id="yolo")
+        flipper = threading.Thread(target=flip, daemon=True)
+        flipper.start()
+        try:
+            assert (await agent.prompt(sid, "race")).stop_reason == "end_turn"
+        finally:
+            stop.set()
+            flipper.join()
+        assert flips > 0
+        tmp = work / ".parked"
+        tmp.symlink_to(work / "inside")
+        os.replace(tmp, link)
+        assert (await agent.prompt(sid, "parked")).stop_reason == "end_turn"
+        agent.assert_schema_clean()
+
     assert (outside / "f.txt").read_text() == "SECRET\n"
     assert sorted(p.name for p in outside.iterdir()) == ["f.txt"]
     results = _results(tmp_path)
-    assert len(results) == 80
+    assert len(results) == 83
     assert not any("SECRET" in text for _, text in results)
-    # Some calls went through (the link pointed inside), the others were refused.
-    assert any(not err for err, _ in results)
+    raced, after = results[:80], results[80:]
+    for is_error, text in raced:
+        if is_error:
+            assert text.startswith(_FLIP_REFUSALS), text
+        else:
+            assert text.startswith(("     1\tinside", "     1\twrite ", "Wrote link/f.txt")), text
+    # Parked inside: the link works both ways, and stays a link.
+    assert not after[0][0] and after[0][1].startswith(("     1\tinside", "     1\twrite ")), after
+    assert after[1:] == [(False, "Wrote link/f.txt (1 lines)"), (False, "     1\tp")]
+    assert os.readlink(link) == str(work / "inside")
+    assert (work / "inside" / "f.txt").read_text() == "p\n"
 
 
 @pytest.mark.parametrize("delegated", [False, True], ids=["local", "editor-fs"])

@@ -1,16 +1,22 @@
 """Capture by holding a replaced file's old inode open (`defect_core/checkpoints/pinned.py`)
-and the path resolution every captured write goes through, on real files."""
+and the path resolution every captured write goes through, on real files: the file itself is
+reached beneath the root, whatever a directory on its way became after the path resolved."""
 
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
 
 from defect_core.checkpoints import BlobStore, CaptureLimits, Checkpointer, CheckpointingFs
-from defect_core.checkpoints.capture import NOT_STORED
+from defect_core.checkpoints.blobs import digest_of
+from defect_core.checkpoints.capture import LEADS_OUT, NOT_STORED
+from defect_core.checkpoints.model import Entry, FileState
+from defect_core.checkpoints.restore import current_state
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 from defect_core.tools.base import ToolContext
 from defect_core.tools.beneath import replace_beneath
@@ -167,3 +173,46 @@ def test_paths_resolve_as_the_tools_resolve_them(root: Path, blobs: BlobStore) -
         rel = os.path.relpath(real, root)
         expected = None if rel == "." or rel == ".." or rel.startswith("../") else rel
         assert cp.relative(case) == expected, case
+
+
+@pytest.mark.parametrize("replacing", [False, True], ids=["read", "pinned"])
+def test_a_directory_swapped_for_a_link_after_resolving_never_brings_outside_bytes_in(
+    tmp_path: Path, root: Path, blobs: BlobStore, monkeypatch: pytest.MonkeyPatch, replacing: bool
+) -> None:
+    """Between `relative` (the path resolved, no link on it) and the capture, `d` becomes a
+    link: leading out, the capture says so and stores nothing of the outside file (a rewind
+    would write it into the workspace); leading to another directory inside, that one's file
+    is captured, as the write would reach it."""
+    (root / "d").mkdir()
+    (root / "d" / "f.txt").write_text("inside\n")
+    (root / "other").mkdir()
+    (root / "other" / "f.txt").write_text("other\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f.txt").write_text("SECRET\n")
+    got: dict[str, Entry] = {}
+    for name, target in (("out", outside), ("in", root / "other")):
+        cp = Checkpointer(root, blobs, turn_id=name)
+        resolve = cp.relative
+
+        def swap_after_resolving(
+            path: str | Path, target: Path = target, resolve: Callable[..., str | None] = resolve
+        ) -> str | None:
+            rel = resolve(path)
+            shutil.rmtree(root / "d")
+            (root / "d").symlink_to(target)
+            return rel
+
+        monkeypatch.setattr(cp, "relative", swap_after_resolving)
+        assert cp.before_write("d/f.txt", replacing=replacing) == "d/f.txt"
+        (got[name],) = cp.finish().entries
+        if name == "out":
+            assert current_state(root, "d/f.txt") == FileState.uncovered(LEADS_OUT)
+        (root / "d").unlink()
+        (root / "d").mkdir()
+        (root / "d" / "f.txt").write_text("inside\n")
+    assert got["out"].before == FileState.uncovered(LEADS_OUT)
+    assert got["out"].after == FileState.uncovered(f"{LEADS_OUT} after the turn")
+    assert not blobs.has(digest_of(b"SECRET\n"))
+    assert blobs.get(got["in"].before.digest or "") == b"other\n"
+    assert got["in"].after is not None and got["in"].after.digest == digest_of(b"other\n")

@@ -32,7 +32,12 @@ Invariants:
 - A file that cannot be captured (too large, unreadable, not a regular file, a failed blob
   write) becomes an "uncovered" entry with the reason, never a silent gap.
 - Paths are resolved like the tools resolve them (links followed, within the root); a path
-  outside the root is never recorded.
+  outside the root is never recorded. The file itself is then reached beneath the root
+  (`tools.beneath.parent_beneath`: its directory opened one component at a time, never
+  through a link leading out, the name looked at with `dir_fd` and `O_NOFOLLOW`), so a
+  directory swapped for a link to the outside after `relative` resolved the path cannot
+  bring an outside file's bytes into the checkpoint (a rewind would write them into the
+  workspace); such a path is "uncovered", saying so.
 
 `DEFECT_TEST_CHECKPOINT_PAUSE` (seconds, unset in use) waits in `flush` after each stored
 content, so `tests/test_rewind.py` can kill -9 a checkpoint midway and find the previous one
@@ -52,9 +57,11 @@ from defect_core.checkpoints.blobs import BlobStore, digest_of
 from defect_core.checkpoints.gitsnap import StatKey, WorkTreeSnapshot, stat_key
 from defect_core.checkpoints.model import Checkpoint, Entry, FileState, Source
 from defect_core.checkpoints.pinned import Pinned, descriptor_room, open_regular, read_regular
+from defect_core.tools.beneath import Escape, parent_beneath
 
 NOT_GIT_NOTE = "command side effects are not covered: the workspace is not a git work tree"
 NOT_STORED = "its prior content was not stored yet when the turn stopped"
+LEADS_OUT = "a link on its way leads out of the workspace"
 TEST_PAUSE_ENV = "DEFECT_TEST_CHECKPOINT_PAUSE"
 
 
@@ -192,37 +199,55 @@ class Checkpointer:
         slot = self._claim(rel, "tool")
         if slot is None:
             return rel
-        full = f"{self._root_str}/{rel}"
         try:
-            st = os.lstat(full)
+            dir_fd, name = parent_beneath(self._root_str, f"{self._root_str}/{rel}")
         except (FileNotFoundError, NotADirectoryError):
             slot.before = FileState.absent()
+            return rel
+        except Escape:
+            slot.before = FileState.uncovered(LEADS_OUT)
             return rel
         except OSError as exc:
             slot.before = FileState.uncovered(f"could not be examined ({exc.strerror or exc})")
             return rel
+        try:
+            self._capture(slot, dir_fd, name, replacing=replacing)
+        finally:
+            os.close(dir_fd)
+        return rel
+
+    def _capture(self, slot: _Slot, dir_fd: int, name: str, *, replacing: bool) -> None:
+        """Secure the prior state of `name` in the directory `dir_fd` (reached beneath the
+        root by `before_write`): every look at it is relative to that descriptor."""
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            slot.before = FileState.absent()
+            return
+        except OSError as exc:
+            slot.before = FileState.uncovered(f"could not be examined ({exc.strerror or exc})")
+            return
         if stat_mod.S_ISLNK(st.st_mode):
-            slot.before = FileState("symlink", target=os.readlink(full))
-            return rel
+            slot.before = FileState("symlink", target=os.readlink(name, dir_fd=dir_fd))
+            return
         if not stat_mod.S_ISREG(st.st_mode):
             slot.before = FileState.uncovered("not a regular file")
-            return rel
+            return
         if st.st_size > self.limits.max_file_bytes:
             slot.before = FileState.uncovered(
                 f"{st.st_size} bytes, over the {self.limits.max_file_bytes}-byte capture limit"
             )
-            return rel
-        if replacing and st.st_nlink == 1 and self._pin(slot, full):
-            return rel
+            return
+        if replacing and st.st_nlink == 1 and self._pin(slot, dir_fd, name):
+            return
         try:
-            data = read_regular(full)
+            data = read_regular(name, dir_fd=dir_fd)
         except OSError as exc:
             slot.before = FileState.uncovered(f"could not be read ({exc.strerror or exc})")
-            return rel
+            return
         self._store(slot, data, stat_mod.S_IMODE(st.st_mode))
-        return rel
 
-    def _pin(self, slot: _Slot, full: str) -> bool:
+    def _pin(self, slot: _Slot, dir_fd: int, name: str) -> bool:
         """Hold the file open for `flush`, while the pinned budget allows."""
         with self._lock:
             if self._pin_limit is None:
@@ -231,7 +256,7 @@ class Checkpointer:
                 return False
             self._pinned += 1
         try:
-            fd, st = open_regular(full)
+            fd, st = open_regular(name, dir_fd=dir_fd)
         except OSError:
             with self._lock:
                 self._pinned -= 1
@@ -396,12 +421,25 @@ class Checkpointer:
         return tuple(sorted(entries, key=lambda e: e.path))
 
     def _after(self, rel: str, slot: _Slot) -> FileState:
-        full = self.root / rel
-        key = stat_key(full)
+        try:
+            dir_fd, name = parent_beneath(self._root_str, f"{self._root_str}/{rel}")
+        except (FileNotFoundError, NotADirectoryError):
+            return FileState.absent()
+        except Escape:
+            return FileState.uncovered(f"{LEADS_OUT} after the turn")
+        except OSError as exc:
+            return FileState.uncovered(f"could not be examined after the turn ({exc.strerror})")
+        try:
+            return self._after_in(dir_fd, name, slot)
+        finally:
+            os.close(dir_fd)
+
+    def _after_in(self, dir_fd: int, name: str, slot: _Slot) -> FileState:
+        key = stat_key(name, dir_fd=dir_fd)
         if key is None:
             return FileState.absent()
         if stat_mod.S_ISLNK(key[4]):
-            return FileState("symlink", target=os.readlink(full))
+            return FileState("symlink", target=os.readlink(name, dir_fd=dir_fd))
         if not stat_mod.S_ISREG(key[4]):
             return FileState.uncovered("not a regular file after the turn")
         written = slot.written
@@ -410,7 +448,7 @@ class Checkpointer:
             digest = hint if isinstance(hint, str) else hint.digest()
         else:
             try:
-                digest = digest_of(read_regular(full))
+                digest = digest_of(read_regular(name, dir_fd=dir_fd))
             except OSError as exc:
                 return FileState.uncovered(f"could not be read after the turn ({exc.strerror})")
         return FileState("file", digest=digest, size=key[0], mode=stat_mod.S_IMODE(key[4]))

@@ -40,9 +40,9 @@ GIT_TIMEOUT = 30.0
 GITLINK = "160000"
 
 
-def stat_key(path: str | Path) -> StatKey | None:
+def stat_key(path: str | Path, *, dir_fd: int | None = None) -> StatKey | None:
     try:
-        st = os.lstat(path)
+        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
     except (FileNotFoundError, NotADirectoryError):
         return None
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_mode)

@@ -39,10 +39,10 @@ class PinnedChanged(OSError):
     """The pinned file was changed after it was pinned: its prior content is lost."""
 
 
-def open_regular(path: str | Path) -> tuple[int, os.stat_result]:
-    """An open descriptor on a regular file (a link at the end is not followed) and its
-    `fstat`; OSError for anything else."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+def open_regular(path: str | Path, *, dir_fd: int | None = None) -> tuple[int, os.stat_result]:
+    """An open descriptor on a regular file (a link at the end is not followed; `path`
+    relative to `dir_fd` when given) and its `fstat`; OSError for anything else."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         if not stat_mod.S_ISREG(st.st_mode):
@@ -66,9 +66,10 @@ def read_all(fd: int, size_hint: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def read_regular(path: str | Path) -> bytes:
-    """A regular file's bytes, never through a link at the end, never blocking on a FIFO."""
-    fd, st = open_regular(path)
+def read_regular(path: str | Path, *, dir_fd: int | None = None) -> bytes:
+    """A regular file's bytes, never through a link at the end, never blocking on a FIFO
+    (`path` relative to `dir_fd` when given)."""
+    fd, st = open_regular(path, dir_fd=dir_fd)
     try:
         return read_all(fd, st.st_size)
     finally:

@@ -37,9 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from defect_core.checkpoints.blobs import BlobError, BlobStore, digest_of
-from defect_core.checkpoints.capture import Checkpointer
+from defect_core.checkpoints.capture import LEADS_OUT, Checkpointer
 from defect_core.checkpoints.model import Checkpoint, FileState
-from defect_core.tools.beneath import replace_beneath, symlink_beneath, unlink_beneath
+from defect_core.checkpoints.pinned import read_regular
+from defect_core.tools.beneath import (
+    Escape,
+    parent_beneath,
+    replace_beneath,
+    symlink_beneath,
+    unlink_beneath,
+)
 
 TEST_PAUSE_ENV = "DEFECT_TEST_RESTORE_PAUSE"
 
@@ -96,18 +103,27 @@ def plan_restore(checkpoints: Sequence[Checkpoint]) -> RestorePlan:
 
 
 def current_state(root: Path, rel: str) -> FileState:
-    """The present state of `rel` (its content hashed), as the checkpoints record states."""
-    full = root / rel
+    """The present state of `rel` (its content hashed), as the checkpoints record states;
+    reached beneath `root` (`tools.beneath.parent_beneath`), so a link on the way that
+    leads out is reported as such, never followed to hash an outside file."""
     try:
-        st = os.lstat(full)
+        dir_fd, name = parent_beneath(root, root / rel)
     except (FileNotFoundError, NotADirectoryError):
         return FileState.absent()
-    if stat_mod.S_ISLNK(st.st_mode):
-        return FileState("symlink", target=os.readlink(full))
-    if not stat_mod.S_ISREG(st.st_mode):
-        return FileState.uncovered("not a regular file now")
-    with open(full, "rb") as f:
-        digest = digest_of(f.read())
+    except Escape:
+        return FileState.uncovered(LEADS_OUT)
+    try:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return FileState.absent()
+        if stat_mod.S_ISLNK(st.st_mode):
+            return FileState("symlink", target=os.readlink(name, dir_fd=dir_fd))
+        if not stat_mod.S_ISREG(st.st_mode):
+            return FileState.uncovered("not a regular file now")
+        digest = digest_of(read_regular(name, dir_fd=dir_fd))
+    finally:
+        os.close(dir_fd)
     return FileState("file", digest=digest, size=st.st_size, mode=stat_mod.S_IMODE(st.st_mode))
 
 

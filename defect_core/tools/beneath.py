@@ -38,7 +38,13 @@ class Escape(PermissionError):
 
 
 def _relative_parts(root: str, path: str) -> list[str]:
-    rel = os.path.relpath(os.path.normpath(path), os.path.normpath(root))
+    base, full = os.path.normpath(root), os.path.normpath(path)
+    prefix = base.rstrip("/") + "/"
+    if full.startswith(prefix) and os.path.isabs(base):
+        # Both absolute and normalised: beneath is a prefix, as `relpath` would find it
+        # (which costs more than the walk's own system calls).
+        return full[len(prefix) :].split("/")
+    rel = os.path.relpath(full, base)
     if rel == ".":
         return []
     if rel == ".." or rel.startswith("../"):
@@ -229,6 +235,17 @@ def _resolve_name(root: str | Path, path: str | Path, *, create: bool) -> tuple[
     parts = _relative_parts(os.fspath(root), os.fspath(path))
     fd, name, _ = _walk(os.fspath(root), parts, create=create)
     return fd, name
+
+
+def parent_beneath(root: str | Path, path: str | Path) -> tuple[int, str]:
+    """The descriptor of the directory holding `path` beneath `root`, and the final name, a
+    link at the end NOT followed: for looking at the name itself (`stat` without following,
+    `readlink`, an `O_NOFOLLOW` open, each with `dir_fd`) where a directory swapped for a
+    link after a check cannot lead outside. The caller closes the descriptor.
+
+    `FileNotFoundError` / `NotADirectoryError` when a directory on the way is absent or is
+    not one; `Escape` when the way leads out of the root."""
+    return _resolve_name(root, path, create=False)
 
 
 def unlink_beneath(root: str | Path, path: str | Path) -> bool:

@@ -8,7 +8,10 @@ and permission key.
 
 Invariants:
 - Every backend failure leaves here as a `ToolError` worded for the model (not found, a
-  directory, permission denied, not UTF-8, binary), never as a raw `OSError`.
+  directory, permission denied, not UTF-8, binary), never as a raw `OSError`. A path the
+  local backend finds leading out of the workspace when it opens it (`tools.beneath.Escape`:
+  a link on the way changed after `resolve_path` checked it) is worded as the outside
+  refusal it is, not as "permission denied", which would send the model after file modes.
 - Files change only through `ctx.fs.write_text` (atomic when local; the editor's buffer when
   delegated) and only with the whole new text.
 - `call_target` is purely lexical: `describe` runs before any permission is asked.
@@ -26,6 +29,7 @@ from typing import Any
 from defect_core.events import Location, ToolKind
 from defect_core.tools.backends import FileStat, FsBackend
 from defect_core.tools.base import ModelTool, Safety, ToolContext, ToolError
+from defect_core.tools.beneath import Escape
 from defect_core.tools.workspace import display_path
 
 MAX_LINE_CHARS = 2000
@@ -42,6 +46,10 @@ def io_error(exc: Exception, rel: str, verb: str) -> ToolError:
         return ToolError(f"file not found: {rel}")
     if isinstance(exc, IsADirectoryError):
         return ToolError(f"{rel} is a directory; use search with a glob to list its files")
+    if isinstance(exc, Escape):
+        return ToolError(
+            f"path is outside the workspace: {rel} (a link on its way leads out of it)"
+        )
     if isinstance(exc, PermissionError):
         return ToolError(f"permission denied: cannot {verb} {rel}")
     detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
