@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from acp import schema as s
 from acp.helpers import (
@@ -31,11 +31,13 @@ from defect_acp.replayed import (
     SPENT,
     ReplayedCall,
     Result,
+    StoredCalls,
     failed,
     has_terminal,
     replayed_call,
     replayed_search,
     result_block,
+    stored_terminal,
 )
 from defect_acp.transport import encode_message
 from defect_core import events as ev
@@ -54,6 +56,9 @@ from defect_core.model import (
 from defect_core.policy import ModeInfo
 from defect_core.session import ConfigOption, OptionChoice, ToolCallSnapshot
 from defect_core.tools.plan import UPDATE_PLAN
+
+if TYPE_CHECKING:
+    from defect_core.store import ToolCallRecord
 
 Update = (
     s.AgentMessageChunk
@@ -336,6 +341,18 @@ class ReplayView(Protocol[T_co]):
 
     def tool_call(self, call: ReplayedCall) -> T_co: ...
 
+    def stored_call(
+        self,
+        record: ToolCallRecord,
+        tool_input: Any,
+        result: ToolResultBlock | None,
+        shown: str | None,
+        call: Callable[[], ReplayedCall],
+    ) -> T_co:
+        """`tool_call(call())`, which a view may make from the call's stored `record` (as
+        `replayed_call` shows its snapshot; `shown`: a subagent's view, the card's content)."""
+        ...
+
 
 class UpdateModels:
     """The `ReplayView` that builds each update with the schema's models."""
@@ -367,6 +384,16 @@ class UpdateModels:
             raw_input=call.raw_input,
             raw_output=call.raw_output,
         )
+
+    def stored_call(
+        self,
+        record: ToolCallRecord,
+        tool_input: Any,
+        result: ToolResultBlock | None,
+        shown: str | None,
+        call: Callable[[], ReplayedCall],
+    ) -> Update:
+        return self.tool_call(call())
 
 
 def replay_updates(
@@ -429,6 +456,7 @@ class ReplayWalk(Generic[T]):
         subagents: Mapping[str, str] | None = None,
     ) -> None:
         self._tool_calls = tool_calls
+        self._stored = tool_calls if isinstance(tool_calls, StoredCalls) else None
         self._view = view
         self._subagents = subagents or {}
         self._results: dict[str, Result] = {}
@@ -525,18 +553,44 @@ class ReplayWalk(Generic[T]):
         failure = known is not None and failed(known)
         if name in SHOWN_BY_THEIR_EVENT and not failure:
             return HIDDEN
-        snap = self._tool_calls.get(call_id)
-        terminal = snap is not None and has_terminal(snap.content)  # it reads the result's text
+        record = None if self._stored is None else self._stored.record(call_id)
+        snap = None if record is not None else self._tool_calls.get(call_id)
+        if record is not None:  # a terminal's card reads the result's text
+            terminal = stored_terminal(record.content)
+        else:
+            terminal = snap is not None and has_terminal(snap.content)
         result = None if known is None else result_block(known) if terminal else SPENT[failure]
-        call = replayed_call(call_id, name, tool_input, snap, result)
         if known is not None and not terminal:
             # Shown: only whether it failed is asked again (a load would keep every result's
             # text alive until the end).
             self._results[call_id] = SPENT[failure]
-        if call_id in self._subagents:
-            shown = (ev.TextDisplay(self._subagents[call_id]),)
-            call = dataclasses.replace(call, content=shown)
-        return self._view.tool_call(call)
+        shown = self._subagents.get(call_id)
+        if record is not None:  # the card is written from the record as it is stored
+            return self._view.stored_call(
+                record,
+                tool_input,
+                result,
+                shown,
+                lambda: self._replayed(call_id, name, tool_input, None, result, shown),
+            )
+        return self._view.tool_call(self._replayed(call_id, name, tool_input, snap, result, shown))
+
+    def _replayed(
+        self,
+        call_id: str,
+        name: str,
+        tool_input: dict[str, Any],
+        snap: ToolCallSnapshot | None,
+        result: ToolResultBlock | None,
+        shown: str | None,
+    ) -> ReplayedCall:
+        """The call as a replay shows it, from its snapshot (looked up when not given)."""
+        if snap is None:
+            snap = self._tool_calls.get(call_id)
+        call = replayed_call(call_id, name, tool_input, snap, result)
+        if shown is not None:  # a subagent's view: what it did
+            call = dataclasses.replace(call, content=(ev.TextDisplay(shown),))
+        return call
 
 
 class _Hidden:
