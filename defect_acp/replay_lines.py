@@ -1,6 +1,6 @@
 """A replay's protocol lines, written straight from the conversation (`session/load`).
 
-Owns `ReplayLines`, the `project.ReplayView` that turns each shown piece of a stored
+Owns `ReplayLines`, the `replay_walk.ReplayView` that turns each shown piece of a stored
 conversation into its `session/update` line without building the schema's models: the JSON
 object a model would dump (`project.update_line`: by alias, no None, no defaults, its fields
 in the model's order) is built as a dict and written by pydantic-core's own JSON writer, the
@@ -11,7 +11,7 @@ display and location JSON turned into the schema's), not from the `ToolCallSnaps
 `ReplayedCall` and model a record would otherwise become one after the other.
 
 Invariant: every line is the line `project.update_line` writes for the update
-`project.UpdateModels` builds from the same piece - byte for byte, which tests check for every
+`replay_walk.UpdateModels` builds from the same piece - byte for byte, which tests check for every
 kind of piece (tests/test_replay_lines.py, tests/test_replay_stored_calls.py). A piece the
 writer refuses (a lone surrogate, a value that is not JSON) goes through the models and
 `update_line`, which mend it or fail as they always did; a stored record holding anything
@@ -30,8 +30,8 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from defect_acp import project
-from defect_acp.replayed import replayed_status, result_text
+from defect_acp import project, replay_walk
+from defect_acp.replayed import ReplayedCall, replayed_status, result_text
 from defect_core import events as ev
 from defect_core.model import ImageBlock, ToolResultBlock
 from defect_core.store import ToolCallRecord
@@ -46,7 +46,7 @@ class ReplayLines:
     def __init__(self, session_id: str) -> None:
         self._head = f'{_HEAD}{json.dumps(session_id)},"update":'.encode()
         self._session_id = session_id
-        self._models = project.UpdateModels()
+        self._models = replay_walk.UpdateModels()
 
     def _line(self, update: dict[str, Any], model: Callable[[], project.Update]) -> bytes | None:
         try:
@@ -74,7 +74,7 @@ class ReplayLines:
         update = {"content": _text(text), "sessionUpdate": "agent_thought_chunk"}
         return self._line(update, lambda: self._models.thought(text))
 
-    def tool_call(self, call: project.ReplayedCall) -> bytes | None:
+    def tool_call(self, call: ReplayedCall) -> bytes | None:
         update: dict[str, Any] = {
             "toolCallId": call.tool_call_id,
             "title": call.title,
@@ -99,7 +99,7 @@ class ReplayLines:
         tool_input: Any,
         result: ToolResultBlock | None,
         shown: str | None,
-        call: Callable[[], project.ReplayedCall],
+        call: Callable[[], ReplayedCall],
     ) -> bytes | None:
         """`tool_call(call())` written from the stored record (`replayed.replayed_call` of
         its snapshot, with `shown` as its content when a subagent's view replaces it)."""

@@ -14,8 +14,8 @@ recorded status (a call that finished but whose result never reached history is 
 still running, as the model will be told it was interrupted), and a terminal released long
 ago by what it printed.
 
-Why apart from `project.py`: the replay walk (`project.ReplayWalk`) and the two views that
-write its pieces share these; `project.py` keeps the live projection.
+Why apart from `replay_walk.py`: the replay walk (`replay_walk.ReplayWalk`) and the two views
+that write its pieces share these.
 """
 
 from __future__ import annotations

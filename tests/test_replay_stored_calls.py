@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from defect_acp import project
+from defect_acp import project, replay_walk
 from defect_acp.replay_lines import ReplayLines
+from defect_acp.replayed import ReplayedCall
 from defect_core.model import (
     JsonPart,
     Message,
@@ -41,9 +42,9 @@ class CountedLines(ReplayLines):
         tool_input: Any,
         result: ToolResultBlock | None,
         shown: str | None,
-        call: Callable[[], project.ReplayedCall],
+        call: Callable[[], ReplayedCall],
     ) -> bytes | None:
-        def counted() -> project.ReplayedCall:
+        def counted() -> ReplayedCall:
             self.from_snapshot.append(record.tool_call_id)
             return call()
 
@@ -181,7 +182,7 @@ def _by_models(
 ) -> list[bytes | None]:
     """The reference: every card from its snapshot, through the schema's models."""
     snapshots = dict(ToolCallSnapshots(records))  # a plain mapping: no record to write from
-    updates = project.iter_replay_updates(transcript, snapshots, SUBAGENTS)
+    updates = replay_walk.iter_replay_updates(transcript, snapshots, SUBAGENTS)
     return [project.update_line(SID, u) for u in updates]
 
 
@@ -189,7 +190,7 @@ def test_a_card_written_from_its_record_is_the_line_the_models_give() -> None:
     records = {r.tool_call_id: r for r in RECORDS}
     transcript = conversation()
     view = CountedLines(SID)
-    lines = list(project.iter_replay(transcript, ToolCallSnapshots(records), view, SUBAGENTS))
+    lines = list(replay_walk.iter_replay(transcript, ToolCallSnapshots(records), view, SUBAGENTS))
     expected = _by_models(transcript, records)
     assert len(lines) == len(expected)
     for line, want in zip(lines, expected, strict=True):
@@ -254,7 +255,7 @@ def test_a_location_the_snapshot_refuses_fails_the_replay_either_way() -> None:
         Message(role="assistant", content=(ToolUseBlock(id="c_text", name="read_file"),)),
     ]
     with pytest.raises(ValueError, match="not a location"):
-        list(project.iter_replay(transcript, ToolCallSnapshots(records), ReplayLines(SID)))
+        list(replay_walk.iter_replay(transcript, ToolCallSnapshots(records), ReplayLines(SID)))
     with pytest.raises(ValueError, match="not a location"):
         _by_models(transcript, records)
 
@@ -278,7 +279,7 @@ def test_a_load_from_sqlite_replays_each_card_as_the_models_give_it(tmp_path: Pa
         stored = store.load(SID, parts.append)
     assert sum(isinstance(m, dict) for part in parts for m in part.messages) >= 2
     view = CountedLines(SID)
-    walk = project.ReplayWalk(ToolCallSnapshots(parts[0].tool_calls), view, SUBAGENTS)
+    walk = replay_walk.ReplayWalk(ToolCallSnapshots(parts[0].tool_calls), view, SUBAGENTS)
     lines: list[bytes | None] = []
     for part in parts:
         lines.extend(walk.feed(part.messages))
