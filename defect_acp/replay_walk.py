@@ -187,7 +187,7 @@ class ReplayWalk(Generic[T]):
         subagents: Mapping[str, str] | None = None,
     ) -> None:
         self._tool_calls = tool_calls
-        self._stored = tool_calls if isinstance(tool_calls, StoredCalls) else None
+        self._record = tool_calls.record if isinstance(tool_calls, StoredCalls) else None
         self._view = view
         self._subagents = subagents or {}
         self._results: dict[str, Result] = {}
@@ -200,31 +200,32 @@ class ReplayWalk(Generic[T]):
             self._know(m["content"] if type(m) is dict else m.content)  # type: ignore[union-attr]
 
     def _know(self, content: Iterable[Any]) -> None:
+        results = self._results
         for b in content:
             if type(b) is dict:
                 if b["type"] == "tool_result":
-                    self._results[b["tool_use_id"]] = b
+                    results[b["tool_use_id"]] = b
             elif isinstance(b, ToolResultBlock):
-                self._results[b.tool_use_id] = b
+                results[b.tool_use_id] = b
             elif isinstance(b, WebSearchResultBlock):
                 self._searches[b.tool_use_id] = b
 
     def feed(self, messages: Iterable[Message | PlainMessage]) -> Iterator[T]:
         """The pieces of the next `messages` that can be made now, and of those held before."""
-        held = self._held
+        held, know, waits, piece_of = self._held, self._know, self._waits, self._piece
         for message in messages:
             if type(message) is dict:
                 role, content = message["role"], message["content"]
             else:
                 role, content = message.role, message.content  # type: ignore[union-attr]
-            self._know(content)
+            know(content)
             if held:
                 yield from self._release(final=False)
             for block in content:
-                if held or self._waits(role, block):
+                if held or waits(role, block):
                     held.append((role, block))
-                elif not isinstance(piece := self._piece(role, block), _Hidden):
-                    yield piece
+                elif (piece := piece_of(role, block)) is not HIDDEN:
+                    yield piece  # type: ignore[misc]
 
     def finish(self) -> Iterator[T]:
         """Whatever is still held: the conversation ended before its results."""
@@ -242,9 +243,10 @@ class ReplayWalk(Generic[T]):
         return False
 
     def _release(self, *, final: bool) -> Iterator[T]:
-        while self._held and (final or not self._waits(*self._held[0])):
-            if not isinstance(piece := self._piece(*self._held.popleft()), _Hidden):
-                yield piece
+        held, waits, piece_of = self._held, self._waits, self._piece
+        while held and (final or not waits(*held[0])):
+            if (piece := piece_of(*held.popleft())) is not HIDDEN:
+                yield piece  # type: ignore[misc]
 
     def _piece(self, role: str, block: Any) -> T | _Hidden:
         """What `block` shows (made by the view), or `HIDDEN`."""
@@ -284,7 +286,7 @@ class ReplayWalk(Generic[T]):
         failure = known is not None and failed(known)
         if name in SHOWN_BY_THEIR_EVENT and not failure:
             return HIDDEN
-        record = None if self._stored is None else self._stored.record(call_id)
+        record = None if self._record is None else self._record(call_id)
         snap = None if record is not None else self._tool_calls.get(call_id)
         if record is not None:  # a terminal's card reads the result's text
             terminal = stored_terminal(record.content)
