@@ -11,11 +11,9 @@ here is what the protocol's schema allows.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 from acp import schema as s
 from acp.helpers import (
@@ -27,32 +25,11 @@ from acp.helpers import (
 )
 from pydantic_core import PydanticSerializationError
 
-from defect_acp.replayed import (
-    SPENT,
-    ReplayedCall,
-    Result,
-    failed,
-    has_terminal,
-    replayed_call,
-    replayed_search,
-    result_block,
-)
 from defect_acp.transport import encode_message
 from defect_core import events as ev
-from defect_core.model import (
-    ContentBlock,
-    ImageBlock,
-    Message,
-    PlainMessage,
-    ServerToolUseBlock,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-    WebSearchResultBlock,
-)
+from defect_core.model import ContentBlock, ImageBlock, TextBlock
 from defect_core.policy import ModeInfo
-from defect_core.session import ConfigOption, OptionChoice, ToolCallSnapshot
+from defect_core.session import ConfigOption, OptionChoice
 from defect_core.tools.plan import UPDATE_PLAN
 
 Update = (
@@ -162,7 +139,7 @@ SHOWN_BY_THEIR_EVENT = frozenset({UPDATE_PLAN})
 """Tools whose call is shown by what it publishes, not as a tool-call card: `update_plan` is
 the `plan` update itself (as claude-agent-acp shows its TodoWrite). Only a refused call gets
 its card, `failed` with why, so the user sees why the plan did not change
-(`defect_acp/updates.py` live, `replay_updates` on load)."""
+(`defect_acp/updates.py` live, `replay_walk.iter_replay` on load)."""
 
 
 def plan_update(entries: Sequence[ev.PlanEntry]) -> s.AgentPlanUpdate:
@@ -313,238 +290,3 @@ def update_line(session_id: str, update: Update) -> bytes | None:
         return encode_message(session_notification(session_id, update))
     head = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
     return f'{head}{json.dumps(session_id)},"update":{body}}}}}\n'.encode()
-
-
-# --- replay (session/load) ----------------------------------------------------------------
-
-T_co = TypeVar("T_co", covariant=True)
-T = TypeVar("T")
-
-
-class ReplayView(Protocol[T_co]):
-    """What each shown piece of a replayed conversation becomes: the schema's update models
-    (`UpdateModels`, the reference) or, for a long replay, its protocol lines straight
-    (`defect_acp/replay_lines.py`, which must write what `update_line` writes of the model)."""
-
-    def user_text(self, text: str) -> T_co: ...
-
-    def user_image(self, block: ImageBlock) -> T_co: ...
-
-    def agent_text(self, text: str) -> T_co: ...
-
-    def thought(self, text: str) -> T_co: ...
-
-    def tool_call(self, call: ReplayedCall) -> T_co: ...
-
-
-class UpdateModels:
-    """The `ReplayView` that builds each update with the schema's models."""
-
-    def user_text(self, text: str) -> Update:
-        return _user_chunk(s.TextContentBlock(type="text", text=text))
-
-    def user_image(self, block: ImageBlock) -> Update:
-        image = s.ImageContentBlock(
-            type="image", data=block.data or "", mime_type=block.media_type or "", uri=block.url
-        )
-        return _user_chunk(image)
-
-    def agent_text(self, text: str) -> Update:
-        return update_agent_message_text(text)
-
-    def thought(self, text: str) -> Update:
-        return update_agent_thought_text(text)
-
-    def tool_call(self, call: ReplayedCall) -> Update:
-        return s.ToolCallStart(
-            session_update="tool_call",
-            tool_call_id=call.tool_call_id,
-            title=call.title,
-            kind=call.kind,
-            status=call.status,
-            content=displays(call.content) or None,
-            locations=locations(call.locations) or None,
-            raw_input=call.raw_input,
-            raw_output=call.raw_output,
-        )
-
-
-def replay_updates(
-    transcript: Sequence[Message],
-    tool_calls: Mapping[str, ToolCallSnapshot],
-    subagents: dict[str, str] | None = None,
-) -> list[Update]:
-    """The whole conversation as the updates a client saw live, in order (a list)."""
-    return list(iter_replay_updates(transcript, tool_calls, subagents))
-
-
-def iter_replay_updates(
-    transcript: Sequence[Message],
-    tool_calls: Mapping[str, ToolCallSnapshot],
-    subagents: dict[str, str] | None = None,
-) -> Iterator[Update]:
-    """`iter_replay` as the schema's update models."""
-    return iter_replay(transcript, tool_calls, UpdateModels(), subagents)
-
-
-def iter_replay(
-    transcript: Sequence[Message],
-    tool_calls: Mapping[str, ToolCallSnapshot],
-    view: ReplayView[T_co],
-    subagents: dict[str, str] | None = None,
-) -> Iterator[T_co]:
-    """The whole conversation as the updates a client saw live, in order, each made (by
-    `view`) only when it is asked for (a long session's replay is sent while it is being
-    projected).
-
-    User text and images, agent text and thoughts, every tool call with its title, kind,
-    last known status and content (diffs included), and every search the provider ran (from
-    its blocks: query, hits or error). A call that never got a result (the
-    process was killed while it ran) keeps its last recorded status — pending or
-    in_progress — so the client shows it as not completed, which is the truth. A
-    `spawn_agent` call shows what its subagent did, from the subagent's own stored transcript
-    (`subagents`: its view by call id), also when the process died while it worked. An
-    `update_plan` call shows no card (`SHOWN_BY_THEIR_EVENT`) unless it was refused; the plan
-    itself follows the history (`updates.replay`).
-    """
-    walk = ReplayWalk(tool_calls, view, subagents)
-    walk.know(transcript)  # every result first: nothing waits
-    yield from walk.feed(transcript)
-    yield from walk.finish()
-
-
-class ReplayWalk(Generic[T]):
-    """`iter_replay` fed the conversation a part at a time, as a load reads it: each piece
-    is made as soon as what it shows is known. A tool call's card needs its result (its final
-    status, a refused `update_plan`): it waits for the part that holds the result — and,
-    to keep the order, so does every piece after it — or for `finish` (a call that never got
-    one is shown as `iter_replay` shows it). The pieces are the same, in the same order, however
-    the conversation is cut into parts, and whether a message comes as the model or as its
-    JSON value (`PlainMessage`, as a load hands most over: its blocks are read as dicts)."""
-
-    def __init__(
-        self,
-        tool_calls: Mapping[str, ToolCallSnapshot],
-        view: ReplayView[T],
-        subagents: Mapping[str, str] | None = None,
-    ) -> None:
-        self._tool_calls = tool_calls
-        self._view = view
-        self._subagents = subagents or {}
-        self._results: dict[str, Result] = {}
-        self._searches: dict[str, WebSearchResultBlock] = {}
-        self._held: deque[tuple[str, Any]] = deque()  # (role, a block or a plain one's dict)
-
-    def know(self, messages: Iterable[Message | PlainMessage]) -> None:
-        """Take note of the results in `messages` (what the calls before them wait for)."""
-        for m in messages:
-            self._know(m["content"] if type(m) is dict else m.content)  # type: ignore[union-attr]
-
-    def _know(self, content: Iterable[Any]) -> None:
-        for b in content:
-            if type(b) is dict:
-                if b["type"] == "tool_result":
-                    self._results[b["tool_use_id"]] = b
-            elif isinstance(b, ToolResultBlock):
-                self._results[b.tool_use_id] = b
-            elif isinstance(b, WebSearchResultBlock):
-                self._searches[b.tool_use_id] = b
-
-    def feed(self, messages: Iterable[Message | PlainMessage]) -> Iterator[T]:
-        """The pieces of the next `messages` that can be made now, and of those held before."""
-        held = self._held
-        for message in messages:
-            if type(message) is dict:
-                role, content = message["role"], message["content"]
-            else:
-                role, content = message.role, message.content  # type: ignore[union-attr]
-            self._know(content)
-            if held:
-                yield from self._release(final=False)
-            for block in content:
-                if held or self._waits(role, block):
-                    held.append((role, block))
-                elif not isinstance(piece := self._piece(role, block), _Hidden):
-                    yield piece
-
-    def finish(self) -> Iterator[T]:
-        """Whatever is still held: the conversation ended before its results."""
-        yield from self._release(final=True)
-
-    def _waits(self, role: str, block: Any) -> bool:
-        if role == "user":
-            return False
-        if type(block) is dict:
-            return block["type"] == "tool_use" and block["id"] not in self._results
-        if isinstance(block, ToolUseBlock):
-            return block.id not in self._results
-        if isinstance(block, ServerToolUseBlock):
-            return block.id not in self._searches
-        return False
-
-    def _release(self, *, final: bool) -> Iterator[T]:
-        while self._held and (final or not self._waits(*self._held[0])):
-            if not isinstance(piece := self._piece(*self._held.popleft()), _Hidden):
-                yield piece
-
-    def _piece(self, role: str, block: Any) -> T | _Hidden:
-        """What `block` shows (made by the view), or `HIDDEN`."""
-        view = self._view
-        if type(block) is dict:  # a plain block (`is_plain_message`)
-            kind = block["type"]
-            if kind == "text":
-                return (
-                    view.user_text(block["text"])
-                    if role == "user"
-                    else view.agent_text(block["text"])
-                )
-            if role == "user":
-                return HIDDEN
-            if kind == "thinking":
-                return view.thought(block["thinking"])
-            if kind == "tool_use":
-                return self._call(block["id"], block["name"], block.get("input", {}))
-            return HIDDEN
-        if role == "user":
-            if isinstance(block, TextBlock):
-                return view.user_text(block.text)
-            if isinstance(block, ImageBlock):
-                return view.user_image(block)
-        elif isinstance(block, TextBlock):
-            return view.agent_text(block.text)
-        elif isinstance(block, ThinkingBlock):
-            return view.thought(block.thinking)
-        elif isinstance(block, ToolUseBlock):
-            return self._call(block.id, block.name, block.input)
-        elif isinstance(block, ServerToolUseBlock):
-            return view.tool_call(replayed_search(block, self._searches.get(block.id)))
-        return HIDDEN
-
-    def _call(self, call_id: str, name: str, tool_input: dict[str, Any]) -> T | _Hidden:
-        known = self._results.get(call_id)
-        failure = known is not None and failed(known)
-        if name in SHOWN_BY_THEIR_EVENT and not failure:
-            return HIDDEN
-        snap = self._tool_calls.get(call_id)
-        terminal = snap is not None and has_terminal(snap.content)  # it reads the result's text
-        result = None if known is None else result_block(known) if terminal else SPENT[failure]
-        call = replayed_call(call_id, name, tool_input, snap, result)
-        if known is not None and not terminal:
-            # Shown: only whether it failed is asked again (a load would keep every result's
-            # text alive until the end).
-            self._results[call_id] = SPENT[failure]
-        if call_id in self._subagents:
-            shown = (ev.TextDisplay(self._subagents[call_id]),)
-            call = dataclasses.replace(call, content=shown)
-        return self._view.tool_call(call)
-
-
-class _Hidden:
-    """What a block a replay does not show makes (`ReplayWalk._piece`)."""
-
-
-HIDDEN = _Hidden()
-
-
-def _user_chunk(content: Any) -> s.UserMessageChunk:
-    return s.UserMessageChunk(session_update="user_message_chunk", content=content)

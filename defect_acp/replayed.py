@@ -2,7 +2,10 @@
 
 Owns `ReplayedCall` (a tool call as `session/load` shows it) and how one is made: from the
 call's stored snapshot and the result the model read (`replayed_call`), or, for a search the
-provider ran, from its blocks alone (`replayed_search`). A result is a `ToolResultBlock`, or
+provider ran, from its blocks alone (`replayed_search`); and `StoredCalls`, the tool calls
+that hand over each stored record as it is, from which a replay writes a call's card
+straight (`ReplayLines.stored_call`: same card, without a snapshot, a `ReplayedCall` and a
+model per call). A result is a `ToolResultBlock`, or
 a plain tool result's JSON value when the replay read its message without the model
 (`defect_core.model.is_plain_message`): both read the same.
 
@@ -11,20 +14,23 @@ recorded status (a call that finished but whose result never reached history is 
 still running, as the model will be told it was interrupted), and a terminal released long
 ago by what it printed.
 
-Why apart from `project.py`: the replay walk (`project.ReplayWalk`) and the two views that
-write its pieces share these; `project.py` keeps the live projection.
+Why apart from `replay_walk.py`: the replay walk (`replay_walk.ReplayWalk`) and the two views
+that write its pieces share these.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from defect_core import events as ev
 from defect_core.hosted import search_outcome, search_title
 from defect_core.model import ServerToolUseBlock, ToolResultBlock, WebSearchResultBlock
 from defect_core.session import ToolCallSnapshot
+
+if TYPE_CHECKING:
+    from defect_core.store import ToolCallRecord
 
 Result = ToolResultBlock | dict[str, Any]
 """A tool result as a replay met it: the model, or a plain result block's JSON value."""
@@ -43,6 +49,15 @@ class ReplayedCall:
     locations: tuple[ev.Location, ...] = ()
     raw_input: Any = None
     raw_output: Any = None
+
+
+@runtime_checkable
+class StoredCalls(Protocol):
+    """Tool calls whose stored record can be had as it is (`ToolCallSnapshots.record`): a
+    replay writes each card straight from the record, as `replayed_call` would show its
+    snapshot (`ReplayLines.stored_call`)."""
+
+    def record(self, call_id: str) -> ToolCallRecord | None: ...
 
 
 SPENT = {e: ToolResultBlock(tool_use_id="", is_error=e) for e in (False, True)}
@@ -90,16 +105,11 @@ def replayed_call(
         return ReplayedCall(
             tool_call_id=call_id, title=name, kind="other", status=status, raw_input=tool_input
         )
-    status = snap.status
-    if result is None and status in ("completed", "failed"):
-        # It finished, but the process died before its result reached history: the model
-        # will be told it was interrupted, so the user must not see it as closed either.
-        status = "in_progress"
     return ReplayedCall(
         tool_call_id=call_id,
         title=snap.title,
         kind=snap.kind,
-        status=status,
+        status=replayed_status(snap.status, result),
         content=_replayed_displays(snap.content, result),
         locations=tuple(snap.locations),
         raw_input=snap.raw_input or tool_input,
@@ -107,8 +117,23 @@ def replayed_call(
     )
 
 
+def replayed_status(status: ev.ToolStatus, result: ToolResultBlock | None) -> ev.ToolStatus:
+    """A stored call's status as a replay shows it."""
+    if result is None and status in ("completed", "failed"):
+        # It finished, but the process died before its result reached history: the model
+        # will be told it was interrupted, so the user must not see it as closed either.
+        return "in_progress"
+    return status
+
+
 def has_terminal(content: Sequence[ev.ToolDisplay]) -> bool:
     return any(isinstance(item, ev.TerminalDisplay) for item in content)
+
+
+def stored_terminal(content: Sequence[Any]) -> bool:
+    """Whether a stored call's content (`ToolCallRecord.content`) names a terminal: its card
+    reads the result's text (`result_text`)."""
+    return any(type(item) is dict and item.get("type") == "terminal" for item in content)
 
 
 def _replayed_displays(
@@ -118,7 +143,7 @@ def _replayed_displays(
     printed, else by the result the model read (`displays`, `replayed_output`)."""
     if not has_terminal(content):
         return tuple(content)
-    printed = _result_text(result)
+    printed = result_text(result)
     return tuple(
         ev.TextDisplay(item.output if item.output is not None else printed)
         if isinstance(item, ev.TerminalDisplay)
@@ -127,7 +152,7 @@ def _replayed_displays(
     )
 
 
-def _result_text(result: ToolResultBlock | None) -> str:
+def result_text(result: ToolResultBlock | None) -> str:
     """The text of a tool result, for a replayed terminal that recorded no output."""
     if result is None:
         return "(the command did not finish: its output was not recorded)"

@@ -45,7 +45,7 @@ import anyio
 from acp import schema as s
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from defect_acp import project
+from defect_acp import project, replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_core import events as ev
 from defect_core.log import get_logger
@@ -267,7 +267,7 @@ async def replay(sink: UpdateSink, session: Session) -> None:
     Each is written as its protocol line straight (`replay_lines.py`), not as a model."""
     views = session.subagent_views()
     view = ReplayLines(session.id)
-    lines = project.iter_replay(session.transcript(), await session.tool_calls(), view, views)
+    lines = replay_walk.iter_replay(session.transcript(), await session.tool_calls(), view, views)
     await _send_replayed(sink, session.id, lines)
     await _send_plan(sink, session)
 
@@ -275,19 +275,19 @@ async def replay(sink: UpdateSink, session: Session) -> None:
 class StreamedReplay:
     """A `session/load` replay sent while the store reads the history: `part` is the core's
     `on_history` (each `HistoryPart`'s lines leave before the next part is read, through
-    `project.ReplayWalk`), `finish` sends what is left, then the plan. A session that was
+    `replay_walk.ReplayWalk`), `finish` sends what is left, then the plan. A session that was
     not read (already live) is replayed whole by `finish`, as `replay` does: the client sees
     the same updates, in the same order, either way."""
 
     def __init__(self, sink: UpdateSink, session_id: str) -> None:
         self._sink = sink
         self._session_id = session_id
-        self._walk: project.ReplayWalk[bytes | None] | None = None
+        self._walk: replay_walk.ReplayWalk[bytes | None] | None = None
 
     async def part(self, part: HistoryPart) -> None:
         if self._walk is None:
             view = ReplayLines(self._session_id)
-            self._walk = project.ReplayWalk(part.tool_calls, view, part.subagents)
+            self._walk = replay_walk.ReplayWalk(part.tool_calls, view, part.subagents)
         await _send_replayed(self._sink, self._session_id, self._walk.feed(part.messages))
 
     async def finish(self, session: Session) -> None:

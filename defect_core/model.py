@@ -233,7 +233,8 @@ def is_plain_message(data: Any) -> bool:
     if type(data) is not dict or data.get("role") not in ("user", "assistant"):
         return False
     content = data.get("content")
-    return type(content) is list and all(_plain_block(block) for block in content)
+    # map, not a generator: a load asks this of every message
+    return type(content) is list and all(map(_plain_block, content))
 
 
 def _plain_block(b: Any) -> bool:

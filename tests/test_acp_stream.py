@@ -21,7 +21,7 @@ import anyio
 import pytest
 from acp.helpers import update_agent_message_text
 
-from defect_acp import project
+from defect_acp import project, replay_walk
 from defect_acp.transport import encode_message
 from defect_acp.updates import REPLAY_BATCH, coalesce
 from defect_core import events as ev
@@ -231,7 +231,7 @@ async def test_a_long_replay_sends_the_same_updates_in_order(tmp_path: Path) -> 
     # What the SDK itself would have written for each update of the whole-list projection.
     expected = [
         project.session_notification(sid, u)["params"]
-        for u in project.replay_updates(stored.transcript, snapshots)
+        for u in replay_walk.replay_updates(stored.transcript, snapshots)
     ]
     assert len(expected) == 4 * turns
 

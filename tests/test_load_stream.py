@@ -1,7 +1,7 @@
 """`session/load` streams its replay while the store reads the history: the store hands the
 branch over in parts as it decodes them (`SqliteStore.load`'s `on_part`, `AsyncStore.load`),
 the core hands them on (`DefaultAgentCore.load_session`'s `on_history`), and each part's lines
-leave (`defect_acp.updates.StreamedReplay`, `project.ReplayWalk`) before the next is read.
+leave (`defect_acp.updates.StreamedReplay`, `replay_walk.ReplayWalk`) before the next is read.
 
 Real SQLite files, the real core and the real replay; the only stand-in is the sink the lines
 are written to (the server writes them to stdout the same way). Whether the first line left
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from defect_acp import project
+from defect_acp import replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_acp.updates import StreamedReplay, replay
 from defect_core.config import Settings
@@ -231,7 +231,7 @@ async def test_a_corrupt_row_after_the_first_part_fails_the_load_naming_it(
 
 
 def _walk_in_parts(transcript: list[Message], cuts: list[int], *args: Any) -> list[bytes | None]:
-    walk = project.ReplayWalk(args[0], ReplayLines(SID), args[1])
+    walk = replay_walk.ReplayWalk(args[0], ReplayLines(SID), args[1])
     out: list[bytes | None] = []
     for start, end in zip([0, *cuts], [*cuts, len(transcript)], strict=True):
         out.extend(walk.feed(transcript[start:end]))
@@ -250,7 +250,7 @@ def test_a_walk_in_parts_shows_what_the_whole_replay_shows() -> None:
         Message(role="user", content=(TextBlock(text="still there?"),)),
         Message(role="assistant", content=(TextBlock(text="yes"),)),
     ]
-    whole = list(project.iter_replay(transcript, snapshots, ReplayLines(SID), subagents))
+    whole = list(replay_walk.iter_replay(transcript, snapshots, ReplayLines(SID), subagents))
     shown = [json.loads(line)["params"]["update"] for line in whole if line is not None]
     assert shown[-3]["toolCallId"] == "t_never" and shown[-1]["content"]["text"] == "yes"
     for cuts in ([], [1], [2], [1, 2], [1, 2, 3], [1, 2, 3, 4, 5, 6], [5]):

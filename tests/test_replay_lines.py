@@ -1,5 +1,5 @@
 """A replay's protocol lines, written straight (`defect_acp/replay_lines.py`), are the lines the
-schema's models give (`project.UpdateModels` + `project.update_line`), byte for byte, for every
+schema's models give (`replay_walk.UpdateModels` + `project.update_line`), byte for byte, for every
 kind of piece a stored conversation shows — and the same when the writer refuses a piece."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from defect_acp import project
+from defect_acp import project, replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_core import events as ev
 from defect_core.model import (
@@ -134,9 +134,9 @@ def conversation() -> tuple[list[Message], dict[str, ToolCallSnapshot], dict[str
 
 def test_every_piece_is_the_line_the_models_give() -> None:
     transcript, snapshots, subagents = conversation()
-    models = list(project.iter_replay_updates(transcript, snapshots, subagents))
+    models = list(replay_walk.iter_replay_updates(transcript, snapshots, subagents))
     expected = [project.update_line(SID, u) for u in models]
-    lines = list(project.iter_replay(transcript, snapshots, ReplayLines(SID), subagents))
+    lines = list(replay_walk.iter_replay(transcript, snapshots, ReplayLines(SID), subagents))
     assert len(lines) == len(expected)
     for line, want in zip(lines, expected, strict=True):
         assert line == want
@@ -151,7 +151,7 @@ def test_every_piece_is_the_line_the_models_give() -> None:
 
 def test_pieces_the_writer_refuses_go_through_the_models() -> None:
     transcript, snapshots, subagents = conversation()
-    lines = list(project.iter_replay(transcript, snapshots, ReplayLines(SID), subagents))
+    lines = list(replay_walk.iter_replay(transcript, snapshots, ReplayLines(SID), subagents))
     by_id = {
         u.get("toolCallId"): u
         for u in (json.loads(line)["params"]["update"] for line in lines if line is not None)
@@ -166,7 +166,7 @@ def test_pieces_the_writer_refuses_go_through_the_models() -> None:
 
 
 def _walk(messages: list[Any], snapshots: Any, subagents: Any, cuts: list[int]) -> list[Any]:
-    walk = project.ReplayWalk(snapshots, ReplayLines(SID), subagents)
+    walk = replay_walk.ReplayWalk(snapshots, ReplayLines(SID), subagents)
     out: list[Any] = []
     for start, end in zip([0, *cuts], [*cuts, len(messages)], strict=True):
         out.extend(walk.feed(messages[start:end]))

@@ -120,6 +120,11 @@ class ToolCallSnapshots(Mapping[str, ToolCallSnapshot]):
             raw_output=r.raw_output,
         )
 
+    def record(self, call_id: str) -> ToolCallRecord | None:
+        """The stored record of `call_id` as it is (None: no such call), for a front end
+        that writes what it shows straight from it (`defect_acp/replay_lines.py`)."""
+        return self._records.get(call_id)
+
     def get(self, call_id: str, default: Any = None) -> Any:  # Mapping's, without its raise
         return self[call_id] if call_id in self._records else default
 

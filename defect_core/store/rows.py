@@ -178,8 +178,8 @@ def _session_from_rows(
         """A row as the replay reads it: its JSON value when that is a plain message (most
         are: no model is built), else the model, which names what is wrong with a row that
         is not a message."""
-        try:
-            data = from_json(blob)
+        try:  # keys only: a value cache costs more than it saves on a message read once
+            data = from_json(blob, cache_strings="keys")
         except ValueError:
             data = None
         if is_plain_message(data):
