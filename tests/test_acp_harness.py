@@ -73,6 +73,27 @@ async def test_an_invalid_update_fails_the_test_even_unasked(
     assert '"sessionUpdate": "agent_message_chunk"' in str(raised.value)
 
 
+async def test_validated_at_exit_an_invalid_update_still_fails_the_test(
+    fake_agent: list[str], tmp_path: Path
+) -> None:
+    """A benchmark's harness (`validate_at_exit`) defers the checks, never drops them."""
+    with pytest.raises(SchemaViolation) as raised:
+        async with spawn_defect(command=fake_agent, validate_at_exit=True) as agent:
+            await agent.initialize()
+            await agent.new_session(tmp_path)
+            assert not agent.wire.violations  # recorded, not yet checked
+            # The test body passes and never calls assert_schema_clean: the exit must fail.
+    assert "session/update does not match SessionNotification" in str(raised.value)
+    # The real agent passes the same deferred checks, each of its messages checked once.
+    async with spawn_defect(validate_at_exit=True) as agent:
+        await agent.initialize()
+        await agent.new_session(tmp_path)
+        agent.assert_schema_clean()
+        assert not agent.wire._unchecked
+    assert agent.wire.from_agent()
+    assert not agent.wire.violations
+
+
 async def test_assert_schema_clean_reports_the_violation(
     fake_agent: list[str], tmp_path: Path
 ) -> None:

@@ -259,3 +259,25 @@ async def test_a_connection_dropped_mid_body_raises_what_httpx_raises(
     theirs, ours = raised
     assert type(ours) is type(theirs) and type(ours).__name__ == "RemoteProtocolError"
     assert str(ours) == str(theirs)
+
+
+@pytest.mark.anyio
+async def test_once_a_call_has_completed_the_sdk_is_out_of_the_collectors_reach(
+    fake_provider: FakeProvider, provider: AnthropicProvider
+) -> None:
+    """A full collection during a stream must not walk the SDK's tens of thousands of
+    objects (`client.freeze_once`): once a call has completed, its classes are frozen."""
+    import gc
+
+    from defect_core.model import Message, TextBlock
+    from defect_core.providers.base import Completed, ModelRequest
+
+    fake_provider.enqueue(Reply.text("done"))
+    message = Message(role="user", content=(TextBlock(text="hello"),))
+    request = ModelRequest(provider.default_model(), "system", [message])
+    chunks = [chunk async for chunk in provider.stream(request)]
+    assert isinstance(chunks[-1], Completed)
+    _, sdk = await provider._ready()
+    client_class, stream_class = sdk.anthropic.AsyncAnthropic, sdk.anthropic.AsyncStream
+    assert gc.get_freeze_count() > 0
+    assert not any(o is client_class or o is stream_class for o in gc.get_objects())

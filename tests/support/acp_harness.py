@@ -209,11 +209,19 @@ class RecordingClient:
 
 @dataclass
 class Wire:
-    """Every raw message, both directions, as (direction, message)."""
+    """Every raw message, both directions, as (direction, message).
+
+    `deferred`: the agent's messages are recorded as they arrive and validated by `check`
+    (which `Agent.assert_schema_clean`, and so the exit of `spawn_defect`, calls), not one by
+    one on arrival. For benchmarks: validating a message costs the client milliseconds of
+    CPU, which on a small machine competes with the agent it measures. Every message is
+    still validated, against the same schema, before the run counts as clean."""
 
     messages: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    deferred: bool = False
     _methods: dict[Any, str] = field(default_factory=dict)
+    _unchecked: list[tuple[dict[str, Any], str | None]] = field(default_factory=list)
 
     def observe(self, event: StreamEvent) -> None:
         message = event.message
@@ -224,6 +232,18 @@ class Wire:
             return
         self.messages.append(("agent", message))
         answered = self._methods.get(message.get("id")) if "method" not in message else None
+        if self.deferred:
+            self._unchecked.append((message, answered))
+        else:
+            self._check(message, answered)
+
+    def check(self) -> None:
+        """Validate the messages recorded but not yet validated (`deferred`)."""
+        unchecked, self._unchecked = self._unchecked, []
+        for message, answered in unchecked:
+            self._check(message, answered)
+
+    def _check(self, message: dict[str, Any], answered: str | None) -> None:
         try:
             acp_schema().check_agent_message(message, answered)
         except AssertionError as exc:
@@ -250,6 +270,7 @@ class Agent:
         return self.stderr_path.read_text(errors="replace")
 
     def assert_schema_clean(self) -> None:
+        self.wire.check()
         if self.wire.violations:
             raise SchemaViolation("\n\n".join(self.wire.violations))
 
@@ -311,12 +332,15 @@ async def spawn_defect(
     client: RecordingClient | None = None,
     cwd: Path | None = None,
     command: list[str] | None = None,
+    validate_at_exit: bool = False,
 ) -> AsyncIterator[Agent]:
     """The real agent (`python -m defect_acp acp *args`), or `command` in its place (a test
-    of the harness itself), connected to `client` and validated message by message."""
+    of the harness itself), connected to `client` and validated message by message: as each
+    arrives, or with `validate_at_exit` all at once when the test body has passed or asks
+    (`Wire.deferred`: for a benchmark, whose client must not compete with the agent)."""
     client = client or RecordingClient()
     acp_schema()  # raises SchemaUnavailable before anything runs unvalidated
-    wire = Wire()
+    wire = Wire(deferred=validate_at_exit)
     # Kept open for the child's lifetime and closed in the `finally` below.
     stderr_file = tempfile.NamedTemporaryFile(  # noqa: SIM115
         prefix="defect-stderr-", suffix=".log", delete=False

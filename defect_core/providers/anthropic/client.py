@@ -28,6 +28,7 @@ several `Settings` given to these same builders (`config.provider_settings`).
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import os
 import threading
@@ -49,6 +50,7 @@ __all__ = [
     "api_key",
     "bedrock_client",
     "chosen_by",
+    "freeze_once",
     "import_sdk",
     "load_sdk",
     "preload_sdk",
@@ -125,6 +127,22 @@ async def load_sdk() -> Sdk:
             return import_sdk()
         log.info("sdk_preload_failed", error=repr(preload.error))  # the import below says why
     return await anyio.to_thread.run_sync(import_sdk)
+
+
+_frozen = False
+
+
+def freeze_once() -> None:
+    """Move every object alive now out of the cyclic collector's generations, the first time
+    only: called once a first model call has completed, when the SDK's modules, classes,
+    validators and client (tens of thousands of objects, as long-lived as the process, most
+    of them loaded lazily by that call) are all there. The CLI does the same with what it
+    imported before serving (`defect_acp/cli.py`). Left in, every full collection walked them
+    all: about 20 ms of CPU on the event loop, a stall of every stream at once."""
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.freeze()
 
 
 def running_loop() -> object | None:

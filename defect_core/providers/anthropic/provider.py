@@ -46,6 +46,7 @@ from defect_core.providers.anthropic.client import (
     anthropic_client,
     api_key,
     bedrock_client,
+    freeze_once,
     load_sdk,
     preload_sdk,
     running_loop,
@@ -190,6 +191,7 @@ class AnthropicProvider:
                 with anyio.CancelScope(shield=True):
                     await stream.close()
             completed = assembler.finish(request_id)
+            freeze_once()  # the first call has loaded what every call needs: keep it frozen
         except ProviderError as err:
             if err.request_id is None:
                 err.request_id = request_id
