@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from pathlib import Path
+from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from defect_core.checkpoints import (
@@ -13,9 +17,13 @@ from defect_core.checkpoints import (
     BlobStore,
     CaptureLimits,
     Checkpointer,
+    CheckpointingFs,
     WorkTreeSnapshot,
     restore,
 )
+from defect_core.checkpoints.shell import CheckpointingShell
+from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
+from defect_core.tools.beneath import replace_beneath
 
 BINARY = bytes(range(256)) * 8
 
@@ -179,3 +187,125 @@ def test_outside_git_command_side_effects_are_said_not_covered(tmp_path: Path) -
     report = restore(root, [checkpoint], blobs)
     assert report.notes == [NOT_GIT_NOTE] and report.restored == []
     assert not os.path.exists(root / ".git")
+
+
+class Hold:
+    """Holds the thread that reaches it until `go` (then lets every later one pass). The
+    waits are bounded only so that a broken test fails instead of hanging."""
+
+    def __init__(self) -> None:
+        self.reached, self.go = threading.Event(), threading.Event()
+
+    def __call__(self) -> None:
+        if not self.go.is_set():
+            self.reached.set()
+            assert self.go.wait(120), "never let go"
+
+    async def until_reached(self) -> None:
+        assert await anyio.to_thread.run_sync(self.reached.wait, 120), "never reached"
+
+
+@pytest.mark.parametrize("seen", ["before, not after", "after, not before", "before and after"])
+def test_a_write_in_flight_during_a_command_leaves_no_temporary_to_rewind(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch, seen: str
+) -> None:
+    """A file tool and a command of one batch run concurrently. The tool's atomic write
+    holds a temporary beside its file until the rename; the command's snapshots must not
+    take that temporary for a file the command deleted (the rewind would then make a file
+    nobody made), made, or changed. The write is held just after making its temporary and
+    just before renaming it, while the command's snapshots are taken, so each order of the
+    race happens for certain."""
+    blobs = BlobStore.in_state_dir(tmp_path / "state")
+    # The user's own file that merely looks like a temporary is still the command's to cover.
+    (repo / ".notes.txt.0badcafe.tmp").write_text("the user's\n")
+    before = snapshot_files(repo)
+    cp = Checkpointer(repo, blobs, turn_id="t1")
+    fs = CheckpointingFs(LocalFsBackend(repo), cp)
+    shell = CheckpointingShell(LocalShellBackend(), cp)
+    made, renamed = Hold(), Hold()
+    real_open, real_replace = os.open, os.replace
+
+    def held_open(path: str, flags: int, *args: Any, **kw: Any) -> int:
+        fd = real_open(path, flags, *args, **kw)
+        if str(path).endswith(".tmp") and flags & os.O_EXCL:
+            made()  # the temporary exists, empty
+        return fd
+
+    def held_replace(src: str, dst: str, **kw: Any) -> None:
+        if str(src).endswith(".tmp"):
+            renamed()  # the temporary is written, not renamed yet
+        real_replace(src, dst, **kw)
+
+    monkeypatch.setattr(os, "open", held_open)
+    monkeypatch.setattr(os, "replace", held_replace)
+    command = "rm .notes.txt.0badcafe.tmp && echo by the command > untracked.txt"
+
+    async def batch() -> None:
+        written = anyio.Event()
+
+        async def write() -> None:
+            await fs.write_text(repo / "made" / "new.txt", "fresh\n")
+            written.set()
+
+        async with anyio.create_task_group() as tg:
+            if seen == "before, not after":
+                made.go.set()
+                tg.start_soon(write)
+                await renamed.until_reached()
+                handle = await shell.create(command, repo)  # snapshot: the temporary
+                renamed.go.set()
+                await written.wait()
+                await shell.wait_for_exit(handle)
+                await shell.release(handle)  # snapshot: the temporary gone
+            elif seen == "after, not before":
+                made.go.set()
+                handle = await shell.create(command, repo)  # snapshot: no temporary
+                tg.start_soon(write)
+                await shell.wait_for_exit(handle)
+                await renamed.until_reached()
+                await shell.release(handle)  # snapshot: the temporary
+                renamed.go.set()
+            else:
+                tg.start_soon(write)
+                await made.until_reached()
+                handle = await shell.create(command, repo)  # snapshot: the temporary, empty
+                made.go.set()
+                await renamed.until_reached()
+                await shell.wait_for_exit(handle)
+                await shell.release(handle)  # snapshot: the temporary, written
+                renamed.go.set()
+
+    anyio.run(batch)
+    checkpoint = cp.finish()
+    entries = {e.path: e.source for e in checkpoint.entries}
+    assert entries == {
+        ".notes.txt.0badcafe.tmp": "bash",
+        "made/new.txt": "tool",
+        "untracked.txt": "bash",
+    }
+    assert sorted(os.listdir(repo / "made")) == ["new.txt"]
+
+    report = restore(repo, [checkpoint], blobs)
+    assert report.applied and not report.conflicts and not report.failed
+    assert not report.uncovered
+    assert snapshot_files(repo) == before  # no temporary made, the user's file back
+
+
+def test_a_write_names_its_temporary_by_its_real_path_before_making_it(tmp_path: Path) -> None:
+    """The name a checkpoint is told is the one git lists: in the directory the file really
+    lies in (a link to a directory followed), and given before the temporary exists."""
+    root = tmp_path / "w"
+    (root / "real").mkdir(parents=True)
+    (root / "linked").symlink_to("real")
+    told: list[tuple[str, bool]] = []
+    replace_beneath(
+        root,
+        root / "linked" / "a.txt",
+        b"x\n",
+        on_temporary=lambda p: told.append((p, os.path.lexists(p))),
+    )
+    ((path, existed),) = told
+    assert os.path.dirname(path) == os.path.realpath(root / "real")
+    assert os.path.basename(path).startswith(".a.txt.") and path.endswith(".tmp")
+    assert not existed and not os.path.lexists(path)
+    assert (root / "real" / "a.txt").read_bytes() == b"x\n"

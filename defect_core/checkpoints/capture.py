@@ -5,7 +5,8 @@ Owns `Checkpointer`, one per prompt (turn) of one session:
   `replacing=True` says the write puts a new inode at the name (the local backend's atomic
   replace), so the old one can be held open and read later (`pinned`);
 - `after_write(path, data)`: it wrote `data` there (optional: saves reading it again);
-  `write_failed(rel)`: the replace announced did not happen;
+  `write_failed(rel)`: the replace announced did not happen; `temporary(path)`: the write
+  is about to make its own temporary file at `path` (renamed over the file, or removed);
 - `before_command()` / `after_command(watch)`: a shell command runs in between; in a git work
   tree its changes are found and captured (`gitsnap`), elsewhere the checkpoint notes that
   command side effects are not covered;
@@ -29,6 +30,12 @@ Invariants:
   that, `before_write` stores synchronously (and durably).
 - A partial checkpoint names every path captured so far: one whose prior content is not
   stored yet is "uncovered" with that reason (a crash then says so, never a silent gap).
+- A command's checkpoint never records a file tool's own temporary file. The tools of one
+  batch run concurrently, so a command's snapshot before may see a write's temporary that
+  the one after does not (renamed meanwhile), or the reverse; recorded, it would be a file
+  the command deleted or made, and a rewind would make a file that nobody made. The write
+  names its temporary (`temporary`) before making it, so any snapshot that can see it is
+  compared after it is known; a user's file that merely looks like one is still covered.
 - A file that cannot be captured (too large, unreadable, not a regular file, a failed blob
   write) becomes an "uncovered" entry with the reason, never a silent gap.
 - Paths are resolved like the tools resolve them (links followed, within the root); a path
@@ -130,6 +137,7 @@ class Checkpointer:
         self.durable = durable
         self.created_at = time.time()
         self._slots: dict[str, _Slot] = {}
+        self._temporaries: set[str] = set()
         self._notes: list[str] = []
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
@@ -282,6 +290,13 @@ class Checkpointer:
             return
         self._store(slot, data, pinned.mode)
 
+    def temporary(self, path: str) -> None:
+        """A write is about to make its temporary file at `path` (absolute, links resolved):
+        never a command's change, whatever a concurrent command's snapshots see of it."""
+        if path.startswith(self._root_prefix):
+            with self._lock:
+                self._temporaries.add(path[len(self._root_prefix) :])
+
     def after_write(self, path: str | Path, data: str | bytes, *, rel: str | None = None) -> None:
         """`data` (text is stored UTF-8) is what the tool just wrote at `path` (`rel`, as
         `before_write` returned it, saves resolving it again): remembered so `finish` need
@@ -382,10 +397,13 @@ class Checkpointer:
         return snap
 
     def after_command(self, snap: WorkTreeSnapshot | None) -> list[str]:
-        """Capture the prior state of every path the command changed; returns those paths."""
+        """Capture the prior state of every path the command changed; returns those paths
+        (a file tool's temporary, seen to come or go meanwhile, is not one)."""
         if snap is None:
             return []
         changed = snap.changed()
+        with self._lock:
+            changed = [rel for rel in changed if rel not in self._temporaries]
         for rel in changed:
             slot = self._claim(rel, "bash")
             if slot is None:

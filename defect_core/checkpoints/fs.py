@@ -13,6 +13,8 @@ Invariants:
   write replaces the file with a new inode, so the capture only opens the old one
   (`replacing=True`; a failed write makes it read at once), and the hint is the text itself
   (already held by the tool call), not a second encoded copy kept alive until `flush`.
+  The write tells the checkpointer its temporary file (`Checkpointer.temporary`) before
+  making it, so a command running meanwhile never has it recorded as its own change.
 - Through the editor (`delegated`), the capture reads the file on disk (the editor's
   unsaved buffer is not what a restore would put back), and no post-write hint is taken:
   `finish` reads what actually reached the disk.
@@ -57,7 +59,7 @@ class CheckpointingFs:
             def capture_and_write() -> None:
                 rel = checkpointer.before_write(path, replacing=True)
                 try:
-                    local.write_now(path, data)
+                    local.write_now(path, data, on_temporary=checkpointer.temporary)
                 except BaseException:
                     checkpointer.write_failed(rel)
                     raise

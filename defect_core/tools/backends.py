@@ -18,6 +18,7 @@ import itertools
 import os
 import signal
 import stat as stat_mod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -264,12 +265,12 @@ def _read_head(path: Path, limit: int | None, root: Path | None = None) -> bytes
         return f.read() if limit is None else f.read(limit)
 
 
-def _replace(path: Path, data: bytes) -> None:
+def _replace(path: Path, data: bytes, on_temporary: Callable[[str], None] | None = None) -> None:
     """Without a workspace root: replace the file a link points to (the link stays a link),
     atomically, creating its directory if needed (`tools.beneath.replace_beneath`)."""
     target = Path(os.path.realpath(path))
     target.parent.mkdir(parents=True, exist_ok=True)
-    replace_beneath(target.parent, target, data)
+    replace_beneath(target.parent, target, data, on_temporary=on_temporary)
 
 
 class LocalFsBackend:
@@ -295,13 +296,16 @@ class LocalFsBackend:
     async def write_text(self, path: Path, content: str) -> None:
         await anyio.to_thread.run_sync(self.write_now, path, content.encode("utf-8"))
 
-    def write_now(self, path: Path, data: bytes) -> None:
+    def write_now(
+        self, path: Path, data: bytes, *, on_temporary: Callable[[str], None] | None = None
+    ) -> None:
         """The write itself, blocking, on the calling thread: for a caller already off the
-        event loop that must do more in the same hop (a checkpoint's capture)."""
+        event loop that must do more in the same hop (a checkpoint's capture, which is told
+        the write's temporary file: `tools.beneath.replace_beneath`)."""
         if self._root is None:
-            _replace(path, data)
+            _replace(path, data, on_temporary)
         else:
-            replace_beneath(self._root, path, data)
+            replace_beneath(self._root, path, data, on_temporary=on_temporary)
 
     async def stat(self, path: Path) -> FileStat | None:
         return local_stat(path)

@@ -25,6 +25,7 @@ import os
 import secrets
 import stat as stat_mod
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 MAX_HOPS = 40
@@ -52,8 +53,8 @@ def _relative_parts(root: str, path: str) -> list[str]:
     return rel.split("/")
 
 
-def _walk(root: str, parts: list[str], *, create: bool) -> tuple[int, str, list[str]]:
-    """(descriptor of the last directory, the final name, the real directories walked).
+def _walk(root: str, parts: list[str], *, create: bool) -> tuple[int, str, str]:
+    """(descriptor of the last directory, the final name, that directory's real path).
 
     Every directory on the way is opened without following links; a link is resolved by
     hand and its target walked from the root (absolute) or from where it stands (relative).
@@ -106,7 +107,7 @@ def _walk(root: str, parts: list[str], *, create: bool) -> tuple[int, str, list[
         final = queue[0] if queue else "."
         if final in ("", ".", ".."):
             raise IsADirectoryError(errno.EISDIR, "is a directory", "/".join(parts))
-        return fd, final, walked
+        return fd, final, os.path.join(real_root, *walked)
     except BaseException:
         os.close(fd)
         raise
@@ -122,24 +123,25 @@ def _link_target(dir_fd: int, name: str, hops: int) -> str:
         raise NotADirectoryError(errno.ENOTDIR, "not a directory", name) from None
 
 
-def _resolve_final(root: str, path: str, *, create: bool) -> tuple[int, str]:
-    """The directory descriptor and name of the file itself, links at the end resolved."""
+def _resolve_final(root: str, path: str, *, create: bool) -> tuple[int, str, str]:
+    """The directory descriptor and name of the file itself, links at the end resolved, and
+    that directory's real path."""
     parts = _relative_parts(root, path)
     for hops in range(MAX_HOPS + 1):
-        fd, name, walked = _walk(root, parts, create=create)
+        fd, name, directory = _walk(root, parts, create=create)
         try:
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
-            return fd, name
+            return fd, name, directory
         if not stat_mod.S_ISLNK(st.st_mode):
-            return fd, name
+            return fd, name, directory
         target = _link_target(fd, name, hops + 1)
         os.close(fd)
         real_root = os.path.realpath(root)
         if os.path.isabs(target):
             parts = _relative_parts(real_root, target)
         else:
-            parts = _relative_parts(real_root, os.path.join(real_root, *walked, target))
+            parts = _relative_parts(real_root, os.path.join(directory, target))
         root = real_root
     raise OSError(errno.ELOOP, "too many levels of symbolic links", path)
 
@@ -182,7 +184,7 @@ def open_regular(path: str | Path, *, dir_fd: int | None = None) -> int:
 
 def open_beneath(root: str | Path, path: str | Path) -> int:
     """A read descriptor of the regular file `path`, reached beneath `root` (see above)."""
-    dir_fd, name = _resolve_final(os.fspath(root), os.fspath(path), create=False)
+    dir_fd, name, _ = _resolve_final(os.fspath(root), os.fspath(path), create=False)
     try:
         return open_regular(name, dir_fd=dir_fd)
     finally:
@@ -190,7 +192,12 @@ def open_beneath(root: str | Path, path: str | Path) -> int:
 
 
 def replace_beneath(
-    root: str | Path, path: str | Path, data: bytes, *, mode: int | None = None
+    root: str | Path,
+    path: str | Path,
+    data: bytes,
+    *,
+    mode: int | None = None,
+    on_temporary: Callable[[str], None] | None = None,
 ) -> None:
     """Write `data` as the new content of `path` beneath `root`, atomically.
 
@@ -198,8 +205,10 @@ def replace_beneath(
     synced and renamed over the name: a reader or a crash sees the old file or the new one.
     The new file keeps an existing file's mode (or takes `mode` when given), and is a new
     inode, so a hard link to the old one (possibly outside the workspace) keeps the old content.
+    `on_temporary` is told the temporary's real path before it is created: whoever watches
+    the tree meanwhile (a checkpoint of a concurrent command) can tell it is the write's own.
     """
-    dir_fd, name = _resolve_final(os.fspath(root), os.fspath(path), create=True)
+    dir_fd, name, directory = _resolve_final(os.fspath(root), os.fspath(path), create=True)
     try:
         if mode is None:
             try:
@@ -207,6 +216,8 @@ def replace_beneath(
             except FileNotFoundError:
                 mode = None
         tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        if on_temporary is not None:
+            on_temporary(os.path.join(directory, tmp))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=dir_fd)
         try:
             if mode is not None:
