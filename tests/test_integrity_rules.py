@@ -161,6 +161,23 @@ def _long_round_history(rounds: int = 30) -> list[Message]:
     return history
 
 
+def test_a_bulk_walk_hands_over_the_set_of_the_calls_it_took() -> None:
+    # The clean check's memo keeps this set as the proof's ids (`proven.clean_prefix`), so it
+    # is exactly the calls taken: none of a message the walk stopped at, none when the bulk
+    # check failed (the caller works them out then), none without `bulk_ids`.
+    history = _long_round_history()
+    stretch = scan(history, 0, None, (), set(), bulk_ids=True)
+    assert stretch.rule is None
+    assert stretch.ids == {f"t{n}" for n in range(30)}
+    assert scan(history, 0, None, (), set()).ids is None
+    cut = scan(
+        [*history[:21], a(call("t20"), "  "), *history[22:]], 0, None, (), set(), bulk_ids=True
+    )
+    assert (cut.stop, cut.ids) == (21, {f"t{n}" for n in range(10)})
+    history[21] = a(call("t3"))
+    assert scan(history, 0, None, (), set(), bulk_ids=True).ids is None
+
+
 @pytest.mark.parametrize(
     ("bad_call", "rule_name"),
     [(call("t10\n"), "tool-call-well-formed"), (call("t3"), "tool-call-id-unique")],

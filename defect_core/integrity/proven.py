@@ -51,17 +51,8 @@ def clean_prefix(messages: Sequence[Message]) -> CleanPrefix:
     proof = _proofs.check_out(messages)
     start = len(proof.messages)
     if start < len(messages):
-        taken: list[str] = []
         # Bulk id checks: the proof's ids are only read.
-        stretch = scan(
-            messages,
-            start,
-            "user" if start else None,
-            (),
-            proof.state,
-            bulk_ids=True,
-            taken=taken,
-        )
+        stretch = scan(messages, start, "user" if start else None, (), proof.state, bulk_ids=True)
         # `messages[start:stop]` are in normal form. The proof ends after the last user
         # message among them (one of the last two: roles alternate), which leaves no call
         # unanswered.
@@ -69,14 +60,22 @@ def clean_prefix(messages: Sequence[Message]) -> CleanPrefix:
         while end > start and messages[end - 1].role != "user":
             end -= 1
         if end > start:
+            taken = stretch.ids
             if stretch.rule is not None:
-                taken = _call_ids(messages[start:end])  # damaged: rare
-            elif end < len(messages):
+                taken = set(_call_ids(messages[start:end]))  # damaged: rare
+            elif end < len(messages) and taken is not None:
                 # Unfinished (a loaded session ends with the model's answer): the one message
-                # after `end`, an assistant message, asked for `stretch.calls`, the last taken.
-                del taken[len(taken) - len(stretch.calls) :]
+                # after `end`, an assistant message, asked for `stretch.calls` (its ids are
+                # distinct from every other taken: the bulk check passed).
+                taken.difference_update(stretch.calls)
             proof.messages += messages[start:end]
-            proof.state.update(taken)
+            if taken:
+                # The scan's set is new and ours: adopted as it is when nothing was proven yet
+                # (building the set again cost a first request of a long session ~7%).
+                if proof.state:
+                    proof.state |= taken
+                else:
+                    proof.state = taken
     length = len(proof.messages)
     # The copy is made before the proof goes back: from then on another caller may extend it.
     found = CleanPrefix(length, set() if length == len(messages) else set(proof.state))

@@ -87,6 +87,11 @@ class Stretch(NamedTuple):
     calls: Sequence[str]
     """The calls the next message must answer: those of the last message taken when it is an
     assistant message, none after a user message (the given ones when none was taken)."""
+    ids: set[str] | None = None
+    """With `bulk_ids`, when the bulk check passed, the ids of the calls taken: the set the
+    check built anyway, new and the caller's to keep (the clean check's memo adopts it rather
+    than building it again, a pass over every id of a long history); `None` when no call was
+    taken, the check failed, or without `bulk_ids`."""
 
 
 _NO_IDS: frozenset[str] = frozenset()
@@ -236,6 +241,7 @@ def scan(
         distinct = set(ids)
         if len(distinct) != len(ids) or not kept.isdisjoint(distinct) or not ids_match_pattern(ids):
             return _cut_at_bad_call(messages, start, index, kept, role_before, calls)
+        return Stretch(index, rule, role, pending, distinct)
     return Stretch(index, rule, role, pending)
 
 
