@@ -179,3 +179,80 @@ def test_span_attributes_are_the_sdks_once_a_tracer_provider_is_set() -> None:
     before, loaded, after, real = result
     assert (before, loaded) == ({}, False)
     assert after == real == {"gen_ai.output.type": "json"}
+
+
+async def _sent_both_ways(
+    fake_provider: FakeProvider, provider: AnthropicProvider, body: dict[str, Any]
+) -> list[Any]:
+    """Send `body` through `messages.create` and through `create_stream`; the options the
+    client was asked to send (the second is `create_stream`'s), after checking that the fake
+    received the same bytes and headers both times."""
+    client, _ = await provider._ready()
+    asked: list[Any] = []
+    request = client.request
+
+    async def recording(*args: Any, **kwargs: Any) -> Any:
+        asked.append(args[1] if len(args) > 1 else kwargs["options"])
+        return await request(*args, **kwargs)
+
+    client.request = recording
+    options = route_options(provider._route)  # type: ignore[arg-type]
+    fake_provider.enqueue(Reply.text("one"), Reply.text("two"))
+    await _drain(await client.messages.create(**body, stream=True, **options))
+    await _drain(await create_stream(client, body, **options))
+    sdk, ours = fake_provider.requests[-2:]
+    assert ours.raw_body == sdk.raw_body
+    assert {k: v for k, v in ours.headers.items() if k not in _SIGNED} == {
+        k: v for k, v in sdk.headers.items() if k not in _SIGNED
+    }
+    assert not sdk.rejected and not ours.rejected
+    return asked
+
+
+@pytest.mark.parametrize("route", ["anthropic", "bedrock"])
+async def test_the_api_route_sends_the_body_encoded_once_and_bedrock_lets_the_sdk_encode(
+    fake_provider: FakeProvider, opened: list[AnthropicProvider], route: str
+) -> None:
+    settings = Settings(
+        provider=route, base_url=fake_provider.url, bedrock_base_url=fake_provider.url
+    )
+    provider = (anthropic_provider if route == "anthropic" else bedrock_provider)(settings)
+    opened.append(provider)
+    request = _request(provider)
+    # Text the encoder could write otherwise: non-ASCII, escapes, separators, a line separator.
+    odd = 'héllo — "quoted" \\ back\tslash\n\u2028 \U0001f600 {"a": 1, "b": [1, 2]}'
+    request.messages[0] = Message(role="user", content=(TextBlock(text=odd),))
+    body = encode_request(request)
+
+    sdk, ours = await _sent_both_ways(fake_provider, provider, body)
+
+    assert (
+        odd in json.loads(fake_provider.requests[-1].raw_body)["messages"][0]["content"][0]["text"]
+    )
+    assert sdk.content is None and sdk.json_data is not None
+    if route == "anthropic":
+        # The body went as the bytes `create` would have sent, not as data for the SDK to copy.
+        assert isinstance(ours.content, bytes) and ours.json_data is None
+        assert ours.content == fake_provider.requests[-1].raw_body
+    else:
+        # Bedrock's client rewrites the body (the model goes into the path): it gets the data.
+        assert ours.content is None and ours.json_data is not None
+
+
+async def test_a_body_with_values_only_the_sdk_encodes_is_left_to_the_sdk(
+    fake_provider: FakeProvider, opened: list[AnthropicProvider]
+) -> None:
+    from types import MappingProxyType
+
+    provider = anthropic_provider(Settings(provider="anthropic", base_url=fake_provider.url))
+    opened.append(provider)
+    body = encode_request(_request(provider))
+    # A mapping that is not a dict, in a tool's schema: the SDK copies it into a dict first.
+    schema = body["tools"][0]["input_schema"]
+    body["tools"][0]["input_schema"] = MappingProxyType(schema)
+
+    _, ours = await _sent_both_ways(fake_provider, provider, body)
+
+    assert ours.content is None and ours.json_data is not None
+    sent = json.loads(fake_provider.requests[-1].raw_body)
+    assert sent["tools"][0]["input_schema"] == schema

@@ -19,6 +19,14 @@ Invariants:
   them), an empty `extra_headers`, the same span options. A test sends both through the strict
   fake API and compares the raw bodies and headers (tests/test_provider_anthropic_call.py), so
   an SDK release that changes `create` fails there first.
+- On the Anthropic API route with tracing off, the body goes to the client as the bytes
+  `create` would have sent (`content=`: the SDK's own encoder settings over the same plain
+  JSON), so the SDK neither copies the whole body (`prepare_request_data`, a Python walk of
+  every container, on the event loop, per request: about as much as encoding it) nor
+  encodes it again. Anywhere the SDK must see the body as data - Bedrock's client (it moves
+  the model into the path), an extra body, a tracer provider set (the span reads it), a
+  value that is not plain JSON - it gets the data as before. A test pins which way each
+  route takes and that both send the same bytes (tests/test_provider_anthropic_call.py).
 - The span attributes `create` computes (`messages_create_request_attributes`) are computed
   only when OpenTelemetry has a tracer provider set; with none (the default) every span is a
   no-op that drops its attributes, and loading the SDK's tracing module would only load the
@@ -37,6 +45,7 @@ Invariants:
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
@@ -50,6 +59,9 @@ SPAN_NAME = "anthropic.messages.create"
 # `messages.create`'s required keyword arguments: its body lists them first.
 _REQUIRED = ("max_tokens", "messages", "model")
 _TRACING = "anthropic.lib._tracing._api_call"
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+"""The SDK's body encoder (`anthropic._utils._json.encoder`) without its `default`: it takes
+plain JSON values only, and encodes them as the SDK does."""
 
 
 def ordered_body(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,14 +89,30 @@ async def create_stream(
         span_route=MESSAGES_PATH,
         span_attributes=span_attributes,
     )
+    ordered = ordered_body(body)
+    content = _encoded(client, ordered, extra_body)
     return await client.post(
         MESSAGES_PATH,
-        body=ordered_body(body),
+        **({"body": ordered} if content is None else {"content": content}),
         options=options,
         cast_to=message.Message,
         stream=True,
         stream_cls=streaming.AsyncStream[object],
     )
+
+
+def _encoded(client: Any, body: dict[str, Any], extra_body: object) -> bytes | None:
+    """The bytes the SDK would send for `body`, for it to send as they are; None where the
+    SDK must see the body itself: another client than the Anthropic API's (Bedrock moves the
+    model into the path), an extra body to merge, a tracer provider set (the span reads the
+    body), or a value that is not plain JSON (the SDK converts it first, or refuses it)."""
+    anthropic = importlib.import_module("anthropic")
+    if extra_body is not None or type(client) is not anthropic.AsyncAnthropic or _traced():
+        return None
+    try:
+        return _ENCODER.encode(body).encode()
+    except (TypeError, ValueError):
+        return None
 
 
 def stream_batches(stream: Any) -> AsyncGenerator[list[Any], None]:
@@ -117,11 +145,16 @@ async def _one_by_one(stream: Any) -> AsyncGenerator[list[Any], None]:
 def span_attributes(body: object) -> Mapping[str, Any]:
     """What `messages.create` starts its span with: the SDK's own attributes when a tracer
     provider is set, else none (a no-op span keeps no attribute)."""
-    from opentelemetry import trace
-
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if not _traced():
         return {}
     computed: Mapping[str, Any] = importlib.import_module(
         _TRACING
     ).messages_create_request_attributes(body)
     return computed
+
+
+def _traced() -> bool:
+    """Whether OpenTelemetry has a tracer provider set (spans then record)."""
+    from opentelemetry import trace
+
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
