@@ -2,7 +2,7 @@
 
 Owns `ReplayStateWriter` — the writes of what a replay shows (tool-call states, title, mode,
 options, "always" answers, the plan, the compacted history) —, `server_summary`, what the store
-keeps of an MCP server, and `tool_call_snapshots` (what a replay shows of the stored tool
+keeps of an MCP server, and `ToolCallSnapshots` (what a replay shows of the stored tool
 calls). The messages themselves are written by the session's `_commit` (`state.py`), whose
 failure stops the turn.
 
@@ -91,12 +91,6 @@ def server_summary(spec: McpServerSpec) -> dict[str, Any]:
         summary["url"] = spec.url
         summary["headers"] = [name for name, _ in spec.headers]
     return summary
-
-
-def tool_call_snapshots(records: dict[str, ToolCallRecord]) -> ToolCallSnapshots:
-    """What a front end replays of each tool call (`DefaultSession.tool_calls`), from the
-    records as they are now."""
-    return ToolCallSnapshots(dict(records))
 
 
 class ToolCallSnapshots(Mapping[str, ToolCallSnapshot]):

@@ -215,8 +215,7 @@ def _session_from_rows(
         return tool_call_from_row(path, session_id, found)
 
     ahead: dict[str, ToolCallRecord] = {}  # read for the parts, not yet handed over
-    kept: dict[str, ToolCallRecord] = {}  # every call, when the load returns them (`calls`)
-    order: list[str] = []  # the ids `in_order` gave so far (when `calls`)
+    kept: dict[str, ToolCallRecord] = {}  # every call in stored order, when returned (`calls`)
     in_order = iter(tool_rows(None))  # every call, in stored order, read as the parts need
 
     def take(found: tuple[Any, ...], for_parts: bool) -> str:
@@ -226,7 +225,6 @@ def _session_from_rows(
         if for_parts:
             ahead[record.tool_call_id] = record
         if calls:
-            order.append(record.tool_call_id)
             kept[record.tool_call_id] = record
         return record.tool_call_id
 
@@ -277,8 +275,7 @@ def _session_from_rows(
     ahead.clear()  # calls no message of the branch makes (a rewind left them behind)
     for found in in_order:
         take(found, False)
-    tool_calls = {call_id: kept[call_id] for call_id in order}  # every call, in stored order
-    kept.clear()
+    tool_calls = kept  # every call, in stored order: `take` sees the rows in that order
     transcript = StoredMessages(cells)
     covered = cut()  # once the branch is read: its nodes are known then
     if covered is None:

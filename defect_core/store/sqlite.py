@@ -524,9 +524,9 @@ class SqliteStore(ToolCallRows):
             # Parsed as read: a long session's raw bodies are never all held at once.
             try:
                 return rows.session_from_rows(
-                    *(self.path, session_id, row, branch, cut, checkpoint_rows, tool_rows),
-                    *(on_part, calls),
-                )
+                    self.path, session_id, row, branch, cut, checkpoint_rows, tool_rows,
+                    on_part, calls,
+                )  # fmt: skip
             except tree.BrokenChain as exc:
                 where = f"message row seq {exc.seq}" if exc.seq is not None else "the last row"
                 raise rows.corrupt(self.path, session_id, where, str(exc)) from None
