@@ -26,7 +26,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from defect_core import events as ev
 from defect_core.hosted import search_outcome, search_title
-from defect_core.model import ServerToolUseBlock, ToolResultBlock, WebSearchResultBlock
+from defect_core.model import (
+    ServerToolUseBlock,
+    ToolResultBlock,
+    WebSearchResultBlock,
+    result_from_dict,
+)
 from defect_core.session import ToolCallSnapshot
 
 if TYPE_CHECKING:
@@ -74,7 +79,7 @@ def result_block(result: Result) -> ToolResultBlock:
     """The model of `result` (a plain one's JSON value is a valid block: it was checked)."""
     if isinstance(result, ToolResultBlock):
         return result
-    return ToolResultBlock.model_validate(result)
+    return result_from_dict(result)
 
 
 def replayed_search(use: ServerToolUseBlock, result: WebSearchResultBlock | None) -> ReplayedCall:

@@ -7,8 +7,9 @@ told about a tool it may call (`ToolSpec`: the tools describe themselves with it
 providers encode it; it lives here, below both, so neither imports the other).
 
 Invariants:
-- Values are immutable (frozen models, tuples for sequences). A `ToolUseBlock.input` is a
-  plain dict because tool arguments are arbitrary JSON; nothing in defect mutates it.
+- Values are immutable (frozen slotted dataclasses, tuples for sequences). A
+  `ToolUseBlock.input` is a plain dict because tool arguments are arbitrary JSON; nothing in
+  defect mutates it.
 - The JSON round trip is lossless: `message_from_json(message_to_json(m)) == m`. Storage and
   replay rely on that.
 - Unknown fields in stored data are ignored, so a database written by a newer defect still
@@ -23,25 +24,70 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic.dataclasses import dataclass as value
 
 Role = Literal["user", "assistant"]
 
-
-class _Value(BaseModel):
-    """Base of every model value: immutable, tolerant of fields it does not know."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
+_TOLERANT = ConfigDict(extra="ignore")
+"""Every value ignores fields it does not know (a newer defect's stored data still loads)."""
 
 
+class _Value:
+    """Base of every model value: a frozen, slotted pydantic dataclass (`@value(frozen=True,
+    slots=True, kw_only=True, config=_TOLERANT)`), validated when built by keyword and
+    tolerant of fields it does not know.
+
+    Why dataclasses rather than `BaseModel`: the outbound repair reads fields of every block
+    of a history on a session's first request, and a load parses every stored message. A
+    `BaseModel` instance carries a `__dict__` and a fields-set of its own, and its class's
+    `__getattr__` keeps every field read off CPython's fast attribute path. On the 10k-message
+    history of `scripts/bench_repair.py`, slotted values read a field in 8 ns instead of 27,
+    parse from JSON in a third of the time (63 ms instead of 186) and take a quarter of the
+    memory (4.7 MB instead of 20.9)."""
+
+    __slots__ = ()
+
+
+class _WeakValue(_Value):
+    """A value that can be referred to weakly (`media.image_block_problem` keeps a verdict
+    per image block object, dropped with the block)."""
+
+    __slots__ = ("__weakref__",)
+
+
+_V = TypeVar("_V", bound=_Value)
+
+
+def replaced(original: _V, **changes: Any) -> _V:
+    """`original` with the fields in `changes` replaced, built without validating again:
+    for callers whose new field values are validated values already (blocks of other
+    messages, a field of the right type), like the outbound repair's rebuilt messages."""
+    new = object.__new__(type(original))
+    for name in original.__dataclass_fields__:  # type: ignore[attr-defined]
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(original, name))
+    return new
+
+
+def trusted_message(role: Role, content: tuple[Any, ...]) -> Message:
+    """A message of `content`, blocks that are validated values already, built without
+    validating them again (`replaced`'s reason)."""
+    new = object.__new__(Message)
+    object.__setattr__(new, "role", role)
+    object.__setattr__(new, "content", content)
+    return new
+
+
+@value(frozen=True, slots=True, kw_only=True, config=_TOLERANT)
 class TextBlock(_Value):
     type: Literal["text"] = "text"
     text: str
 
 
-class ImageBlock(_Value):
+@value(frozen=True, slots=True, kw_only=True, config=_TOLERANT)
+class ImageBlock(_WeakValue):
     """An image, either inline (`data` is base64, `media_type` e.g. `image/png`) or by URL."""
 
     type: Literal["image"] = "image"
@@ -58,6 +104,7 @@ class ImageBlock(_Value):
         return self
 
 
+@value(frozen=True, slots=True, kw_only=True, config=_TOLERANT)
 class ThinkingBlock(_Value):
     """Model reasoning. A `signature` means the provider must get it back byte-exact."""
 
@@ -69,6 +116,7 @@ class ThinkingBlock(_Value):
     histories written before sessions could switch provider. Never sent on the wire."""
 
 
+@value(frozen=True, slots=True, kw_only=True, config=_TOLERANT)
 class RedactedThinkingBlock(_Value):
     type: Literal["redacted_thinking"] = "redacted_thinking"
     data: str
@@ -76,6 +124,7 @@ class RedactedThinkingBlock(_Value):
     """As `ThinkingBlock.origin`: the encrypted data is only valid where it was made."""
 
 
+@value(frozen=True, slots=True, kw_only=True, config=_TOLERANT)
 class ToolUseBlock(_Value):
     type: Literal["tool_use"] = "tool_use"
     id: str
@@ -83,6 +132,7 @@ class ToolUseBlock(_Value):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
+@value(frozen=True, slots=True, kw_only=True, config=_TOLERANT)
 class JsonPart(_Value):
     """A structured tool output; encoded for the model as its JSON text."""
 
@@ -93,6 +143,7 @@ class JsonPart(_Value):
 ResultPart = Annotated[TextBlock | ImageBlock | JsonPart, Field(discriminator="type")]
 
 
+@value(frozen=True, slots=True, kw_only=True, config=_TOLERANT)
 class ToolResultBlock(_Value):
     """The outcome of one tool call: plain text, or a sequence of text/JSON/image parts."""
 
@@ -102,6 +153,7 @@ class ToolResultBlock(_Value):
     is_error: bool = False
 
 
+@value(frozen=True, slots=True, kw_only=True, config=_TOLERANT)
 class ServerToolUseBlock(_Value):
     """A tool the provider ran itself within the assistant message (its hosted web search):
     answered by a `WebSearchResultBlock` later in that same message, never by the client."""
@@ -112,6 +164,7 @@ class ServerToolUseBlock(_Value):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
+@value(frozen=True, slots=True, kw_only=True, config=_TOLERANT)
 class WebSearchHit(_Value):
     """One search result. `encrypted_content` is the provider's, sent back byte-exact."""
 
@@ -122,6 +175,7 @@ class WebSearchHit(_Value):
     page_age: str | None = None
 
 
+@value(frozen=True, slots=True, kw_only=True, config=_TOLERANT)
 class WebSearchError(_Value):
     """A search that failed on the provider's side (`error_code`, e.g. `max_uses_exceeded`)."""
 
@@ -129,6 +183,7 @@ class WebSearchError(_Value):
     error_code: str
 
 
+@value(frozen=True, slots=True, kw_only=True, config=_TOLERANT)
 class WebSearchResultBlock(_Value):
     """The outcome of a `ServerToolUseBlock` search: its hits, or the error."""
 
@@ -150,6 +205,7 @@ ContentBlock = Annotated[
 ]
 
 
+@value(frozen=True, slots=True, kw_only=True, config=_TOLERANT)
 class Message(_Value):
     role: Role
     content: tuple[ContentBlock, ...]
@@ -197,11 +253,25 @@ _MESSAGES = TypeAdapter(list[Message])
 
 
 def message_to_json(message: Message) -> str:
-    return message.model_dump_json()
+    return _MESSAGE.dump_json(message).decode()
 
 
 def message_to_dict(message: Message) -> dict[str, Any]:
-    return message.model_dump(mode="json")
+    return _MESSAGE.dump_python(message, mode="json")
+
+
+_PART = TypeAdapter(ResultPart)
+_RESULT = TypeAdapter(ToolResultBlock)
+
+
+def part_to_dict(part: TextBlock | ImageBlock | JsonPart) -> dict[str, Any]:
+    """The JSON value of a part of a tool result's content."""
+    return _PART.dump_python(part, mode="json")
+
+
+def result_from_dict(data: Any) -> ToolResultBlock:
+    """A tool result block from its JSON value (raises pydantic's `ValidationError`)."""
+    return _RESULT.validate_python(data)
 
 
 def message_from_json(data: str | bytes) -> Message:

@@ -38,6 +38,7 @@ from defect_core.model import (
     ToolResultBlock,
     ToolUseBlock,
     WebSearchResultBlock,
+    replaced,
 )
 from defect_core.prefix_memo import PrefixMemo
 from defect_core.selection import ModelSelection
@@ -54,12 +55,12 @@ def stamp_origin(message: Message, selection: ModelSelection) -> Message:
     ):
         return message
     content = tuple(
-        b.model_copy(update={"origin": origin})
+        replaced(b, origin=origin)
         if isinstance(b, ThinkingBlock | RedactedThinkingBlock) and b.origin is None
         else b
         for b in message.content
     )
-    return message.model_copy(update={"content": content})
+    return replaced(message, content=content)
 
 
 def own_thinking_only(
@@ -92,7 +93,7 @@ def own_thinking_only(
                 if out is None:
                     out = messages[:index]
                 kept = tuple(b for b in message.content if not foreign(b))
-                message = message.model_copy(update={"content": kept})
+                message = replaced(message, content=kept)
                 break
         if out is not None:
             out.append(message)

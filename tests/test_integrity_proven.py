@@ -29,7 +29,14 @@ from defect_core.integrity import proven as proven_module
 from defect_core.integrity.proven import clean_prefix, forget_clean_prefixes
 from defect_core.integrity.repair import _rebuild
 from defect_core.integrity.rules import TOOL_CALL_ANSWERED, TOOL_CALL_ID_UNIQUE
-from defect_core.model import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from defect_core.model import (
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    message_to_dict,
+    replaced,
+)
 from defect_core.provenance import _copies, own_thinking_only
 from defect_core.selection import ModelSelection
 from tests.test_integrity_property import conversations, damaged
@@ -192,7 +199,7 @@ def test_equal_messages_count_as_proven_and_a_damage_among_them_does_not(
     repair_outbound(list(history))
     # The same first message, then equal copies (as a filter that copies messages makes):
     # equal messages break the same rules, so the proof holds.
-    copies = [history[0], *(m.model_copy() for m in history[1:])]
+    copies = [history[0], *(replaced(m) for m in history[1:])]
     assert repair_outbound(copies) is copies
     assert walks == [0]
     # A call slipped in among the copies (a replayed round) is found: the walk starts afresh.
@@ -233,12 +240,12 @@ def test_the_proof_is_not_the_callers_list() -> None:
 
 def test_the_stored_history_is_never_mutated() -> None:
     history = rounds(30)
-    before = [m.model_dump() for m in history]
+    before = [message_to_dict(m) for m in history]
     identities = [id(m) for m in history]
     repair_outbound(list(history))
     grown = [*history, assistant("x", use("toolu_0")), user("y")]
     repair_outbound(grown)
-    assert [m.model_dump() for m in history] == before
+    assert [message_to_dict(m) for m in history] == before
     assert [id(m) for m in history] == identities
 
 

@@ -39,6 +39,7 @@ from defect_core.model import (
     ToolUseBlock,
     WebSearchHit,
     WebSearchResultBlock,
+    trusted_message,
 )
 from defect_core.providers.anthropic_wire import encode_messages
 from defect_fakeapi import validate_request
@@ -235,9 +236,7 @@ class _SearchUse(ServerToolUseBlock):
 def test_server_blocks_of_a_subclass_are_paired_too() -> None:
     # The only server block of the history is of a subclass: it is judged all the same.
     unanswered = _SearchUse(id="srvtoolu_01", name="web_search")
-    message = Message.model_construct(
-        role="assistant", content=(unanswered, TextBlock(text="Searching."))
-    )
+    message = trusted_message("assistant", (unanswered, TextBlock(text="Searching.")))
     fixed = repair([u("search it"), message, u("thanks")])
     assert fixed.messages[1] == a("Searching.")
     assert "server-tool-answered" in [rule.name for rule in fixed.fixes]

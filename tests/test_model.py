@@ -8,6 +8,8 @@ message must raise `MessageFormatError` saying which field is wrong.
 from __future__ import annotations
 
 import json
+import weakref
+from dataclasses import FrozenInstanceError
 from typing import Any
 
 import pytest
@@ -33,6 +35,10 @@ from defect_core.model import (
     message_to_json,
     messages_from_json,
     messages_to_json,
+    part_to_dict,
+    replaced,
+    result_from_dict,
+    trusted_message,
     user,
 )
 
@@ -87,10 +93,53 @@ def test_helpers_build_text_blocks_from_strings() -> None:
 
 def test_values_are_immutable() -> None:
     message = user("a")
-    with pytest.raises(ValidationError):
+    with pytest.raises(FrozenInstanceError):
         message.role = "assistant"  # type: ignore[misc]
-    with pytest.raises(ValidationError):
+    with pytest.raises(FrozenInstanceError):
         message.content[0].text = "b"  # type: ignore[misc,union-attr]
+
+
+@pytest.mark.parametrize("block", EVERY_BLOCK, ids=lambda b: b.type)
+def test_values_are_slotted_and_only_images_are_weakly_referable(block: ContentBlock) -> None:
+    # What the outbound repair's speed rests on: no per-value `__dict__` (model.py, `_Value`).
+    for value in (block, user("a")):
+        assert not hasattr(value, "__dict__"), type(value).__name__
+    if isinstance(block, ImageBlock):
+        assert weakref.ref(block)() is block  # media.image_block_problem keeps verdicts so
+    else:
+        with pytest.raises(TypeError):
+            weakref.ref(block)
+
+
+def test_replaced_changes_only_the_named_fields_and_keeps_the_original() -> None:
+    thinking = ThinkingBlock(thinking="t", signature="s")
+    stamped = replaced(thinking, origin="anthropic/claude")
+    assert type(stamped) is ThinkingBlock
+    assert stamped == ThinkingBlock(thinking="t", signature="s", origin="anthropic/claude")
+    assert thinking.origin is None
+    message = user("a", "b")
+    shorter = replaced(message, content=message.content[:1])
+    assert shorter == user("a") and message == user("a", "b")
+    assert replaced(message) == message and replaced(message) is not message
+
+
+def test_trusted_message_equals_the_validated_one() -> None:
+    blocks = (TextBlock(text="a"), ToolUseBlock(id="toolu_1", name="read_file"))
+    built = trusted_message("assistant", blocks)
+    assert built == Message(role="assistant", content=blocks)
+    assert message_to_json(built) == message_to_json(Message(role="assistant", content=blocks))
+
+
+def test_result_parts_and_results_convert_to_and_from_json() -> None:
+    parts = (TextBlock(text="x"), JsonPart(value={"k": [1, None]}))
+    assert [part_to_dict(p) for p in parts] == [
+        {"type": "text", "text": "x"},
+        {"type": "json", "value": {"k": [1, None]}},
+    ]
+    data = {"type": "tool_result", "tool_use_id": "t", "content": "ok", "is_error": True}
+    assert result_from_dict(data) == ToolResultBlock(tool_use_id="t", content="ok", is_error=True)
+    with pytest.raises(ValidationError):
+        result_from_dict({"type": "tool_result"})
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from defect_core.model import (
     ToolUseBlock,
     message_from_json,
     message_to_json,
+    replaced,
+    trusted_message,
 )
 from defect_core.provenance import own_thinking_only, stamp_origin
 from defect_core.providers.anthropic_wire import encode_messages
@@ -124,7 +126,7 @@ def fresh(history: list[Message], selection: ModelSelection) -> list[Message]:
         kept = tuple(
             b for b in m.content if getattr(b, "origin", selection.value) == selection.value
         )
-        out.append(m if len(kept) == len(m.content) else m.model_copy(update={"content": kept}))
+        out.append(m if len(kept) == len(m.content) else replaced(m, content=kept))
     return out
 
 
@@ -172,7 +174,7 @@ def test_blocks_of_subclass_kinds_are_judged_like_their_kind() -> None:
     text = _MarkedText(text="x")
     history = [
         Message(role="user", content=(TextBlock(text="q"),)),
-        Message.model_construct(role="assistant", content=(foreign, ours, text)),
+        trusted_message("assistant", (foreign, ours, text)),
         Message(role="user", content=(TextBlock(text="r"),)),
     ]
     out = own_thinking_only(list(history), A, None)

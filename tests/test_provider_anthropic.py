@@ -32,6 +32,7 @@ from defect_core.model import (
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
+    message_to_dict,
 )
 from defect_core.providers.anthropic import (
     BEDROCK_ANTHROPIC_VERSION,
@@ -306,7 +307,7 @@ async def test_encoding_places_at_most_four_breakpoints_never_on_thinking() -> N
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert "temperature" not in body
     # the encoder never edits the model's message values
-    assert "cache_control" not in history[4].content[1].model_dump()
+    assert "cache_control" not in message_to_dict(history[4])["content"][1]
 
 
 def tool_loop(steps: int, calls: int) -> list[Message]:

@@ -219,7 +219,7 @@ def test_a_plain_message_is_one_its_model_takes_as_it_is() -> None:
         data = {"role": "assistant", "content": [block]}
         assert is_plain_message(data), block
         assert (
-            message_from_dict(data).content[0].model_dump(mode="json").items()
+            message_to_dict(message_from_dict(data))["content"][0].items()
             >= {k: v for k, v in block.items() if k != "cache"}.items()
         )
     not_plain: list[Any] = [

@@ -26,6 +26,7 @@ from defect_core.model import (
     WebSearchHit,
     WebSearchResultBlock,
     assistant,
+    trusted_message,
     user,
 )
 from defect_core.providers.anthropic_wire import encode_messages
@@ -143,5 +144,5 @@ def test_without_pause_a_trailing_assistant_gets_continue() -> None:
 
 
 def test_search_blocks_in_a_user_message_are_dropped() -> None:
-    broken = Message.model_construct(role="user", content=(result(1), TextBlock(text="hi")))
+    broken = trusted_message("user", (result(1), TextBlock(text="hi")))
     assert repaired([broken]) == [user("hi")]

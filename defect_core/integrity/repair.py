@@ -65,6 +65,8 @@ from defect_core.model import (
     ToolResultBlock,
     ToolUseBlock,
     WebSearchResultBlock,
+    replaced,
+    trusted_message,
 )
 
 __all__ = ["Repair", "drop_malformed_tool_uses", "repair", "repair_outbound"]
@@ -83,7 +85,7 @@ def drop_malformed_tool_uses(message: Message) -> Message:
     )
     if len(kept) == len(content):
         return message
-    return Message.model_construct(role=message.role, content=kept)
+    return trusted_message(message.role, kept)
 
 
 def repair_outbound(messages: list[Message], *, paused: bool = False) -> list[Message]:
@@ -118,7 +120,7 @@ def _without_trailing_space(message: Message) -> Message:
     if not isinstance(last, TextBlock) or last.text == last.text.rstrip():
         return message
     content = (*message.content[:-1], TextBlock(text=last.text.rstrip()))
-    return Message.model_construct(role=message.role, content=content)
+    return trusted_message(message.role, content)
 
 
 @dataclass(frozen=True)
@@ -171,9 +173,8 @@ def _normalised(block: Any) -> Any:
     validator dispatches on exact types); anything else as `None`, which is dropped."""
     for kind in _EXACT_KINDS:
         if isinstance(block, kind):
-            return kind.model_construct(
-                **{name: getattr(block, name) for name in kind.model_fields}
-            )
+            fields = kind.__dataclass_fields__  # type: ignore[attr-defined]
+            return kind(**{name: getattr(block, name) for name in fields})
     return None
 
 
@@ -200,7 +201,7 @@ def _group(role: Role, blocks: list[ContentBlock], sources: list[Message]) -> Me
     content = tuple(blocks)
     if len(sources) == 1 and sources[0].content == content:
         return sources[0]
-    return Message.model_construct(role=role, content=content)
+    return trusted_message(role, content)
 
 
 class _AnsweredGroup(NamedTuple):
@@ -284,11 +285,7 @@ class _Rebuild:
                         b for k, b in enumerate(message.content, first) if k not in drop
                     )
                     same = len(content) == len(message.content)
-                    out.append(
-                        message
-                        if same
-                        else Message.model_construct(role=message.role, content=content)
-                    )
+                    out.append(message if same else trusted_message(message.role, content))
             elif out is not None:
                 out.extend(run)
             index = end
@@ -487,9 +484,7 @@ class _Rebuild:
                     self.fixes.append(IMAGE_ACCEPTED)
                     part = placeholder
             parts.append(part)
-        return ToolResultBlock.model_construct(
-            tool_use_id=block.tool_use_id, content=tuple(parts), is_error=block.is_error
-        )
+        return replaced(block, content=tuple(parts))
 
     def _finish(self) -> list[Message]:
         out, fixes = self.out, self.fixes

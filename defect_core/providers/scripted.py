@@ -54,6 +54,7 @@ from defect_core.model import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    part_to_dict,
 )
 from defect_core.providers.base import (
     Completed,
@@ -348,7 +349,7 @@ def _after_tools(results: list[ToolResultBlock], request: ModelRequest) -> dict[
         text = (
             result.content
             if isinstance(result.content, str)
-            else json.dumps([p.model_dump(mode="json") for p in result.content])
+            else json.dumps([part_to_dict(p) for p in result.content])
         )
         head = text.strip().splitlines()[:8]
         status = "failed" if result.is_error else "returned"
