@@ -15,6 +15,7 @@ from defect_core.events import DiffDisplay, ImageDisplay, Location
 from defect_core.model import ImageBlock, TextBlock
 from defect_core.tools.backends import FileStat, LocalFsBackend, LocalShellBackend
 from defect_core.tools.base import ToolContext, ToolError
+from defect_core.tools.beneath import Escape
 from defect_core.tools.files import (
     DEFAULT_READ_LIMIT,
     MAX_LINE_CHARS,
@@ -24,6 +25,7 @@ from defect_core.tools.files import (
     WriteFileTool,
     plan_edit,
 )
+from defect_core.tools.files.access import stat_of
 from defect_core.tools.workspace import OutsideWorkspace
 
 PNG = (
@@ -539,3 +541,38 @@ def test_file_tools_identity() -> None:
         assert tool.permission_key({"path": "x"}) == tool.name
         schema = tool.input_schema
         assert schema["type"] == "object" and "path" in schema["required"]
+
+
+@pytest.mark.anyio
+async def test_stat_through_a_link_leading_out_is_refused_and_inside_links_are_followed(
+    tmp_path: Path,
+) -> None:
+    # The metadata half of the flipped-link guarantee (tools/beneath.py): the path was
+    # checked, then the link turned outward; a stat must not report the outside file.
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "inside").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "f.txt").write_text("SECRET, and longer than the inside one\n")
+    (work / "inside" / "f.txt").write_text("inside\n")
+    (work / "inside" / "alias.txt").symlink_to(work / "inside" / "f.txt")
+    (work / "out.txt").symlink_to(outside / "f.txt")
+    (work / "link").symlink_to(outside)
+    fs = LocalFsBackend(work)
+    for leading_out in (work / "link" / "f.txt", work / "out.txt"):
+        with pytest.raises(Escape):
+            await fs.stat(leading_out)
+    through = await fs.stat(work / "inside" / "alias.txt")
+    assert through is not None and through.size == len("inside\n") and through.kind == "file"
+    root = await fs.stat(work)
+    assert root is not None and root.is_dir
+    assert await fs.stat(work / "inside" / "missing.txt") is None
+    assert await fs.stat(work / "missing" / "f.txt") is None
+    # Outside the workspace (a read the session allows) stays a plain stat.
+    plain = await fs.stat(outside / "f.txt")
+    assert plain is not None and plain.size == len("SECRET, and longer than the inside one\n")
+    # Without a root nothing is refused.
+    free = await LocalFsBackend().stat(work / "out.txt")
+    assert free is not None and free.size == plain.size
+    # Through the tools: the refusal names the way out.
+    with pytest.raises(ToolError, match=r"outside the workspace: out\.txt"):
+        await stat_of(fs, work / "out.txt", "out.txt")

@@ -26,7 +26,13 @@ from typing import Protocol, runtime_checkable
 import anyio
 import anyio.to_thread
 
-from defect_core.tools.beneath import kind_of, open_beneath, open_regular, replace_beneath
+from defect_core.tools.beneath import (
+    kind_of,
+    open_beneath,
+    open_regular,
+    replace_beneath,
+    stat_beneath,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +127,15 @@ class BinaryReader(Protocol):
 _CHUNK = 1 << 20
 
 
-def local_stat(path: Path) -> FileStat | None:
-    """`os.stat` as a `FileStat` (following symlinks); None when nothing is there."""
+def local_stat(path: Path, root: Path | None = None) -> FileStat | None:
+    """`os.stat` as a `FileStat`, following symlinks; None when nothing is there. A path
+    inside `root` is reached beneath it, as reads are (`_open_for_read`): a link on its way
+    that leads out is refused (`tools.beneath.stat_beneath`)."""
     try:
-        st = os.stat(path)
+        if root is not None and _lexically_inside(path, root):
+            st = stat_beneath(root, path)
+        else:
+            st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     is_dir = stat_mod.S_ISDIR(st.st_mode)
@@ -308,7 +319,7 @@ class LocalFsBackend:
             replace_beneath(self._root, path, data, on_temporary=on_temporary)
 
     async def stat(self, path: Path) -> FileStat | None:
-        return local_stat(path)
+        return local_stat(path, self._root)
 
 
 # The marker a local shell puts where it dropped the middle of a long output.

@@ -182,6 +182,21 @@ def open_regular(path: str | Path, *, dir_fd: int | None = None) -> int:
         raise
 
 
+def stat_beneath(root: str | Path, path: str | Path) -> os.stat_result:
+    """`os.stat` of `path` reached beneath `root`: links inside the root are followed, a way
+    out is refused (`Escape`), so a link flipped after the path was checked never shows an
+    outside file's size, kind or times. `FileNotFoundError` / `NotADirectoryError` when it or
+    a directory on its way is absent or is not one; the root itself is a plain `stat`."""
+    root, path = os.fspath(root), os.fspath(path)
+    if not _relative_parts(root, path):
+        return os.stat(root)
+    dir_fd, name, _ = _resolve_final(root, path, create=False)
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    finally:
+        os.close(dir_fd)
+
+
 def open_beneath(root: str | Path, path: str | Path) -> int:
     """A read descriptor of the regular file `path`, reached beneath `root` (see above)."""
     dir_fd, name, _ = _resolve_final(os.fspath(root), os.fspath(path), create=False)
