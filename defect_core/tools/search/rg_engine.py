@@ -154,56 +154,27 @@ class RgSearch:
     def __init__(
         self, rg: str, root: str, pattern: str, case_insensitive: bool, max_bytes: int
     ) -> None:
-        base = [
+        command = [
             rg, "--no-config", "--null", "--hidden", "--no-require-git", "--no-ignore-global",
             "--no-ignore-dot", "--no-ignore-parent", "--no-messages", "--glob", "!.git",
-            "--count", "--max-count", "1", "--line-buffered", "--text", "--multiline",
+            "--count", "--max-count", "1", "--line-buffered", "--text", "--multiline", "--debug",
             "--max-filesize", str(max_bytes),
         ]  # fmt: skip
-        self._mode = os.environ.get("SPLIT_MODE", "one")
-        self._root = root
+        if case_insensitive:
+            command.append("--ignore-case")
+        for p in (*_PREFILTER, pattern):
+            command += ["-e", p]
         self.interrupted = False
+        """True when a cancel or the deadline ended the run: the files seen are partial."""
         self._large = 0
-        self._logged = False
-        self._listed = False
-        if self._mode == "one":
-            command = [*base, "--debug"]
-            if os.environ.get("RG_THREADS"):
-                command += ["-j", os.environ["RG_THREADS"]]
-            if case_insensitive:
-                command.append("--ignore-case")
-            for p in (*_PREFILTER, pattern):
-                command += ["-e", p]
-            self._hits_cmd = command
-            self._census_cmd: list[str] | None = None
-        else:
-            hits = [*base]
-            if case_insensitive:
-                hits.append("--ignore-case")
-            self._hits_cmd = [*hits, "-e", pattern]
-            census = [*base, "--debug"]
-            if "j1" in self._mode:
-                census.append("-j1")
-            for p in _PREFILTER:
-                census += ["-e", p]
-            if "nice" in self._mode:
-                census = ["nice", "-n", "10", *census]
-            self._census_cmd = census
-        self._procs: list[subprocess.Popen[bytes]] = []
-        self._start(self._hits_cmd, log=self._census_cmd is None)
-        self._census: subprocess.Popen[bytes] | None = None
-        if self._census_cmd is not None and not self._mode.startswith("after"):
-            self._census = self._start(self._census_cmd, log=True)
-
-    def _start(self, command: list[str], log: bool) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
+        self._logged = False  # rg's debug log was seen: its count of large files holds
+        self._listed = False  # `files` read rg's output to its end
+        self._proc = subprocess.Popen(
             [*command, "--", "."],
-            cwd=self._root,
+            cwd=root,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE if log else subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
-        self._procs.append(proc)
-        return proc
 
     def __enter__(self) -> RgSearch:
         return self
@@ -212,89 +183,41 @@ class RgSearch:
         self.close()
 
     def close(self) -> None:
-        for proc in self._procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
+        proc = self._proc
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
     def files(self, stop: threading.Event, deadline: float) -> Iterator[str]:
-        hits = self._procs[0]
-        tails: dict[int, bytes] = {}
-        seen: set[bytes] = set()
-        held: list[bytes] = []
-        defer = "defer" in self._mode
-        sel = selectors.DefaultSelector()
-        hits_fd = -1
-        census_fd = -1
-        log_fd = -1
-
-        def watch(proc: subprocess.Popen[bytes], census: bool) -> None:
-            nonlocal hits_fd, census_fd, log_fd
-            assert proc.stdout is not None
-            fd = proc.stdout.fileno()
-            tails[fd] = b""
-            sel.register(fd, selectors.EVENT_READ)
-            if census or self._census_cmd is None:
-                census_fd = fd if census else census_fd
-                assert proc.stderr is not None
-                log_fd = proc.stderr.fileno()
-                tails[log_fd] = b""
-                sel.register(log_fd, selectors.EVENT_READ)
-            if not census:
-                hits_fd = fd
-
-        watch(hits, False)
-        if self._census is not None:
-            watch(self._census, True)
-        with sel:
+        """The path of each candidate relative to the root, in rg's order (not the walk's:
+        rg searches in parallel); ends when rg is done, or at `stop` or the deadline (then
+        `interrupted`)."""
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        out, log = self._proc.stdout.fileno(), self._proc.stderr.fileno()
+        tails = {out: b"", log: b""}
+        with selectors.DefaultSelector() as sel:
+            sel.register(out, selectors.EVENT_READ)
+            sel.register(log, selectors.EVENT_READ)
             while sel.get_map():
                 if stop.is_set() or time.monotonic() > deadline:
                     self.interrupted = True
                     return
-                events = sorted(sel.select(_POLL), key=lambda e: e[0].fd != hits_fd)
-                for key, _ in events:
-                    fd = key.fd
-                    data = os.read(fd, 1 << 16)
+                for key, _ in sel.select(_POLL):
+                    data = os.read(key.fd, 1 << 16)
                     if not data:
-                        sel.unregister(fd)
-                        if fd == hits_fd and self._census is None and self._census_cmd:
-                            self._census = self._start(self._census_cmd, log=True)
-                            watch(self._census, True)
-                        if fd == hits_fd and defer:
-                            for path in held:
-                                yield os.fsdecode(path).removeprefix("./")
-                            held.clear()
-                        continue
-                    if fd == log_fd:
-                        lines = (tails[fd] + data).split(b"\n")
-                        tails[fd] = lines.pop()
+                        sel.unregister(key.fd)
+                    elif key.fd == log:
+                        lines = (tails[log] + data).split(b"\n")
+                        tails[log] = lines.pop()
                         self._read_log(lines)
-                        continue
-                    paths, tails[fd] = _records(tails[fd] + data)
-                    for path in paths:
-                        if self._census_cmd is not None:
-                            if path in seen:
-                                continue
-                            seen.add(path)
-                        if fd == census_fd and defer and hits.poll() is None:
-                            held.append(path)
-                            continue
-                        yield os.fsdecode(path).removeprefix("./")
-                    if (
-                        fd == hits_fd
-                        and paths
-                        and self._census is None
-                        and self._mode == "after-first"
-                    ):
-                        self._census = self._start(self._census_cmd or [], log=True)
-                        watch(self._census, True)
-        for path in held:
-            yield os.fsdecode(path).removeprefix("./")
-        if log_fd in tails:
-            self._read_log([tails[log_fd]])
+                    else:
+                        paths, tails[out] = _records(tails[out] + data)
+                        for path in paths:
+                            yield os.fsdecode(path).removeprefix("./")
+        self._read_log([tails[log]])
         self._listed = True
 
     def _read_log(self, lines: list[bytes]) -> None:
@@ -308,7 +231,7 @@ class RgSearch:
         """Files in scope over the size limit; None when rg failed, was interrupted, or its
         output was not read to the end (its candidates are then not the walk's). Never
         waits on an rg still writing."""
-        if not self._listed or any(p.wait() not in (0, 1) for p in self._procs) or not self._logged:
+        if not self._listed or self._proc.wait() not in (0, 1) or not self._logged:
             return None
         return self._large
 
