@@ -184,6 +184,30 @@ def skipped_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def _with_and_without_rg(
+    root: Path, args: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, str]:
+    """The tool's answer through rg (checked to be rg's: it ran and gave its count of large
+    files, so the walk did not answer), and without rg."""
+    ctx = ToolContext("s", root, LocalFsBackend(), LocalShellBackend())
+    runs: list[rg_engine.RgSearch] = []
+
+    class Recorded(rg_engine.RgSearch):
+        def __init__(self, *a: Any) -> None:
+            super().__init__(*a)
+            runs.append(self)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(rg_engine, "RgSearch", Recorded)
+        with_rg = anyio.run(SearchTool().run, args, ctx).content
+    assert len(runs) == 1 and runs[0].large() is not None
+    with monkeypatch.context() as patch:
+        patch.setattr(rg_engine, "ripgrep_binary", lambda: None)
+        without = anyio.run(SearchTool().run, args, ctx).content
+    assert isinstance(with_rg, str) and isinstance(without, str)
+    return with_rg, without
+
+
 _HITS = [
     "a_text.py:1: needle one",
     "f_utf8.md:1: naïve needle",
@@ -213,20 +237,8 @@ def test_skipped_counts_and_order_are_the_walks_with_rg(
     too (rg lists them for the count alone); only files before the cap point count. The
     answer is pinned, and is the same through rg (its count of large files included) and
     without it."""
-    ctx = ToolContext("s", skipped_tree, LocalFsBackend(), LocalShellBackend())
     args = {"pattern": "needle", "max_results": cap}
-    runs: list[rg_engine.RgSearch] = []
-
-    class Recorded(rg_engine.RgSearch):
-        def __init__(self, *a: Any) -> None:
-            super().__init__(*a)
-            runs.append(self)
-
-    monkeypatch.setattr(rg_engine, "RgSearch", Recorded)
-    with_rg = anyio.run(SearchTool().run, args, ctx).content
-    assert len(runs) == 1 and runs[0].large() == 2  # rg, not the walk, answered
-    monkeypatch.setattr(rg_engine, "ripgrep_binary", lambda: None)
-    without = anyio.run(SearchTool().run, args, ctx).content
+    with_rg, without = _with_and_without_rg(skipped_tree, args, monkeypatch)
     capped = [f"[results capped at {cap}; narrow the search with `path` or `glob`]"]
     expected = [head + ":", *_HITS[:cap], *(capped if cap < len(_HITS) else [])]
     assert with_rg == without == "\n".join([*expected, f"[skipped files: {skipped}]"])
@@ -246,11 +258,8 @@ def test_skipped_files_count_only_where_the_glob_selects(
     """The large files rg leaves out count only when the glob selects them, as the walk's
     do: the `.py` files hold hits only; the `.txt` ones one hit, two non-UTF-8 files and
     both large files."""
-    ctx = ToolContext("s", skipped_tree, LocalFsBackend(), LocalShellBackend())
     args = {"pattern": "needle", "glob": glob}
-    with_rg = anyio.run(SearchTool().run, args, ctx).content
-    monkeypatch.setattr(rg_engine, "ripgrep_binary", lambda: None)
-    without = anyio.run(SearchTool().run, args, ctx).content
+    with_rg, without = _with_and_without_rg(skipped_tree, args, monkeypatch)
     assert with_rg == without
     assert with_rg.startswith(answer) and ("[skipped" in with_rg) == (glob == "*.txt")
 
@@ -278,10 +287,7 @@ def test_large_files_with_names_the_log_cannot_carry_are_named_exactly(
         b"big ok: 12 bytes.txt",
         b"big_\xff.txt",
     ]
-    ctx = ToolContext("s", tmp_path, LocalFsBackend(), LocalShellBackend())
-    with_rg = anyio.run(SearchTool().run, {"pattern": "needle"}, ctx).content
-    monkeypatch.setattr(rg_engine, "ripgrep_binary", lambda: None)
-    without = anyio.run(SearchTool().run, {"pattern": "needle"}, ctx).content
+    with_rg, without = _with_and_without_rg(tmp_path, {"pattern": "needle"}, monkeypatch)
     assert (
         with_rg
         == without
