@@ -14,6 +14,9 @@ tool's 2 MB limit), then times, alternately so that the machine's load hits both
   print its first match in a file the tool searches (the matches lie late in the order its
   threads happen to take the directories), 1.5× rg's time: no search can show a hit before
   it is found. The floor printed is that time of rg's;
+- the CPU time of each (the tool's process and the rg it runs, from its start to its answer;
+  rg's own), beside the ratio: on a machine shared with other work, wall times move with the
+  load, CPU times much less;
 - the peak RSS of the process running the searches, of the rg it runs, and of one reading a
   200 MB file with `read_file` (a window at its start, and one at its end): target ≤ 200 MB
   each.
@@ -35,6 +38,7 @@ import math
 import os
 import random
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -107,6 +111,10 @@ from defect_core.tools.base import ToolContext
 from defect_core.tools.files import ReadFileTool
 from defect_core.tools.search import SearchTool
 
+def cpu():
+    own, rgs = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + rgs.ru_utime + rgs.ru_stime
+
 def vmhwm():
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -125,12 +133,13 @@ async def main(root, job, arg):
         args = {"path": path, "offset": int(offset)}
     else:
         args = {"pattern": arg, "max_results": 2000}
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), cpu()
     out = await tool.run(args, ctx)
-    end = time.perf_counter()
+    end, cpu_end = time.perf_counter(), cpu()
     shown = (first[0] if first else end) - start
     rg_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(json.dumps({"seconds": end - start, "first": shown, "rss": vmhwm(), "rg_rss": rg_rss,
+    print(json.dumps({"seconds": end - start, "cpu": cpu_end - cpu_start, "first": shown,
+                      "rss": vmhwm(), "rg_rss": rg_rss,
                       "head": out.content.splitlines()[0] if out.content else ""}))
 
 anyio.run(main, *sys.argv[1:4])
@@ -149,9 +158,15 @@ def run_tool(root: Path, job: str, arg: str) -> dict[str, Any]:
     return dict(json.loads(done.stdout.splitlines()[-1]))
 
 
-def run_rg(rg: str, root: Path, pattern: str) -> tuple[float, float]:
-    """rg's time to finish, and to its first line the tool would also show (a match in a
-    file the tool searches: not one it skips as binary or not UTF-8)."""
+def children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def run_rg(rg: str, root: Path, pattern: str) -> tuple[float, float, float]:
+    """rg's time to finish, to its first line the tool would also show (a match in a file
+    the tool searches: not one it skips as binary or not UTF-8), and its CPU time."""
+    cpu_start = children_cpu()
     command = [rg, "--no-config", "--hidden", "--no-require-git", "--max-filesize", "2M"]
     start = time.perf_counter()
     proc = subprocess.Popen(
@@ -164,7 +179,7 @@ def run_rg(rg: str, root: Path, pattern: str) -> tuple[float, float]:
         if first != first and not SKIPPED_BY_TOOL.search(line):
             first = time.perf_counter() - start
     proc.wait()
-    return time.perf_counter() - start, first
+    return time.perf_counter() - start, first, children_cpu() - cpu_start
 
 
 def find_rg() -> str | None:
@@ -203,9 +218,13 @@ def main() -> int:
             first_s: list[float] = []
             rg_s: list[float] = []
             rg_first_s: list[float] = []
+            cpu_s: list[float] = []
+            rg_cpu_s: list[float] = []
             for n in range(args.runs + 1):
                 result = run_tool(root, "search", pattern)
-                seconds, rg_first = run_rg(rg, root, pattern) if rg else (math.nan, math.nan)
+                seconds, rg_first, rg_cpu = (
+                    run_rg(rg, root, pattern) if rg else (math.nan, math.nan, math.nan)
+                )
                 peak_rss = max(peak_rss, result["rss"])
                 rg_rss = max(rg_rss, result["rg_rss"])
                 if n:  # the first run warms the page cache
@@ -213,6 +232,8 @@ def main() -> int:
                     first_s.append(result["first"])
                     rg_s.append(seconds)
                     rg_first_s.append(rg_first)
+                    cpu_s.append(result["cpu"])
+                    rg_cpu_s.append(rg_cpu)
             tool, first = statistics.median(tool_s), statistics.median(first_s)
             print(f"  {name}: {result['head']}")
             floor = statistics.median(rg_s) if rg else math.nan
@@ -221,6 +242,12 @@ def main() -> int:
             if rg:
                 figure(f"search {name} ÷ rg", tool / floor, "×", "≤ 1.5×",
                        tool / floor <= RATIO_TARGET)  # fmt: skip
+            cpu_used = statistics.median(cpu_s)
+            rg_cpu = statistics.median(rg_cpu_s) if rg else math.nan
+            more = {"floor": round(rg_cpu * 1000, 1)} if rg else {}
+            figure(f"search {name}: CPU time", cpu_used * 1000, "ms", "—", None, **more)
+            if rg:
+                figure(f"search {name} ÷ rg, CPU time", cpu_used / rg_cpu, "×", "—", None)
             # The first result cannot come before rg finds it: when the matches lie late in
             # rg's walk (its threads take directories in no set order), the target is the
             # one the totals have, 1.5× rg's own time.

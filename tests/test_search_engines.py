@@ -159,3 +159,156 @@ def test_the_tool_answers_the_same_with_and_without_rg(
     assert "[skipped files: 2 binary or non-UTF-8, 1 larger than 2 MB]" in with_rg.content.replace(
         "[results capped at 50; narrow the search with `path` or `glob`]\n", ""
     )
+
+
+@pytest.fixture(scope="module")
+def skipped_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Hits in text files, and the pattern also in files the search skips: a binary (a NUL
+    in its head), a file that is not UTF-8, a large file; binary, non-UTF-8 and large files
+    without it; text that is UTF-8 but not ASCII, and a NUL past the sniffed head."""
+    root = tmp_path_factory.mktemp("skipped")
+    (root / "a_text.py").write_text("needle one\n")
+    (root / "b_nul.bin").write_bytes(b"needle\x00 needle\n")
+    (root / "c_latin.txt").write_bytes("needle café\n".encode("latin-1"))
+    (root / "d_blob.bin").write_bytes(b"\x89PNG\x00\x01\x02 nothing here\n")
+    (root / "e_latin.txt").write_bytes("café crème\n".encode("latin-1"))
+    (root / "f_utf8.md").write_text("naïve needle\n")
+    (root / "g_large.txt").write_text("needle\n" * (MAX_FILE_BYTES // 7 + 1))
+    (root / "h_late_nul.txt").write_bytes(b"needle late\n" + b"x" * 9000 + b"\n\x00\n")
+    sub = root / "sub"
+    sub.mkdir()
+    (sub / "i_text.py").write_text("needle two\nneedle three\n")
+    (sub / "j_large.txt").write_text("hay\n" * (MAX_FILE_BYTES // 4 + 1))
+    (sub / "k_nul.bin").write_bytes(b"\x00needle\n")
+    (sub / "l_text.py").write_text("needle four\n")
+    return root
+
+
+def _with_and_without_rg(
+    root: Path, args: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, str]:
+    """The tool's answer through rg (checked to be rg's: it ran and gave its count of large
+    files, so the walk did not answer), and without rg."""
+    ctx = ToolContext("s", root, LocalFsBackend(), LocalShellBackend())
+    runs: list[rg_engine.RgSearch] = []
+
+    class Recorded(rg_engine.RgSearch):
+        def __init__(self, *a: Any) -> None:
+            super().__init__(*a)
+            runs.append(self)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(rg_engine, "RgSearch", Recorded)
+        with_rg = anyio.run(SearchTool().run, args, ctx).content
+    assert len(runs) == 1 and runs[0].large() is not None
+    with monkeypatch.context() as patch:
+        patch.setattr(rg_engine, "ripgrep_binary", lambda: None)
+        without = anyio.run(SearchTool().run, args, ctx).content
+    assert isinstance(with_rg, str) and isinstance(without, str)
+    return with_rg, without
+
+
+_HITS = [
+    "a_text.py:1: needle one",
+    "f_utf8.md:1: naïve needle",
+    "h_late_nul.txt:1: needle late",
+    "sub/i_text.py:1: needle two",
+    "sub/i_text.py:2: needle three",
+    "sub/l_text.py:1: needle four",
+]
+
+
+@pytest.mark.parametrize(
+    ("cap", "head", "skipped"),
+    [
+        # The cap falls in f_utf8.md: the skipped files before it count, none after.
+        (1, "1 matching line in 1 file", "4 binary or non-UTF-8"),
+        (3, "3 matching lines in 3 files", "4 binary or non-UTF-8, 1 larger than 2 MB"),
+        (4, "4 matching lines in 3 files", "4 binary or non-UTF-8, 1 larger than 2 MB"),
+        (5, "5 matching lines in 4 files", "5 binary or non-UTF-8, 2 larger than 2 MB"),
+        (6, "6 matching lines in 5 files", "5 binary or non-UTF-8, 2 larger than 2 MB"),
+    ],
+)
+def test_skipped_counts_and_order_are_the_walks_with_rg(
+    skipped_tree: Path, monkeypatch: pytest.MonkeyPatch, cap: int, head: str, skipped: str
+) -> None:
+    """A file holding the pattern and a NUL in its head is counted as skipped, never shown;
+    so is one that is not UTF-8; the binary and non-UTF-8 files without the pattern count
+    too (rg lists them for the count alone); only files before the cap point count. The
+    answer is pinned, and is the same through rg (its count of large files included) and
+    without it."""
+    args = {"pattern": "needle", "max_results": cap}
+    with_rg, without = _with_and_without_rg(skipped_tree, args, monkeypatch)
+    capped = [f"[results capped at {cap}; narrow the search with `path` or `glob`]"]
+    expected = [head + ":", *_HITS[:cap], *(capped if cap < len(_HITS) else [])]
+    assert with_rg == without == "\n".join([*expected, f"[skipped files: {skipped}]"])
+
+
+@pytest.mark.parametrize(
+    ("glob", "answer"),
+    [
+        ("*.py", "4 matching lines in 3 files:"),
+        ("*.txt", "1 matching line in 1 file:\nh_late_nul.txt:1: needle late\n"
+         "[skipped files: 2 binary or non-UTF-8, 2 larger than 2 MB]"),
+    ],
+)  # fmt: skip
+def test_skipped_files_count_only_where_the_glob_selects(
+    skipped_tree: Path, monkeypatch: pytest.MonkeyPatch, glob: str, answer: str
+) -> None:
+    """The large files rg leaves out count only when the glob selects them, as the walk's
+    do: the `.py` files hold hits only; the `.txt` ones one hit, two non-UTF-8 files and
+    both large files."""
+    args = {"pattern": "needle", "glob": glob}
+    with_rg, without = _with_and_without_rg(skipped_tree, args, monkeypatch)
+    assert with_rg == without
+    assert with_rg.startswith(answer) and ("[skipped" in with_rg) == (glob == "*.txt")
+
+
+def _large(root: Path, name: bytes) -> None:
+    with open(os.path.join(os.fsencode(root), name), "wb") as f:
+        f.write(b"needle\n" * (MAX_FILE_BYTES // 7 + 1))
+
+
+def test_large_files_with_names_the_log_cannot_carry_are_named_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rg's log splits a name with a line feed over two lines and writes one that is not
+    UTF-8 with U+FFFD: each large file is still the one on disk, counted once."""
+    assert RG is not None
+    for name in (b"big\nname.txt", b"big_\xff.txt", b"big ok: 12 bytes.txt"):
+        _large(tmp_path, name)
+    (tmp_path / "a.txt").write_text("needle\n")
+    with rg_engine.RgSearch(RG, str(tmp_path), "needle", False, MAX_FILE_BYTES) as run:
+        assert list(run.files(threading.Event(), time.monotonic() + 60)) == ["a.txt"]
+        found = run.large_files()
+    assert found is not None
+    assert sorted(map(os.fsencode, found)) == [
+        b"big\nname.txt",
+        b"big ok: 12 bytes.txt",
+        b"big_\xff.txt",
+    ]
+    with_rg, without = _with_and_without_rg(tmp_path, {"pattern": "needle"}, monkeypatch)
+    assert (
+        with_rg
+        == without
+        == "1 matching line in 1 file:\na.txt:1: needle\n[skipped files: 3 larger than 2 MB]"
+    )
+
+
+def test_large_files_the_log_names_alike_leave_the_answer_to_the_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two names that differ in bytes that are not UTF-8 read alike in rg's log: which is
+    which is unknown, so rg gives no count and the walk's is the answer."""
+    assert RG is not None
+    _large(tmp_path, b"big_\xff.txt")
+    _large(tmp_path, b"big_\xfe.txt")
+    (tmp_path / "a.txt").write_text("needle\n")
+    with rg_engine.RgSearch(RG, str(tmp_path), "needle", False, MAX_FILE_BYTES) as run:
+        assert list(run.files(threading.Event(), time.monotonic() + 60)) == ["a.txt"]
+        assert run.large_files() is None and run.large() is None
+    ctx = ToolContext("s", tmp_path, LocalFsBackend(), LocalShellBackend())
+    answer = anyio.run(SearchTool().run, {"pattern": "needle", "max_results": 1}, ctx).content
+    assert (
+        answer == "1 matching line in 1 file:\na.txt:1: needle\n[skipped files: 2 larger than 2 MB]"
+    )

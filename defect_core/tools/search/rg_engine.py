@@ -5,8 +5,8 @@ an `rg --count --max-count 1 --multiline` run over the search root that lists ev
 Python scan (`matching.scan`) could act on — a file that matches the pattern, or that holds
 a NUL byte or a byte over 0x7F (so every binary and every non-UTF-8 file the scan would skip
 and count is among them) — as rg finds them, in no set order (`ordering` gives the walk's
-answer from them), and the number of files over the size limit, which rg leaves out (counted
-from its debug log). `candidates()` is the same list, whole and in the walk's order.
+answer from them), and the files over the size limit, which rg leaves out (named in its
+debug log). `candidates()` is the same list, whole and in the walk's order.
 
 Why a prefilter rather than rg's own output: the scan's rules (RE2 syntax, the 8 KiB binary
 sniff, UTF-8 only, the 2 MB limit, the caps, the report) stay the only rules. rg only spares
@@ -18,6 +18,13 @@ scan matches RE2 over the whole file with `(?m)`: a match may cross a line end i
 `\\s`, `\\b` are ASCII; Rust's are Unicode) and gives up (None: the Python engine runs) on
 what Rust's syntax lacks (`\\C`, `\\Q...\\E`, octal escapes, an unknown escape).
 
+Why the NUL and non-ASCII patterns ride in the same rg as the user's rather than in a second
+rg of their own (which would leave the user's pattern on rg's literal fast path): every file
+of the tree must be read for them anyway, and a second rg walks, opens and reads the whole
+tree again — close to twice rg's CPU time for the search, on cores the first rg already
+fills, so its first hits come no sooner and the whole search takes longer
+(`scripts/bench_search.py` measures both).
+
 Invariants:
 - rg runs with `--no-config` (no user configuration changes what it searches) and the
   walk's scope: hidden files included, `.git` never entered, symbolic links not followed,
@@ -26,9 +33,13 @@ Invariants:
   the walk reads ignore files from (the repository's root, or the workspace outside a
   repository): rg is used there only (`ignore.ignore_top`); elsewhere the Python engine
   runs.
-- The count of large files is rg's only when its debug log was read (`large` is None
-  otherwise, and the walk answers): a log line is one file, so a run of rg that logs nothing
-  cannot pass for a tree without large files.
+- The large files are rg's only when its debug log was read whole and names each of them
+  exactly (`large` is None otherwise, and the walk answers): a log entry is one file, so a
+  run of rg that logs nothing cannot pass for a tree without large files; an entry a name's
+  line feed splits is joined again, and a name the log writes lossily (not UTF-8) is found
+  among its directory's entries, or, when none or several match, the walk answers. They
+  are named, not only counted, so that a capped search counts those before its cap point
+  only, as the walk does.
 - Output is read as it arrives and handed on one candidate at a time, so nothing grows with
   the tree here; a cancel (`stop`) or the deadline ends the run, and `close` kills rg.
 """
@@ -39,6 +50,7 @@ import os
 import re
 import selectors
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -139,16 +151,17 @@ class Candidates(NamedTuple):
 
 
 class RgSearch:
-    """A running prefilter: the candidate files as rg finds them (`files`), then how many
-    files over the size limit it left out (`large`).
+    """A running prefilter: the candidate files as rg finds them (`files`), then the files
+    over the size limit it left out (`large_files`, and their number, `large`).
 
     One rg, with `--debug`: its walk logs each file it leaves out for its size ("ignoring
-    PATH: N bytes", after the ignore rules, so only files in scope), which counts the large
-    files without a second walk of the tree. `--count --max-count 1` lists a file once, at
-    its first match, as `--files-with-matches` would, but line by line (`_records`), and
-    `--line-buffered` hands each line on at once. Both pipes are read as they fill, so rg
-    never waits on a full one, and the caller scans the first candidates while rg still
-    walks.
+    PATH: N bytes", after the ignore rules, so only files in scope), which names the large
+    files without a second walk of the tree; each name is checked against the file (a
+    regular file over the limit), as the log writes names lossily. `--count --max-count 1`
+    lists a file once, at its first match, as `--files-with-matches` would, but line by
+    line (`_records`), and `--line-buffered` hands each line on at once. Both pipes are
+    read as they fill, so rg never waits on a full one, and the caller scans the first
+    candidates while rg still walks.
     `close` (or leaving the `with` block) kills it if it still runs."""
 
     def __init__(
@@ -166,8 +179,12 @@ class RgSearch:
             command += ["-e", p]
         self.interrupted = False
         """True when a cancel or the deadline ended the run: the files seen are partial."""
-        self._large = 0
-        self._logged = False  # rg's debug log was seen: its count of large files holds
+        self._root = root
+        self._max_bytes = max_bytes
+        self._large: list[str] = []
+        self._logged = False  # rg's debug log was seen: its large files are all there
+        self._exact = True  # every large file the log named was found, and only one
+        self._entry: bytes | None = None  # the log's last entry, maybe not whole yet
         self._listed = False  # `files` read rg's output to its end
         self._proc = subprocess.Popen(
             [*command, "--", "."],
@@ -217,23 +234,78 @@ class RgSearch:
                         paths, tails[out] = _records(tails[out] + data)
                         for path in paths:
                             yield os.fsdecode(path).removeprefix("./")
-        self._read_log([tails[log]])
+        self._read_log([tails[log]] if tails[log] else [], end=True)
         self._listed = True
 
-    def _read_log(self, lines: list[bytes]) -> None:
+    def _read_log(self, lines: list[bytes], end: bool = False) -> None:
+        """Take the whole entries of rg's log in `lines`: an entry is a line that starts
+        with "rg: " and the lines after it that do not (a name with a line feed splits its
+        entry). The last one waits for the next lines, or for the `end` of the log."""
         for line in lines:
-            if line.startswith(b"rg: DEBUG|"):
-                self._logged = True
-                if _SKIPPED_LARGE.search(line):
-                    self._large += 1
+            if line.startswith(b"rg: ") or self._entry is None:
+                self._take(self._entry)
+                self._entry = line
+            else:
+                self._entry += b"\n" + line
+        if end:
+            self._take(self._entry)
+            self._entry = None
+
+    def _take(self, entry: bytes | None) -> None:
+        if entry is None:
+            return
+        if not entry.startswith(b"rg: "):
+            self._exact = False  # not rg's log as it is known here
+        elif entry.startswith(b"rg: DEBUG|"):
+            self._logged = True
+            if (m := _SKIPPED_LARGE.search(entry)) is not None:
+                logged = os.fsdecode(m.group(1)).removeprefix("./")
+                rel = _large_on_disk(self._root, logged, self._max_bytes)
+                if rel is None:
+                    self._exact = False
+                else:
+                    self._large.append(rel)
 
     def large(self) -> int | None:
         """Files in scope over the size limit; None when rg failed, was interrupted, or its
-        output was not read to the end (its candidates are then not the walk's). Never
-        waits on an rg still writing."""
+        output was not read to the end (its candidates are then not the walk's), or its log
+        did not name each large file exactly. Never waits on an rg still writing."""
+        found = self.large_files()
+        return None if found is None else len(found)
+
+    def large_files(self) -> list[str] | None:
+        """The paths (relative to the root) of the files `large` counts, in no set order;
+        None when `large` is."""
         if not self._listed or self._proc.wait() not in (0, 1) or not self._logged:
             return None
-        return self._large
+        return list(self._large) if self._exact else None
+
+
+def _large_on_disk(root: str, logged: str, max_bytes: int) -> str | None:
+    """The path of the file over `max_bytes` that rg's log names `logged` (relative to
+    `root`); None when there is none, or more than one. The log writes a name that is not
+    UTF-8 with U+FFFD for its bad bytes: such a name is matched among its directory's."""
+    here = os.fsencode(root)
+    parts: list[bytes] = []
+    for part in logged.split("/"):
+        name = os.fsencode(part)
+        if "\ufffd" in part:
+            try:
+                found = [e for e in os.listdir(here) if e.decode("utf-8", "replace") == part]
+            except OSError:
+                return None
+            if len(found) != 1:
+                return None
+            name = found[0]
+        here = os.path.join(here, name)
+        parts.append(name)
+    try:
+        st = os.lstat(here)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size <= max_bytes:
+        return None
+    return os.fsdecode(b"/".join(parts))
 
 
 def _records(data: bytes) -> tuple[list[bytes], bytes]:
@@ -276,5 +348,5 @@ def candidates(
 
 _POLL = 0.05
 """Seconds between checks for a cancel or the deadline while rg is silent."""
-_SKIPPED_LARGE = re.compile(rb"\|ignore::walk\|.*: ignoring .+: \d+ bytes$")
-"""The line of rg's debug log for a file its walk leaves out for its size."""
+_SKIPPED_LARGE = re.compile(rb"(?s)\Arg: DEBUG\|ignore::walk\|[^|\n]*?: ignoring (.+): \d+ bytes\Z")
+"""The line of rg's debug log for a file its walk leaves out for its size, and its path."""

@@ -186,15 +186,14 @@ class SearchTool(ModelTool):
         ):
             with run:
                 result = scan_in_any_order(
-                    str(root), run.files(stop, deadline), prefix, regex, glob, max_results, stop,
-                    deadline, preview,
+                    str(root), _and_large_files(run, stop, deadline), prefix, regex, glob,
+                    max_results, stop, deadline, preview,
                 )  # fmt: skip
                 large = None if result.stopped else run.large()
             if result.stopped or run.interrupted:
                 result.stopped = True
                 return result
-            if large is not None:
-                result.large += large
+            if large is not None:  # the large files were scanned (skipped and counted)
                 return result
             # rg failed: the walk answers, and the preview starts again.
             if preview is not None:
@@ -229,6 +228,15 @@ def _prefiltered(
         )
     except OSError:
         return None
+
+
+def _and_large_files(
+    run: rg_engine.RgSearch, stop: threading.Event, deadline: float
+) -> Iterator[str]:
+    """rg's candidates, then the files it left out for their size: the scan counts those
+    before its cap point only, as the walk does (nothing when rg failed: the walk answers)."""
+    yield from run.files(stop, deadline)
+    yield from run.large_files() or ()
 
 
 async def _stream_preview(
