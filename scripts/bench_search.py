@@ -277,8 +277,8 @@ def main() -> int:
     print(f"search on a {files:,}-file tree, median of {args.runs} runs")
     for f in figures:
         status = "" if f["ok"] is None else ("OK" if f["ok"] else "MISS")
-        floor = f" (rg {f['floor']} ms)" if "floor" in f else ""
-        print(f"  {f['name']:<44} {f['value']:>9} {f['unit']:<3} {f['target']:<19} {status}{floor}")
+        rg_ms = f" (rg {f['floor']} ms)" if "floor" in f else ""
+        print(f"  {f['name']:<44} {f['value']:>9} {f['unit']:<3} {f['target']:<19} {status}{rg_ms}")
     if args.json:
         args.json.write_text(json.dumps({"figures": figures}, indent=2))
     return 0
