@@ -18,11 +18,12 @@ import textwrap
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import pytest
 
 from defect_core.config import Settings
 from defect_core.model import Message, TextBlock
-from defect_core.providers.anthropic import anthropic_provider, bedrock_provider
+from defect_core.providers.anthropic import anthropic_provider, bedrock_provider, call
 from defect_core.providers.anthropic.call import create_stream, ordered_body
 from defect_core.providers.anthropic.provider import AnthropicProvider
 from defect_core.providers.anthropic.request import encode_request, route_options
@@ -169,19 +170,32 @@ async def _sent_both_ways(
 ) -> list[Any]:
     """Send `body` through `messages.create` and through `create_stream`; the options the
     client was asked to send (the second is `create_stream`'s), after checking that the fake
-    received the same bytes and headers both times."""
-    client, _ = await provider._ready()
+    received the same bytes and headers both times. `messages.create` goes through a copy of
+    the client on the SDK's own HTTP client, without the request hook defect's has
+    (`client.hand_back_the_loop`): the hook must not change a byte either."""
+    client, modules = await provider._ready()
+    plain_http = modules.anthropic.DefaultAsyncHttpxClient(timeout=client.timeout)
+    plain = client.with_options(http_client=plain_http)
+    assert not plain_http.event_hooks["request"] and client._client.event_hooks["request"]
     asked: list[Any] = []
-    request = client.request
 
-    async def recording(*args: Any, **kwargs: Any) -> Any:
-        asked.append(args[1] if len(args) > 1 else kwargs["options"])
-        return await request(*args, **kwargs)
+    def record(into: Any) -> None:
+        request = into.request
 
-    client.request = recording
-    options = route_options(provider._route)  # type: ignore[arg-type]
+        async def recording(*args: Any, **kwargs: Any) -> Any:
+            asked.append(args[1] if len(args) > 1 else kwargs["options"])
+            return await request(*args, **kwargs)
+
+        into.request = recording
+
+    record(plain)
+    record(client)
+    options = route_options(provider.route)
     fake_provider.enqueue(Reply.text("one"), Reply.text("two"))
-    await _drain(await client.messages.create(**body, stream=True, **options))
+    try:
+        await _drain(await plain.messages.create(**body, stream=True, **options))
+    finally:
+        await plain_http.aclose()
     await _drain(await create_stream(client, body, **options))
     sdk, ours = fake_provider.requests[-2:]
     assert ours.raw_body == sdk.raw_body
@@ -239,3 +253,63 @@ async def test_a_body_with_values_only_the_sdk_encodes_is_left_to_the_sdk(
     assert ours.content is None and ours.json_data is not None
     sent = json.loads(fake_provider.requests[-1].raw_body)
     assert sent["tools"][0]["input_schema"] == schema
+
+
+@pytest.mark.parametrize("route", ["anthropic", "bedrock"])
+async def test_the_request_is_built_in_slices_with_the_loop_handed_back_between(
+    fake_provider: FakeProvider, opened: list[AnthropicProvider], route: str
+) -> None:
+    # Another task (another session's stream, in the agent) runs between the encoding, the
+    # SDK's request build and httpx's send: none of them holds the event loop for the rest.
+    settings = Settings(
+        provider=route, base_url=fake_provider.url, bedrock_base_url=fake_provider.url
+    )
+    provider = (anthropic_provider if route == "anthropic" else bedrock_provider)(settings)
+    opened.append(provider)
+    client, _ = await provider._ready()
+    body = encode_request(_request(provider))
+    # A first request pays the client's one-time waits (the SDK looks its platform up in a
+    # worker thread); the second is built as every later one is.
+    fake_provider.enqueue(Reply.text("one"), Reply.text("two"))
+    await _drain(await create_stream(client, body, **route_options(provider.route)))
+    ticks = 0
+    seen: dict[str, int] = {}
+    encoded = call._encoded
+
+    def encoding(client: Any, body: dict[str, Any], extra_body: object) -> bytes | None:
+        seen["encoding"] = ticks
+        return encoded(client, body, extra_body)
+
+    post = client.post
+
+    async def posting(*args: Any, **kwargs: Any) -> Any:
+        seen["building"] = ticks
+        return await post(*args, **kwargs)
+
+    async def sending(request: Any) -> None:  # runs after defect's hook, just before sending
+        seen["sending"] = ticks
+
+    client.post = posting
+    client._client.event_hooks["request"].append(sending)
+    stopped = anyio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not stopped.is_set():
+            ticks += 1
+            await anyio.lowlevel.checkpoint()
+
+    try:
+        call._encoded = encoding
+        async with anyio.create_task_group() as group:
+            group.start_soon(ticker)
+            await anyio.lowlevel.checkpoint()
+            started = ticks
+            stream = await create_stream(client, body, **route_options(provider.route))
+            stopped.set()
+    finally:
+        call._encoded = encoded
+        client._client.event_hooks["request"].remove(sending)
+    await _drain(stream)
+    assert started < seen["encoding"] < seen["building"] < seen["sending"], (started, seen)
+    assert not fake_provider.requests[-1].rejected
