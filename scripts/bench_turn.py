@@ -36,6 +36,10 @@ import and the first connection):
   independent where the latencies are not: on a busy machine it says whether the work per
   delta shrank. It includes each prompt's own cost (the request, the history), spread over
   its deltas. No target: reported to compare builds.
+- other load during the sessions-at-once bursts: the machine's CPU (/proc/stat) while those
+  prompts ran, less the bench's own processes' (client, relay, agent, fake), in cores. In a
+  burst those four need well over one core, so the latencies (the p95 above all) move with
+  whatever else runs: a figure taken while others held a core says so here. Linux only.
 
 The client checks every message of the agent against the ACP schema, as the tests do, but
 once the measurement is over (`spawn_defect(validate_at_exit=True)`): a check costs the client
@@ -222,6 +226,25 @@ def agent_cpu_seconds(relay_pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu(pid: int) -> float:
+    """CPU time (user + system, every thread) of process `pid`."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_and_own_cpu(pids: list[int]) -> tuple[float, float] | None:
+    """CPU time the whole machine has spent (every core, idle excluded) and that `pids` (with
+    the agent, the relay's child) have spent; None where /proc cannot say."""
+    try:
+        jiffies = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        children = Path(f"/proc/{pids[0]}/task/{pids[0]}/children").read_text().split()
+        own = sum(process_cpu(pid) for pid in [*pids, int(children[0])])
+    except (OSError, IndexError, ValueError):
+        return None
+    busy = sum(jiffies) - sum(jiffies[3:5])  # all but idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK"), own
+
+
 def serve_fake(conn: Any) -> None:
     """The fake's own process: serve, and answer the bench's commands over a pipe."""
     timings = Timings()
@@ -248,6 +271,7 @@ class FakeProcess:
         self._process = context.Process(target=serve_fake, args=(child,), daemon=True)
         self._process.start()
         self.url: str = self._conn.recv()
+        self.pid: int = self._process.pid or 0
         self._lock = threading.Lock()
 
     def call(self, command: str, argument: Any = None) -> Any:
@@ -290,6 +314,7 @@ async def run(
     fast_marks: list[int] = []
     parallel_marks: list[int] = []
     parallel_cpu: list[float] = []
+    others: list[tuple[float, float]] = []  # (other processes' CPU seconds, wall seconds)
     fake = FakeProcess()
     try:
         with tempfile.TemporaryDirectory(prefix="defect-bench-turn-") as workspace:
@@ -364,8 +389,17 @@ async def run(
                             fake.call, "enqueue", [r.to_dict() for r in replies]
                         )
                         cpu_before = agent_cpu_seconds(agent.process.pid)
+                        pids = [agent.process.pid, fake.pid, os.getpid()]
+                        machine_before = machine_and_own_cpu(pids)
+                        wall_before = time.perf_counter()
                         await asyncio.gather(*(answer(sid) for sid in sids))
                         cpu_after = agent_cpu_seconds(agent.process.pid)
+                        machine_after = machine_and_own_cpu(pids)
+                        if width > 1 and machine_before and machine_after:
+                            other = (machine_after[0] - machine_before[0]) - (
+                                machine_after[1] - machine_before[1]
+                            )
+                            others.append((other, time.perf_counter() - wall_before))
                         if width > 1 and cpu_before is not None and cpu_after is not None:
                             parallel_cpu.append(cpu_after - cpu_before)
                         seen = await asyncio.to_thread(fake.call, "wait", before + len(replies))
@@ -401,6 +435,11 @@ async def run(
         "parallel_cpu_us": (
             sum(parallel_cpu) / len(parallel_marks) * 1e6
             if parallel_cpu and parallel_marks
+            else float("nan")
+        ),
+        "parallel_other_cores": (
+            max(0.0, sum(o for o, _ in others)) / sum(w for _, w in others)
+            if others
             else float("nan")
         ),
         "overhead_ms": statistics.median(overheads) * 1000,
@@ -523,6 +562,13 @@ def main() -> int:
                 "name": f"agent CPU per delta, {args.sessions} sessions at once (prompt included)",
                 "value": round(result["parallel_cpu_us"], 1),
                 "unit": "µs",
+                "target": "—",
+                "ok": None,
+            },
+            {
+                "name": f"other load during the {args.sessions}-sessions bursts",
+                "value": round(result["parallel_other_cores"], 2),
+                "unit": "cores",
                 "target": "—",
                 "ok": None,
             },

@@ -5,7 +5,8 @@ first prompt does not import the messages resource and the types it drags in). T
 send the same body both ways, through the real SDK and the strict fake API on 127.0.0.1, on
 both routes, and compare what arrived byte for byte, and what the SDK was asked (its request
 options: path, headers, extra body, span name and route). An SDK release that changes
-`create` fails here.
+`create` fails here. The last tests check that a call hands the event loop back between the
+phases of building its request, and between closing its stream and assembling the message.
 """
 
 from __future__ import annotations
@@ -15,18 +16,21 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import anyio
 import pytest
 
 from defect_core.config import Settings
 from defect_core.model import Message, TextBlock
-from defect_core.providers.anthropic import anthropic_provider, bedrock_provider
+from defect_core.providers.anthropic import anthropic_provider, bedrock_provider, call
 from defect_core.providers.anthropic.call import create_stream, ordered_body
 from defect_core.providers.anthropic.provider import AnthropicProvider
 from defect_core.providers.anthropic.request import encode_request, route_options
-from defect_core.providers.base import ModelRequest, ToolSpec
+from defect_core.providers.anthropic.stream import StreamAssembler
+from defect_core.providers.base import Completed, ModelRequest, ToolSpec
 from defect_fakeapi import (
     DEFAULT_API_KEY,
     DEFAULT_AWS_ACCESS_KEY_ID,
@@ -169,19 +173,32 @@ async def _sent_both_ways(
 ) -> list[Any]:
     """Send `body` through `messages.create` and through `create_stream`; the options the
     client was asked to send (the second is `create_stream`'s), after checking that the fake
-    received the same bytes and headers both times."""
-    client, _ = await provider._ready()
+    received the same bytes and headers both times. `messages.create` goes through a copy of
+    the client on the SDK's own HTTP client, without the request hook defect's has
+    (`client.hand_back_the_loop`): the hook must not change a byte either."""
+    client, modules = await provider._ready()
+    plain_http = modules.anthropic.DefaultAsyncHttpxClient(timeout=client.timeout)
+    plain = client.with_options(http_client=plain_http)
+    assert not plain_http.event_hooks["request"] and client._client.event_hooks["request"]
     asked: list[Any] = []
-    request = client.request
 
-    async def recording(*args: Any, **kwargs: Any) -> Any:
-        asked.append(args[1] if len(args) > 1 else kwargs["options"])
-        return await request(*args, **kwargs)
+    def record(into: Any) -> None:
+        request = into.request
 
-    client.request = recording
-    options = route_options(provider._route)  # type: ignore[arg-type]
+        async def recording(*args: Any, **kwargs: Any) -> Any:
+            asked.append(args[1] if len(args) > 1 else kwargs["options"])
+            return await request(*args, **kwargs)
+
+        into.request = recording
+
+    record(plain)
+    record(client)
+    options = route_options(provider.route)
     fake_provider.enqueue(Reply.text("one"), Reply.text("two"))
-    await _drain(await client.messages.create(**body, stream=True, **options))
+    try:
+        await _drain(await plain.messages.create(**body, stream=True, **options))
+    finally:
+        await plain_http.aclose()
     await _drain(await create_stream(client, body, **options))
     sdk, ours = fake_provider.requests[-2:]
     assert ours.raw_body == sdk.raw_body
@@ -239,3 +256,114 @@ async def test_a_body_with_values_only_the_sdk_encodes_is_left_to_the_sdk(
     assert ours.content is None and ours.json_data is not None
     sent = json.loads(fake_provider.requests[-1].raw_body)
     assert sent["tools"][0]["input_schema"] == schema
+
+
+class Ticker:
+    """Counts how many times another task got the event loop (`ticks`), while running."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+        self._stopped = anyio.Event()
+
+    async def run(self) -> None:
+        while not self._stopped.is_set():
+            self.ticks += 1
+            await anyio.lowlevel.checkpoint()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+
+@contextmanager
+def patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+@pytest.mark.parametrize("route", ["anthropic", "bedrock"])
+async def test_the_request_is_built_in_slices_with_the_loop_handed_back_between(
+    fake_provider: FakeProvider, opened: list[AnthropicProvider], route: str
+) -> None:
+    # Another task (another session's stream, in the agent) runs between the encoding, the
+    # SDK's request build and httpx's send: none of them holds the event loop for the rest.
+    settings = Settings(
+        provider=route, base_url=fake_provider.url, bedrock_base_url=fake_provider.url
+    )
+    provider = (anthropic_provider if route == "anthropic" else bedrock_provider)(settings)
+    opened.append(provider)
+    client, _ = await provider._ready()
+    body = encode_request(_request(provider))
+    # A first request pays the client's one-time waits (the SDK looks its platform up in a
+    # worker thread); the second is built as every later one is.
+    fake_provider.enqueue(Reply.text("one"), Reply.text("two"))
+    await _drain(await create_stream(client, body, **route_options(provider.route)))
+    ticker = Ticker()
+    seen: dict[str, int] = {}
+    encoded = call._encoded
+
+    def encoding(client: Any, body: dict[str, Any], extra_body: object) -> bytes | None:
+        seen["encoding"] = ticker.ticks
+        return encoded(client, body, extra_body)
+
+    post = client.post
+
+    async def posting(*args: Any, **kwargs: Any) -> Any:
+        seen["building"] = ticker.ticks
+        return await post(*args, **kwargs)
+
+    async def sending(request: Any) -> None:  # runs after defect's hook, just before sending
+        seen["sending"] = ticker.ticks
+
+    client.post = posting
+    client._client.event_hooks["request"].append(sending)
+    try:
+        with patched(call, "_encoded", encoding):
+            async with anyio.create_task_group() as group:
+                group.start_soon(ticker.run)
+                await anyio.lowlevel.checkpoint()
+                started = ticker.ticks
+                stream = await create_stream(client, body, **route_options(provider.route))
+                ticker.stop()
+    finally:
+        client._client.event_hooks["request"].remove(sending)
+    await _drain(stream)
+    assert started < seen["encoding"] < seen["building"] < seen["sending"], (started, seen)
+    assert not fake_provider.requests[-1].rejected
+
+
+async def test_the_loop_is_handed_back_between_closing_the_stream_and_assembling_the_message(
+    fake_provider: FakeProvider, opened: list[AnthropicProvider]
+) -> None:
+    # A stream's end (the response closed, then the message assembled and committed) is not
+    # one stretch either: another task runs between the close and the assembly.
+    from anthropic._streaming import AsyncStream
+
+    provider = anthropic_provider(Settings(provider="anthropic", base_url=fake_provider.url))
+    opened.append(provider)
+    ticker = Ticker()
+    seen: dict[str, int] = {}
+    close = AsyncStream.close
+    finish = StreamAssembler.finish
+
+    async def closing(self: Any) -> None:
+        await close(self)
+        seen["closed"] = ticker.ticks
+
+    def finishing(self: StreamAssembler, request_id: str | None) -> Completed:
+        seen["assembling"] = ticker.ticks
+        return finish(self, request_id)
+
+    fake_provider.enqueue(Reply.text("hello there"))
+    chunks: list[Any] = []
+    with patched(AsyncStream, "close", closing), patched(StreamAssembler, "finish", finishing):
+        async with anyio.create_task_group() as group:
+            group.start_soon(ticker.run)
+            async for chunk in provider.stream(_request(provider)):
+                chunks.append(chunk)
+            ticker.stop()
+    assert isinstance(chunks[-1], Completed) and chunks[-1].message.text() == "hello there"
+    assert seen["closed"] < seen["assembling"], seen

@@ -32,6 +32,12 @@ Invariants:
   no-op that drops its attributes, and loading the SDK's tracing module would only load the
   beta types again. What `create` alone adds is skipped: its `DeprecationWarning`/`UserWarning`
   for retired models (stderr only).
+- The request is built in slices, the event loop handed back between them: after the body's
+  translation (`request.encode_request`), after its encoding, and, through the request hook
+  every client is built with (`client.py`), between the SDK's request build and httpx's
+  send. A build held the loop about 1.5 ms in one piece, during which the deltas of every
+  other session streaming waited (scripts/bench_turn.py, sessions at once). A test pins
+  that another task runs between the slices (tests/test_provider_anthropic_call.py).
 - Cheap until used: importing this module loads no SDK; the call resolves the SDK's modules
   (loaded by then: `client.load_sdk`) when it runs.
 - `stream_batches` reads the response with defect's own SSE reader (`sse.py`: the same
@@ -48,6 +54,8 @@ import importlib
 import json
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
+
+import anyio
 
 from defect_core.providers.anthropic.body import body_reads
 from defect_core.providers.anthropic.sse import read_events
@@ -90,7 +98,13 @@ async def create_stream(
         span_attributes=span_attributes,
     )
     ordered = ordered_body(body)
+    # The loop is handed back between the phases of building the request (the body's
+    # translation before this call, its encoding, the SDK's own build; the client's request
+    # hook splits that last one, `client._http_client`): other sessions' deltas waiting on
+    # the loop go out between them instead of behind the whole build.
+    await anyio.lowlevel.checkpoint()
     content = _encoded(client, ordered, extra_body)
+    await anyio.lowlevel.checkpoint()
     return await client.post(
         MESSAGES_PATH,
         **({"body": ordered} if content is None else {"content": content}),

@@ -51,6 +51,7 @@ __all__ = [
     "bedrock_client",
     "chosen_by",
     "freeze_once",
+    "hand_back_the_loop",
     "import_sdk",
     "load_sdk",
     "preload_sdk",
@@ -237,8 +238,20 @@ def _timeout(sdk: Sdk, settings: Settings) -> Any:
 def _http_client(sdk: Sdk, settings: Settings) -> Any:
     """The SDK's defaults (pool limits, keep-alive) without its wrapper's `__del__`, which
     closes a dropped client on whatever loop runs at collection time - a different, live
-    loop when the one that opened the sockets is gone, where the close then fails."""
-    return sdk.anthropic.DefaultAsyncHttpxClient(timeout=_timeout(sdk, settings))
+    loop when the one that opened the sockets is gone, where the close then fails. Its one
+    request hook hands the event loop back between the SDK's request build and httpx's send
+    (`hand_back_the_loop`)."""
+    return sdk.anthropic.DefaultAsyncHttpxClient(
+        timeout=_timeout(sdk, settings), event_hooks={"request": [hand_back_the_loop]}
+    )
+
+
+async def hand_back_the_loop(request: object) -> None:
+    """httpx's request hook, run once the SDK has built the request and before httpx sends
+    it: let whatever else waits on the event loop run (another session's deltas), so that
+    a request's build is not one uninterrupted stretch (`call.py`). It reads nothing of the
+    request and changes nothing: the bytes sent are the same."""
+    await anyio.lowlevel.checkpoint()
 
 
 def chosen_by(settings: Settings, other: str) -> str:

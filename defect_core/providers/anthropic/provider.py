@@ -22,6 +22,9 @@ Invariants:
   models resource would otherwise compete with that prompt's).
 - The call is logged once when it starts and once when it ends (completed or failed), with
   its request id, token usage and duration; never its content.
+- Once its response is closed, a stream hands the event loop back (shielded from cancel)
+  before its message is assembled and committed: a stream's end is not one stretch of about
+  1 ms during which other sessions' deltas wait (scripts/bench_turn.py, sessions at once).
 
 Why one provider for both routes: Bedrock carries the same Messages body and the same stream
 events inside its own envelope; the SDK's `AsyncAnthropicBedrock` unwraps them, so everything
@@ -190,6 +193,9 @@ class AnthropicProvider:
             finally:
                 with anyio.CancelScope(shield=True):
                     await stream.close()
+                    # The loop goes to the other sessions' deltas before this message is
+                    # assembled and committed (shielded: a cancel cannot drop it here).
+                    await anyio.lowlevel.checkpoint()
             completed = assembler.finish(request_id)
             freeze_once()  # the first call has loaded what every call needs: keep it frozen
         except ProviderError as err:
