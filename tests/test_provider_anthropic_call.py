@@ -209,15 +209,23 @@ async def _sent_both_ways(
     return asked
 
 
-@pytest.mark.parametrize("route", ["anthropic", "bedrock"])
-async def test_the_api_route_sends_the_body_encoded_once_and_bedrock_lets_the_sdk_encode(
-    fake_provider: FakeProvider, opened: list[AnthropicProvider], route: str
-) -> None:
+def _on_route(
+    route: str, fake_provider: FakeProvider, opened: list[AnthropicProvider]
+) -> AnthropicProvider:
+    """A provider of `route` (anthropic or bedrock) against the fake, closed after the test."""
     settings = Settings(
         provider=route, base_url=fake_provider.url, bedrock_base_url=fake_provider.url
     )
     provider = (anthropic_provider if route == "anthropic" else bedrock_provider)(settings)
     opened.append(provider)
+    return provider
+
+
+@pytest.mark.parametrize("route", ["anthropic", "bedrock"])
+async def test_the_api_route_sends_the_body_encoded_once_and_bedrock_lets_the_sdk_encode(
+    fake_provider: FakeProvider, opened: list[AnthropicProvider], route: str
+) -> None:
+    provider = _on_route(route, fake_provider, opened)
     request = _request(provider)
     # Text the encoder could write otherwise: non-ASCII, escapes, separators, a line separator.
     odd = 'héllo — "quoted" \\ back\tslash\n\u2028 \U0001f600 {"a": 1, "b": [1, 2]}'
@@ -290,11 +298,7 @@ async def test_the_request_is_built_in_slices_with_the_loop_handed_back_between(
 ) -> None:
     # Another task (another session's stream, in the agent) runs between the encoding, the
     # SDK's request build and httpx's send: none of them holds the event loop for the rest.
-    settings = Settings(
-        provider=route, base_url=fake_provider.url, bedrock_base_url=fake_provider.url
-    )
-    provider = (anthropic_provider if route == "anthropic" else bedrock_provider)(settings)
-    opened.append(provider)
+    provider = _on_route(route, fake_provider, opened)
     client, _ = await provider._ready()
     body = encode_request(_request(provider))
     # A first request pays the client's one-time waits (the SDK looks its platform up in a
