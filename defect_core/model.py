@@ -61,13 +61,20 @@ class _WeakValue(_Value):
 _V = TypeVar("_V", bound=_Value)
 
 
-def replaced(original: _V, **changes: Any) -> _V:
+def replaced(original: _V, /, **changes: Any) -> _V:
     """`original` with the fields in `changes` replaced, built without validating again:
     for callers whose new field values are validated values already (blocks of other
     messages, a field of the right type), like the outbound repair's rebuilt messages."""
-    new = object.__new__(type(original))
-    for name in original.__dataclass_fields__:  # type: ignore[attr-defined]
-        object.__setattr__(new, name, changes[name] if name in changes else getattr(original, name))
+    return as_kind(type(original), original, **changes)
+
+
+def as_kind(kind: type[_V], source: Any, /, **changes: Any) -> _V:
+    """A `kind` holding `source`'s values of `kind`'s fields (`changes` for those named
+    there), built without validating again (`replaced`'s reason): e.g. an instance of a
+    subclass of a block type as one of the type itself."""
+    new = object.__new__(kind)
+    for name in kind.__dataclass_fields__:  # type: ignore[attr-defined]
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(source, name))
     return new
 
 

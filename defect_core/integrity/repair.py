@@ -65,6 +65,7 @@ from defect_core.model import (
     ToolResultBlock,
     ToolUseBlock,
     WebSearchResultBlock,
+    as_kind,
     replaced,
     trusted_message,
 )
@@ -173,8 +174,7 @@ def _normalised(block: Any) -> Any:
     validator dispatches on exact types); anything else as `None`, which is dropped."""
     for kind in _EXACT_KINDS:
         if isinstance(block, kind):
-            fields = kind.__dataclass_fields__  # type: ignore[attr-defined]
-            return kind(**{name: getattr(block, name) for name in fields})
+            return as_kind(kind, block)
     return None
 
 
