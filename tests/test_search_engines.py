@@ -3,11 +3,11 @@
 `defect_core/tools/search/rg_engine.py` lists the files the scan must read; the scan's rules
 stay the only rules. Each case runs the real scan twice on a real tree - over the Python
 walk, and over rg's candidates - and the two results must be equal: lines, order, counts of
-binary, non-UTF-8 and large files. The tree has what trips engines up: nested `.gitignore`
-files with re-includes, `.git/info/exclude`, hidden files, binaries (a NUL early, and one
-only after the 8 KiB sniff), files that are not UTF-8, UTF-8 text that is not ASCII, a file
-over the size limit, symbolic links to a file and to a directory, and a name that is not
-UTF-8. Skipped when the `ripgrep` dev extra is not installed.
+binary, non-UTF-8 (holding a match) and large files. The tree has what trips engines up:
+nested `.gitignore` files with re-includes, `.git/info/exclude`, hidden files, binaries (a
+NUL early, and one only after the 8 KiB sniff), files that are not UTF-8, UTF-8 text that
+is not ASCII, a file over the size limit, symbolic links to a file and to a directory, and
+a name that is not UTF-8. Skipped when ripgrep is not installed.
 """
 
 from __future__ import annotations
@@ -106,9 +106,12 @@ def test_rg_candidates_give_the_walks_results(tree: Path, pattern: str, insensit
     prefiltered = _scan(iter(found.files), pattern, insensitive)
     prefiltered.large += found.large  # rg leaves large files out, and counts them
     assert prefiltered == walked
-    # Every file the walk skips and counts is among the candidates, whatever the pattern.
-    assert (walked.binary, walked.large) == (prefiltered.binary, prefiltered.large)
-    assert walked.binary == 2 and walked.large == 1
+    # Every binary the walk skips and counts is among the candidates, whatever the pattern;
+    # the file that is not UTF-8 is, and counts, when the pattern matches its bytes.
+    assert (walked.binary, walked.large) == (prefiltered.binary, prefiltered.large) == (1, 1)
+    latin = (tree / "src" / "pkg" / "latin1.txt").read_bytes()
+    in_latin = compile_pattern(pattern, insensitive).search(latin) is not None
+    assert walked.undecodable == prefiltered.undecodable == int(in_latin)
 
 
 def test_the_fixture_exercises_what_it_claims(tree: Path) -> None:
@@ -119,8 +122,49 @@ def test_the_fixture_exercises_what_it_claims(tree: Path) -> None:
     assert "late_nul.txt:1" in shown and "dir_\udcff/name_\udcfe.py:1" in shown
     for absent in ("noise.log", "build/", "excluded_by_git", "generated_x", "link_", ".git/"):
         assert absent not in shown
-    assert result.binary == 2  # the early NUL and the latin-1 file
+    assert result.binary == 1  # the early NUL
+    assert result.undecodable == 1  # the latin-1 file, which holds "handler"
     assert result.large == 1
+    absent = _scan(walk_files(str(tree), str(tree)), "no such text anywhere")
+    assert (absent.binary, absent.undecodable, absent.large) == (1, 0, 1)
+
+
+def test_a_file_not_in_utf8_is_listed_and_counted_only_when_it_matches(tmp_path: Path) -> None:
+    """rg looks for a NUL beside the pattern, not for every byte over 0x7F: a binary is
+    listed whatever the pattern (the scan counts it), a file that is not UTF-8 only when the
+    pattern matches its bytes."""
+    assert RG is not None
+    (tmp_path / "hit.txt").write_bytes("café needle\n".encode("latin-1"))
+    (tmp_path / "miss.txt").write_bytes("café crème\n".encode("latin-1"))
+    (tmp_path / "blob.bin").write_bytes(b"\x89PNG\x00 nothing\n")
+    (tmp_path / "utf8.md").write_text("naïve — no hit\n")
+    with rg_engine.RgSearch(RG, str(tmp_path), "(?m)needle", False, MAX_FILE_BYTES) as run:
+        listed = sorted(run.files(threading.Event(), time.monotonic() + 60))
+    assert listed == ["blob.bin", "hit.txt"]
+    result = _scan(walk_files(str(tmp_path), str(tmp_path)), "needle")
+    assert (result.lines, result.binary, result.undecodable) == ([], 1, 1)
+
+
+@pytest.mark.parametrize(
+    "pattern", ["caf.", "caf[^a]", r"caf\W", r"caf\S", r"\pL{4} x", r"[^ ]+ end", "x.", r"\W\W"]
+)
+def test_stray_bytes_match_in_neither_engine(tmp_path: Path, pattern: str) -> None:
+    """The count of non-UTF-8 files with a match is the scan's (RE2 over the file's bytes):
+    rg must list every such file, so its pattern must match wherever RE2's does there too.
+    Neither engine's classes match a byte that is not part of a UTF-8 character."""
+    assert RG is not None
+    (tmp_path / "latin.txt").write_bytes("café x\xff\xfe end\n".encode("latin-1"))
+    (tmp_path / "mixed.txt").write_bytes(b"caf\xc3\xa9 x\xff\xfe end\n")
+    (tmp_path / "text.txt").write_text("café x end\n")
+    translated = rg_engine.translate_pattern(pattern)
+    assert translated is not None
+    found = rg_engine.candidates(
+        RG, str(tmp_path), translated, False, MAX_FILE_BYTES, threading.Event(),
+        time.monotonic() + 60,
+    )  # fmt: skip
+    assert found is not None
+    walked = _scan(walk_files(str(tmp_path), str(tmp_path)), pattern)
+    assert _scan(iter(found.files), pattern) == walked
 
 
 def test_a_cap_stops_both_engines_at_the_same_line(tree: Path) -> None:
@@ -156,7 +200,8 @@ def test_the_tool_answers_the_same_with_and_without_rg(
     monkeypatch.setattr(rg_engine, "ripgrep_binary", lambda: None)
     without = anyio.run(SearchTool().run, args, ctx)
     assert with_rg.content == without.content
-    assert "[skipped files: 2 binary or non-UTF-8, 1 larger than 2 MB]" in with_rg.content.replace(
+    skipped = "[skipped files: 1 binary, 1 not UTF-8 with a match, 1 larger than 2 MB]"
+    assert skipped in with_rg.content.replace(
         "[results capped at 50; narrow the search with `path` or `glob`]\n", ""
     )
 
@@ -208,6 +253,7 @@ def _with_and_without_rg(
     return with_rg, without
 
 
+_LATIN = "1 not UTF-8 with a match"  # c_latin.txt; e_latin.txt holds no needle
 _HITS = [
     "a_text.py:1: needle one",
     "f_utf8.md:1: naïve needle",
@@ -222,21 +268,21 @@ _HITS = [
     ("cap", "head", "skipped"),
     [
         # The cap falls in f_utf8.md: the skipped files before it count, none after.
-        (1, "1 matching line in 1 file", "4 binary or non-UTF-8"),
-        (3, "3 matching lines in 3 files", "4 binary or non-UTF-8, 1 larger than 2 MB"),
-        (4, "4 matching lines in 3 files", "4 binary or non-UTF-8, 1 larger than 2 MB"),
-        (5, "5 matching lines in 4 files", "5 binary or non-UTF-8, 2 larger than 2 MB"),
-        (6, "6 matching lines in 5 files", "5 binary or non-UTF-8, 2 larger than 2 MB"),
+        (1, "1 matching line in 1 file", "2 binary, 1 not UTF-8 with a match"),
+        (3, "3 matching lines in 3 files", f"2 binary, {_LATIN}, 1 larger than 2 MB"),
+        (4, "4 matching lines in 3 files", f"2 binary, {_LATIN}, 1 larger than 2 MB"),
+        (5, "5 matching lines in 4 files", f"3 binary, {_LATIN}, 2 larger than 2 MB"),
+        (6, "6 matching lines in 5 files", f"3 binary, {_LATIN}, 2 larger than 2 MB"),
     ],
 )
 def test_skipped_counts_and_order_are_the_walks_with_rg(
     skipped_tree: Path, monkeypatch: pytest.MonkeyPatch, cap: int, head: str, skipped: str
 ) -> None:
     """A file holding the pattern and a NUL in its head is counted as skipped, never shown;
-    so is one that is not UTF-8; the binary and non-UTF-8 files without the pattern count
-    too (rg lists them for the count alone); only files before the cap point count. The
-    answer is pinned, and is the same through rg (its count of large files included) and
-    without it."""
+    so is one that is not UTF-8; a binary without the pattern counts too (rg lists it for
+    the count alone), a file that is not UTF-8 without it does not; only files before the
+    cap point count. The answer is pinned, and is the same through rg (its count of large
+    files included) and without it."""
     args = {"pattern": "needle", "max_results": cap}
     with_rg, without = _with_and_without_rg(skipped_tree, args, monkeypatch)
     capped = [f"[results capped at {cap}; narrow the search with `path` or `glob`]"]
@@ -249,15 +295,15 @@ def test_skipped_counts_and_order_are_the_walks_with_rg(
     [
         ("*.py", "4 matching lines in 3 files:"),
         ("*.txt", "1 matching line in 1 file:\nh_late_nul.txt:1: needle late\n"
-         "[skipped files: 2 binary or non-UTF-8, 2 larger than 2 MB]"),
+         f"[skipped files: {_LATIN}, 2 larger than 2 MB]"),
     ],
 )  # fmt: skip
 def test_skipped_files_count_only_where_the_glob_selects(
     skipped_tree: Path, monkeypatch: pytest.MonkeyPatch, glob: str, answer: str
 ) -> None:
     """The large files rg leaves out count only when the glob selects them, as the walk's
-    do: the `.py` files hold hits only; the `.txt` ones one hit, two non-UTF-8 files and
-    both large files."""
+    do: the `.py` files hold hits only; the `.txt` ones one hit, two non-UTF-8 files (one
+    with the needle) and both large files."""
     args = {"pattern": "needle", "glob": glob}
     with_rg, without = _with_and_without_rg(skipped_tree, args, monkeypatch)
     assert with_rg == without

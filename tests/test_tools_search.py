@@ -174,6 +174,7 @@ async def test_binary_non_utf8_and_huge_files_are_skipped_and_counted(tmp_path: 
         {
             "blob.bin": b"needle\x00\x01\x02",
             "latin.txt": "needle café".encode("latin-1"),
+            "latin_no_needle.txt": "café crème".encode("latin-1"),
             "big.txt": "needle\n" + "x" * (3 * 1024 * 1024),
             "ok.txt": "needle\n",
         },
@@ -181,7 +182,7 @@ async def test_binary_non_utf8_and_huge_files_are_skipped_and_counted(tmp_path: 
     out = await SEARCH.run({"pattern": "needle"}, make_ctx(tmp_path))
     assert out.content == (
         "1 matching line in 1 file:\nok.txt:1: needle\n"
-        "[skipped files: 2 binary or non-UTF-8, 1 larger than 2 MB]"
+        "[skipped files: 1 binary, 1 not UTF-8 with a match, 1 larger than 2 MB]"
     )
 
 

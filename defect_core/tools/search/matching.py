@@ -5,7 +5,10 @@ yields, which ones match, and which lines.
 
 Invariants:
 - Binary files (a NUL byte in the first 8 KiB), files that are not UTF-8 and files over
-  `MAX_FILE_BYTES` are skipped and counted; matched lines are cut at `MAX_LINE_CHARS`;
+  `MAX_FILE_BYTES` are skipped; binary and large files are counted, and a file that is not
+  UTF-8 when the pattern matches its bytes (it holds a hit the answer cannot show; counting
+  them all would make ripgrep look for every byte over 0x7F, off its literal fast path:
+  `rg_engine`); matched lines are cut at `MAX_LINE_CHARS`;
   the scan stops at `max_results` lines (and says so), at a cancel, or at the deadline.
 - Matching takes time linear in the file's size, whatever the pattern: the regex engine is
   RE2 (`google-re2`), not Python's backtracking `re`, where a pattern such as `(a+)+$` over a
@@ -87,6 +90,8 @@ class ScanResult:
     matches: int = 0
     capped: bool = False
     binary: int = 0
+    undecodable: int = 0
+    """Files skipped as not UTF-8 that hold a match (in their bytes)."""
     large: int = 0
     stopped: bool = False
 
@@ -146,7 +151,7 @@ def scan(
             else:
                 result.capped = True
             continue
-        text = text_of(full, result)
+        text = text_of(full, result, regex)
         if text is None:
             continue
         before = len(result.lines)
@@ -158,8 +163,9 @@ def scan(
     return result
 
 
-def text_of(full: str, result: ScanResult) -> bytes | None:
-    """The file's bytes, or None when it is skipped (counted in `result`) or unreadable."""
+def text_of(full: str, result: ScanResult, regex: Regex) -> bytes | None:
+    """The file's bytes, or None when it is skipped (counted in `result`, a file that is not
+    UTF-8 only when `regex` matches its bytes: it is read whole anyway) or unreadable."""
     # os.read sized by fstat: a buffered `read(MAX_FILE_BYTES)` allocates the whole maximum
     # for every file, which made a 20k-file scan four times slower.
     try:
@@ -184,7 +190,8 @@ def text_of(full: str, result: ScanResult) -> bytes | None:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
-        result.binary += 1
+        if regex.search(data) is not None:
+            result.undecodable += 1
         return None
     return data
 

@@ -8,7 +8,7 @@ answer is the one `matching.scan` gives over the same files sorted by `walk_orde
 Invariants:
 - The result equals `scan` over the same files sorted by `walk_order`: the same lines in the
   same order, the same cap (and the file it falls in, which is not counted as matched, as in
-  `scan`), the same counts of binary and large files before that point.
+  `scan`), the same counts of skipped files before that point.
 - The hits kept are bounded by the cap, not by the tree: once the kept files hold more
   lines than `max_results`, the files after the one holding the line past the cap are
   dropped, and a file arriving after it in walk order is not even read.
@@ -55,6 +55,7 @@ class _Kept:
     hits: list[_Hits] = field(default_factory=list)
     lines: int = 0
     binary: list[str] = field(default_factory=list)
+    undecodable: list[str] = field(default_factory=list)
     large: list[str] = field(default_factory=list)
 
     def full(self) -> bool:
@@ -126,10 +127,14 @@ def _read(
     preview: Preview | None,
 ) -> None:
     seen = ScanResult()
-    text = text_of(os.path.join(root, rel), seen)
-    if text is None:  # skipped: binary, large, or gone since rg listed it
-        if seen.binary or seen.large:
-            (kept.binary if seen.binary else kept.large).append(key)
+    text = text_of(os.path.join(root, rel), seen, regex)
+    if text is None:  # skipped (and maybe counted), or gone since rg listed it
+        if seen.binary:
+            kept.binary.append(key)
+        elif seen.undecodable:
+            kept.undecodable.append(key)
+        elif seen.large:
+            kept.large.append(key)
         return
     grep_file(text, regex, shown, seen, kept.limit)
     if seen.lines:
@@ -151,5 +156,6 @@ def _in_walk_order(kept: _Kept, max_results: int, stopped: bool = False) -> Scan
             break
         result.files_matched += 1
     result.binary = sum(1 for k in kept.binary if cap_at is None or k < cap_at)
+    result.undecodable = sum(1 for k in kept.undecodable if cap_at is None or k < cap_at)
     result.large = sum(1 for k in kept.large if cap_at is None or k < cap_at)
     return result

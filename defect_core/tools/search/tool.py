@@ -293,7 +293,9 @@ def _report(result: ScanResult, a: SearchArgs, rel_root: str, files_only: bool) 
         notes.append(f"[the search stopped after {SEARCH_DEADLINE:g} s; results are partial]")
     skipped = []
     if result.binary:
-        skipped.append(f"{result.binary} binary or non-UTF-8")
+        skipped.append(f"{result.binary} binary")
+    if result.undecodable:
+        skipped.append(f"{result.undecodable} not UTF-8 with a match")
     if result.large:
         skipped.append(f"{result.large} larger than {MAX_FILE_BYTES >> 20} MB")
     if skipped:
