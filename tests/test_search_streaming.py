@@ -298,6 +298,48 @@ def test_a_binary_is_not_read_past_its_sniffed_head(
     assert sum(asked) < 3 * 8192 + 2 * 9010  # the two texts whole, the image's head only
 
 
+def test_a_reader_waiting_for_news_is_told_once_by_the_adding_thread() -> None:
+    preview = Preview()
+    told: list[str] = []
+    preview.on_next_add(lambda: told.append(threading.current_thread().name))
+    adder = threading.Thread(target=preview.add, args=(["a.py:1: x"], 1), name="scan")
+    adder.start()
+    adder.join()
+    preview.add(["a.py:2: y"], files=0)  # told already: not again
+    assert told == ["scan"]
+    preview.on_next_add(lambda: told.append("again"))
+    preview.on_next_add(None)  # forgotten
+    preview.add(["b.py:1: z"], files=1)
+    assert told == ["scan"]
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05])
+def test_a_hit_is_shown_while_the_scan_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay: float
+) -> None:
+    """The scan finds a hit, then waits for the user to see it before it goes on: the
+    progress must reach the editor while the scan still runs, whether the hit comes before
+    the progress task waits (no delay) or after (the scan's thread wakes it)."""
+    seen = threading.Event()
+
+    def scan_waiting_to_be_seen(*args: Any) -> ScanResult:
+        preview = args[-1]
+        assert isinstance(preview, Preview)
+        time.sleep(delay)
+        preview.add(["a.py:1: needle"], files=1)
+        assert seen.wait(10), "the hit was not shown while the scan ran"
+        return ScanResult(lines=["a.py:1: needle"], files_matched=1, matches=1)
+
+    async def report(display: tuple[ToolDisplay, ...]) -> None:
+        assert isinstance(display[0], TextDisplay) and "a.py:1: needle" in display[0].text
+        seen.set()
+
+    monkeypatch.setattr(SearchTool, "_search", staticmethod(scan_waiting_to_be_seen))
+    ctx = ToolContext("s", tmp_path, LocalFsBackend(), LocalShellBackend(), report=report)
+    out = anyio.run(SearchTool().run, {"pattern": "needle"}, ctx)
+    assert out.content == "1 matching line in 1 file:\na.py:1: needle"
+
+
 def test_a_name_that_is_not_utf8_shows_as_replacement_in_the_progress() -> None:
     """A scan hands names with surrogate escapes (bytes that are not UTF-8); the progress
     text is valid Unicode, as the final answer is, or no JSON writer could send it."""

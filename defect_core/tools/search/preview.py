@@ -7,6 +7,8 @@ results show while a search over a big tree is still reading files.
 Invariants:
 - Bounded: it keeps the first `PREVIEW_LINES` lines and counts the rest, whatever the tree.
 - Thread-safe: `add` and `snapshot` take one lock, held for a few list operations only.
+- News is pushed, not polled for: a reader waiting for the next `add` is called back once
+  (`on_next_add`), from the scan's thread, outside the lock.
 - Its text is valid Unicode: names that are not UTF-8 show U+FFFD where their bytes were.
 - Display only: the model reads the final answer (in walk order, capped, with its notes),
   never the preview, whose lines are in the order they were found.
@@ -15,7 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 PREVIEW_LINES = 20
 
@@ -28,6 +30,7 @@ class Preview:
         self._matches = 0
         self._files = 0
         self._version = 0
+        self._on_next_add: Callable[[], object] | None = None
 
     def add(self, lines: Sequence[str], files: int = 0) -> None:
         """Record `lines` found in `files` more files."""
@@ -38,6 +41,14 @@ class Preview:
             self._matches += len(lines)
             self._files += files
             self._version += 1
+            tell, self._on_next_add = self._on_next_add, None
+        if tell is not None:
+            tell()
+
+    def on_next_add(self, tell: Callable[[], object] | None) -> None:
+        """Call `tell` (once, from the thread that adds) at the next `add`; None forgets it."""
+        with self._lock:
+            self._on_next_add = tell
 
     def clear(self) -> None:
         """Forget what was found (the search starts again another way)."""

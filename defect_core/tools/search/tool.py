@@ -12,13 +12,17 @@ Invariants:
 - A cancelled search stops its worker thread between files (`stop`), so it never keeps
   scanning for a caller that is gone.
 - While it runs, the first hits are streamed as the call's progress (`ctx.report`): the
-  first as soon as it is found, then at most every `PROGRESS_INTERVAL`, and none once the
-  answer is known — in a big tree the user sees results long before the search ends. The
-  answer itself does not depend on the order rg finds files in (`ordering`).
+  first as soon as it is found (the scan's thread wakes the loop; nothing polls), then at
+  most every `PROGRESS_INTERVAL`, and none once the answer is known — in a big tree the
+  user sees results long before the search ends. The answer itself does not depend on the
+  order rg finds files in (`ordering`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import os
 import threading
 import time
@@ -63,8 +67,6 @@ SEARCH_DEADLINE = 30.0
 """Seconds after which a search stops and reports what it found so far."""
 PROGRESS_INTERVAL = 0.1
 """Seconds at least between two progress reports of a running search."""
-_PROGRESS_POLL = 0.02
-"""Seconds between looks at the preview while nothing new is shown."""
 
 
 class SearchArgs(ToolArgs):
@@ -244,10 +246,17 @@ async def _stream_preview(
 ) -> None:
     """Report what the search found so far, as soon as it finds something and then at most
     every `PROGRESS_INTERVAL`, until `done` (the final answer then replaces it)."""
+    loop = asyncio.get_running_loop()
     shown = 0
     while not done.is_set():
-        with anyio.move_on_after(_PROGRESS_POLL):
-            await done.wait()
+        with anyio.CancelScope() as waiting:
+            # Asked before the version is read: an add in between still ends the wait.
+            preview.on_next_add(functools.partial(_wake, loop, waiting))
+            try:
+                if preview.version == shown:
+                    await done.wait()
+            finally:
+                preview.on_next_add(None)
         if done.is_set() or preview.version == shown:
             continue
         shown = preview.version
@@ -261,6 +270,12 @@ async def _stream_preview(
             return
         with anyio.move_on_after(PROGRESS_INTERVAL):
             await done.wait()
+
+
+def _wake(loop: asyncio.AbstractEventLoop, waiting: anyio.CancelScope) -> None:
+    """End the preview's wait, from the scan's thread (a scope already left ignores it)."""
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+        loop.call_soon_threadsafe(waiting.cancel)
 
 
 def _count(n: int, noun: str) -> str:
