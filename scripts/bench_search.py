@@ -26,7 +26,7 @@ Each measurement runs in a child process (so its peak RSS is its own), after one
 the first match comes depends on which directories rg's threads happen to take first (the
 same rg command finds it anywhere from 60 to 540 ms on the 200k-file tree), and rg's median
 of 3 such times was 147 ms in one run of the benchmark and 241 ms in the next. Without `rg`
-(the `ripgrep` dev extra not installed) the comparison is skipped with a note.
+(the `ripgrep` wheel missing and none on the PATH) the comparison is skipped with a note.
 It reports and never asserts (exit status 0).
 
 Usage: python scripts/bench_search.py [--files N | --quick] [--runs N] [--json PATH]
@@ -276,7 +276,7 @@ def main() -> int:
                    "≤ 200 MB", read["rss"] <= RSS_TARGET_MB)  # fmt: skip
             print(f"  read ({where}): {read['head']}")
     if not rg:
-        print("note: no `rg` (install the dev extras: ripgrep) — the comparison was skipped")
+        print("note: no `rg` (`make install` installs it) — the comparison was skipped")
     print(f"search on a {files:,}-file tree, median of {args.runs} runs")
     for f in figures:
         status = "" if f["ok"] is None else ("OK" if f["ok"] else "MISS")

@@ -27,7 +27,7 @@ from defect_core.tools.search import SearchTool, compile_pattern, rg_engine, sca
 from defect_core.tools.search.matching import MAX_FILE_BYTES, ScanResult
 
 RG = rg_engine.ripgrep_binary()
-pytestmark = pytest.mark.skipif(RG is None, reason="ripgrep (the dev extra) is not installed")
+pytestmark = pytest.mark.skipif(RG is None, reason="ripgrep is not installed")
 
 
 @pytest.fixture(scope="module")

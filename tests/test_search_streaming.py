@@ -40,7 +40,7 @@ from defect_core.tools.search.preview import PREVIEW_LINES, Preview
 from tests.support.acp_harness import RecordingClient, script_env, spawn_defect
 
 RG = rg_engine.ripgrep_binary()
-needs_rg = pytest.mark.skipif(RG is None, reason="ripgrep (the dev extra) is not installed")
+needs_rg = pytest.mark.skipif(RG is None, reason="ripgrep is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_the_first_hits_are_reported_before_the_answer(
     big: Path, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if engine == "rg" and RG is None:
-        pytest.skip("ripgrep (the dev extra) is not installed")
+        pytest.skip("ripgrep is not installed")
     if engine == "python":
         monkeypatch.setattr(rg_engine, "ripgrep_binary", lambda: None)
     answer, reports = _search(big, {"pattern": r"def target_\d+", "max_results": 2000})
