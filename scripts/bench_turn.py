@@ -40,6 +40,12 @@ import and the first connection):
   prompts ran, less the bench's own processes' (client, relay, agent, fake), in cores. In a
   burst those four need well over one core, so the latencies (the p95 above all) move with
   whatever else runs: a figure taken while others held a core says so here. Linux only.
+- the bench's own processes during those prompts (the client, the relay, the fake, the
+  agent), in cores, and the agent's part: on a 2-core machine they fill most of it
+  themselves, and the scheduler now and then leaves the agent without a core for a few
+  milliseconds while the deltas keep coming (a socket read's callback, microseconds of
+  work, was seen to take 6 ms): the deltas queued behind such a stall are most of the
+  p95. Linux only (/proc; its clock ticks are 10 ms, so each figure is coarse on its own).
 
 The client checks every message of the agent against the ACP schema, as the tests do, but
 once the measurement is over (`spawn_defect(validate_at_exit=True)`): a check costs the client
@@ -314,7 +320,9 @@ async def run(
     fast_marks: list[int] = []
     parallel_marks: list[int] = []
     parallel_cpu: list[float] = []
-    others: list[tuple[float, float]] = []  # (other processes' CPU seconds, wall seconds)
+    # CPU seconds of other processes, of the bench's own (the agent's among them), of the
+    # agent; wall seconds
+    others: list[tuple[float, float, float, float]] = []
     fake = FakeProcess()
     try:
         with tempfile.TemporaryDirectory(prefix="defect-bench-turn-") as workspace:
@@ -395,11 +403,17 @@ async def run(
                         await asyncio.gather(*(answer(sid) for sid in sids))
                         cpu_after = agent_cpu_seconds(agent.process.pid)
                         machine_after = machine_and_own_cpu(pids)
-                        if width > 1 and machine_before and machine_after:
-                            other = (machine_after[0] - machine_before[0]) - (
-                                machine_after[1] - machine_before[1]
-                            )
-                            others.append((other, time.perf_counter() - wall_before))
+                        if (
+                            width > 1
+                            and machine_before
+                            and machine_after
+                            and cpu_before is not None
+                            and cpu_after is not None
+                        ):
+                            own = machine_after[1] - machine_before[1]
+                            other = (machine_after[0] - machine_before[0]) - own
+                            wall = time.perf_counter() - wall_before
+                            others.append((other, own, cpu_after - cpu_before, wall))
                         if width > 1 and cpu_before is not None and cpu_after is not None:
                             parallel_cpu.append(cpu_after - cpu_before)
                         seen = await asyncio.to_thread(fake.call, "wait", before + len(replies))
@@ -438,9 +452,15 @@ async def run(
             else float("nan")
         ),
         "parallel_other_cores": (
-            max(0.0, sum(o for o, _ in others)) / sum(w for _, w in others)
+            max(0.0, sum(o[0] for o in others)) / sum(o[3] for o in others)
             if others
             else float("nan")
+        ),
+        "parallel_own_cores": (
+            sum(o[1] for o in others) / sum(o[3] for o in others) if others else float("nan")
+        ),
+        "parallel_agent_cores": (
+            sum(o[2] for o in others) / sum(o[3] for o in others) if others else float("nan")
         ),
         "overhead_ms": statistics.median(overheads) * 1000,
         "wall_ms": statistics.median(walls) * 1000,
@@ -568,6 +588,20 @@ def main() -> int:
             {
                 "name": f"other load during the {args.sessions}-sessions bursts",
                 "value": round(result["parallel_other_cores"], 2),
+                "unit": "cores",
+                "target": "—",
+                "ok": None,
+            },
+            {
+                "name": f"the bench's own processes during the {args.sessions}-sessions bursts",
+                "value": round(result["parallel_own_cores"], 2),
+                "unit": "cores",
+                "target": "—",
+                "ok": None,
+            },
+            {
+                "name": f"of which the agent, during the {args.sessions}-sessions bursts",
+                "value": round(result["parallel_agent_cores"], 2),
                 "unit": "cores",
                 "target": "—",
                 "ok": None,
