@@ -481,22 +481,19 @@ def fast_figures(result: dict[str, Any], deltas: int, ms: float, sessions: int) 
         p50, p95 = result[f"{key}_p50_ms"], result[f"{key}_p95_ms"]
         name = f"delta → session/update, {deltas} deltas in {ms:g} ms, {label}"
         figures += [
-            {
-                "name": f"{name}, median",
-                "value": round(p50, 3),
-                "unit": "ms",
-                "target": f"≤ {TARGET_BURST_P50_MS:g} ms",
-                "ok": p50 <= TARGET_BURST_P50_MS,
-            },
-            {
-                "name": f"{name}, p95",
-                "value": round(p95, 3),
-                "unit": "ms",
-                "target": f"≤ {TARGET_BURST_P95_MS:g} ms",
-                "ok": p95 <= TARGET_BURST_P95_MS,
-            },
-        ]
+            figure(f"{name}, median", round(p50, 3), "ms", f"≤ {TARGET_BURST_P50_MS:g} ms",
+                   p50 <= TARGET_BURST_P50_MS),
+            figure(f"{name}, p95", round(p95, 3), "ms", f"≤ {TARGET_BURST_P95_MS:g} ms",
+                   p95 <= TARGET_BURST_P95_MS),
+        ]  # fmt: skip
     return figures
+
+
+def figure(
+    name: str, value: float | str, unit: str, target: str = "—", ok: bool | None = None
+) -> dict[str, Any]:
+    """One printed figure: its target, and whether it was met (None: for reference)."""
+    return {"name": name, "value": value, "unit": unit, "target": target, "ok": ok}
 
 
 def main() -> int:
@@ -527,93 +524,33 @@ def main() -> int:
         overhead = result["overhead_ms"]
         pace_ms = args.pace * 1000
         p50 = result["delta_p50_ms"]
+        n = args.sessions
+        r = result
+        latency = "delta → session/update latency"
         figures = [
-            {
-                "name": f"prompt wall time ({result['requests']} model requests)",
-                "value": round(result["wall_ms"], 1),
-                "unit": "ms",
-                "target": "—",
-                "ok": None,
-            },
-            {
-                "name": "of which the fake answering",
-                "value": round(result["fake_ms"], 1),
-                "unit": "ms",
-                "target": "—",
-                "ok": None,
-            },
-            {
-                "name": "agent overhead per round trip",
-                "value": round(overhead, 2),
-                "unit": "ms",
-                "target": f"≤ {TARGET_OVERHEAD_MS:g} ms",
-                "ok": overhead <= TARGET_OVERHEAD_MS,
-            },
-            {
-                "name": f"delta → session/update latency, median ({pace_ms:g} ms apart)",
-                "value": round(p50, 3),
-                "unit": "ms",
-                "target": f"≤ {TARGET_DELTA_MS:g} ms",
-                "ok": p50 <= TARGET_DELTA_MS,
-            },
-            {
-                "name": f"delta → session/update latency, p95 ({pace_ms:g} ms apart)",
-                "value": round(result["delta_p95_ms"], 3),
-                "unit": "ms",
-                "target": "—",
-                "ok": None,
-            },
-            {
-                "name": "delta → session/update latency, median (in a burst)",
-                "value": round(result["burst_p50_ms"], 3),
-                "unit": "ms",
-                "target": "—",
-                "ok": None,
-            },
-            *fast_figures(result, args.burst_deltas, args.burst_ms, args.sessions),
-            {
-                "name": f"a burst as sent, {args.sessions} sessions at once (first to last)",
-                "value": round(result["parallel_span_ms"], 1),
-                "unit": "ms",
-                "target": f"{args.burst_ms:g} ms",
-                "ok": None,
-            },
-            {
-                "name": f"agent CPU per delta, {args.sessions} sessions at once (prompt included)",
-                "value": round(result["parallel_cpu_us"], 1),
-                "unit": "µs",
-                "target": "—",
-                "ok": None,
-            },
-            {
-                "name": f"other load during the {args.sessions}-sessions bursts",
-                "value": round(result["parallel_other_cores"], 2),
-                "unit": "cores",
-                "target": "—",
-                "ok": None,
-            },
-            {
-                "name": f"the bench's own processes during the {args.sessions}-sessions bursts",
-                "value": round(result["parallel_own_cores"], 2),
-                "unit": "cores",
-                "target": "—",
-                "ok": None,
-            },
-            {
-                "name": f"of which the agent, during the {args.sessions}-sessions bursts",
-                "value": round(result["parallel_agent_cores"], 2),
-                "unit": "cores",
-                "target": "—",
-                "ok": None,
-            },
-            {
-                "name": "deltas matched (received / sent)",
-                "value": f"{result['deltas']}/{result['deltas_expected']}",
-                "unit": "",
-                "target": "all",
-                "ok": result["deltas"] == result["deltas_expected"],
-            },
-        ]
+            figure(f"prompt wall time ({r['requests']} model requests)", round(r["wall_ms"], 1),
+                   "ms"),
+            figure("of which the fake answering", round(r["fake_ms"], 1), "ms"),
+            figure("agent overhead per round trip", round(overhead, 2), "ms",
+                   f"≤ {TARGET_OVERHEAD_MS:g} ms", overhead <= TARGET_OVERHEAD_MS),
+            figure(f"{latency}, median ({pace_ms:g} ms apart)", round(p50, 3), "ms",
+                   f"≤ {TARGET_DELTA_MS:g} ms", p50 <= TARGET_DELTA_MS),
+            figure(f"{latency}, p95 ({pace_ms:g} ms apart)", round(r["delta_p95_ms"], 3), "ms"),
+            figure(f"{latency}, median (in a burst)", round(r["burst_p50_ms"], 3), "ms"),
+            *fast_figures(r, args.burst_deltas, args.burst_ms, n),
+            figure(f"a burst as sent, {n} sessions at once (first to last)",
+                   round(r["parallel_span_ms"], 1), "ms", f"{args.burst_ms:g} ms"),
+            figure(f"agent CPU per delta, {n} sessions at once (prompt included)",
+                   round(r["parallel_cpu_us"], 1), "µs"),
+            figure(f"other load during the {n}-sessions bursts",
+                   round(r["parallel_other_cores"], 2), "cores"),
+            figure(f"the bench's own processes during the {n}-sessions bursts",
+                   round(r["parallel_own_cores"], 2), "cores"),
+            figure(f"of which the agent, during the {n}-sessions bursts",
+                   round(r["parallel_agent_cores"], 2), "cores"),
+            figure("deltas matched (received / sent)", f"{r['deltas']}/{r['deltas_expected']}",
+                   "", "all", r["deltas"] == r["deltas_expected"]),
+        ]  # fmt: skip
         width = max(len(f["name"]) for f in figures)
         print(f"{'figure':<{width}}  {'value':>12}  {'target':<10}  ok")
         for f in figures:
