@@ -11,8 +11,8 @@ One module per job:
 
 The invariants each keeps are in its docstring: ignored files and symbolic links are never
 searched; binary, non-UTF-8 and over-large files are skipped and counted (non-UTF-8 ones
-when they hold a match); matching is linear
-in the file's size whatever the pattern (RE2); results are capped with a marker saying so.
+when they hold a match); matching is linear in the file's size whatever the pattern (RE2);
+results are capped with a marker saying so.
 The search works without `rg` or `git`; with `rg` it reads only the files rg lists, and its
 results are the same (tests/test_search_engines.py).
 

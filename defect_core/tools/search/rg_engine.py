@@ -13,11 +13,11 @@ sniff, UTF-8 only, the 2 MB limit, the caps, the report) stay the only rules. rg
 the scan the files that cannot change its result, and walks and reads them in parallel, in
 native code, outside the GIL. The results are those of the Python engine by construction,
 provided rg's pattern matches at least where RE2's does — in the bytes of a file that is
-not UTF-8 too, where neither engine's classes match a stray byte. rg runs in multiline mode, as the
-scan matches RE2 over the whole file with `(?m)`: a match may cross a line end in both;
-`translate_pattern` rewrites the classes whose meaning differs (RE2's `\\w`, `\\d`,
-`\\s`, `\\b` are ASCII; Rust's are Unicode) and gives up (None: the Python engine runs) on
-what Rust's syntax lacks (`\\C`, `\\Q...\\E`, octal escapes, an unknown escape).
+not UTF-8 too, where neither engine's classes match a stray byte. rg runs in multiline
+mode, as the scan matches RE2 over the whole file with `(?m)`: a match may cross a line end
+in both; `translate_pattern` rewrites the classes whose meaning differs (RE2's `\\w`,
+`\\d`, `\\s`, `\\b` are ASCII; Rust's are Unicode) and gives up (None: the Python engine
+runs) on what Rust's syntax lacks (`\\C`, `\\Q...\\E`, octal escapes, an unknown escape).
 
 Why the NUL pattern rides in the same rg as the user's rather than in a second rg of its own:
 a second rg walks, opens and reads the whole tree again — close to twice rg's CPU time for
