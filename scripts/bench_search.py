@@ -30,8 +30,8 @@ tool's: 65 to 410, means 256 and 249 ms). A median of a few such times jumps aro
 runs, rg's was 156 ms in one run of the benchmark and 274 in another, and it alone decided
 whether the tool passed. The mean of 9 moves about half as much: resampling those 40 runs,
 the verdict drawn from means of 9 misses 0.6 % of the time with the tool as fast as rg,
-from medians of 5 6.6 %, from medians of 3 11 %. Without `rg`
-(the `ripgrep` wheel missing and none on the PATH) the comparison is skipped with a note.
+from medians of 5 6.6 %, from medians of 3 11 %. Without `rg` (the `ripgrep` wheel missing
+and none on the PATH) the comparison is skipped with a note.
 It reports and never asserts (exit status 0).
 
 Usage: python scripts/bench_search.py [--files N | --quick] [--runs N] [--json PATH]

@@ -80,7 +80,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -225,11 +225,14 @@ def percentile(values: list[float], q: float) -> float:
 def agent_cpu_seconds(relay_pid: int) -> float | None:
     """CPU time (user + system) of the agent, the relay's child; None where /proc cannot say."""
     try:
-        children = Path(f"/proc/{relay_pid}/task/{relay_pid}/children").read_text().split()
-        fields = Path(f"/proc/{children[0]}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        return process_cpu(agent_pid(relay_pid))
+    except (OSError, IndexError, ValueError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def agent_pid(relay_pid: int) -> int:
+    """The agent's pid: the relay's child (scripts/stamp_relay.py)."""
+    return int(Path(f"/proc/{relay_pid}/task/{relay_pid}/children").read_text().split()[0])
 
 
 def process_cpu(pid: int) -> float:
@@ -243,12 +246,30 @@ def machine_and_own_cpu(pids: list[int]) -> tuple[float, float] | None:
     the agent, the relay's child) have spent; None where /proc cannot say."""
     try:
         jiffies = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        children = Path(f"/proc/{pids[0]}/task/{pids[0]}/children").read_text().split()
-        own = sum(process_cpu(pid) for pid in [*pids, int(children[0])])
+        own = sum(process_cpu(pid) for pid in [*pids, agent_pid(pids[0])])
     except (OSError, IndexError, ValueError):
         return None
     busy = sum(jiffies) - sum(jiffies[3:5])  # all but idle and iowait
     return busy / os.sysconf("SC_CLK_TCK"), own
+
+
+class BurstLoad(NamedTuple):
+    """CPU seconds spent during one sessions-at-once prompt, and its wall seconds."""
+
+    other: float  # by processes other than the bench's own
+    own: float  # by the bench's own: client, relay, fake and agent
+    agent: float  # by the agent
+    wall: float
+
+
+def cores(bursts: list[BurstLoad], part: str, at_least: float | None = None) -> float:
+    """How many cores `part` of the load kept busy over all `bursts` (NaN without any), not
+    below `at_least` when given (/proc's coarse ticks can make a difference negative)."""
+    wall = sum(b.wall for b in bursts)
+    if not wall:
+        return float("nan")
+    busy = sum(getattr(b, part) for b in bursts) / wall
+    return busy if at_least is None else max(at_least, busy)
 
 
 def serve_fake(conn: Any) -> None:
@@ -320,9 +341,7 @@ async def run(
     fast_marks: list[int] = []
     parallel_marks: list[int] = []
     parallel_cpu: list[float] = []
-    # CPU seconds of other processes, of the bench's own (the agent's among them), of the
-    # agent; wall seconds
-    others: list[tuple[float, float, float, float]] = []
+    bursts: list[BurstLoad] = []  # the machine's load during each sessions-at-once prompt
     fake = FakeProcess()
     try:
         with tempfile.TemporaryDirectory(prefix="defect-bench-turn-") as workspace:
@@ -411,9 +430,14 @@ async def run(
                             and cpu_after is not None
                         ):
                             own = machine_after[1] - machine_before[1]
-                            other = (machine_after[0] - machine_before[0]) - own
-                            wall = time.perf_counter() - wall_before
-                            others.append((other, own, cpu_after - cpu_before, wall))
+                            bursts.append(
+                                BurstLoad(
+                                    other=(machine_after[0] - machine_before[0]) - own,
+                                    own=own,
+                                    agent=cpu_after - cpu_before,
+                                    wall=time.perf_counter() - wall_before,
+                                )
+                            )
                         if width > 1 and cpu_before is not None and cpu_after is not None:
                             parallel_cpu.append(cpu_after - cpu_before)
                         seen = await asyncio.to_thread(fake.call, "wait", before + len(replies))
@@ -451,17 +475,9 @@ async def run(
             if parallel_cpu and parallel_marks
             else float("nan")
         ),
-        "parallel_other_cores": (
-            max(0.0, sum(o[0] for o in others)) / sum(o[3] for o in others)
-            if others
-            else float("nan")
-        ),
-        "parallel_own_cores": (
-            sum(o[1] for o in others) / sum(o[3] for o in others) if others else float("nan")
-        ),
-        "parallel_agent_cores": (
-            sum(o[2] for o in others) / sum(o[3] for o in others) if others else float("nan")
-        ),
+        "parallel_other_cores": cores(bursts, "other", at_least=0.0),
+        "parallel_own_cores": cores(bursts, "own"),
+        "parallel_agent_cores": cores(bursts, "agent"),
         "overhead_ms": statistics.median(overheads) * 1000,
         "wall_ms": statistics.median(walls) * 1000,
         "fake_ms": statistics.median(fake_parts) * 1000,

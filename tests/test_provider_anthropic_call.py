@@ -16,8 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -282,19 +281,12 @@ class Ticker:
         self._stopped.set()
 
 
-@contextmanager
-def patched(owner: Any, name: str, replacement: Any) -> Iterator[None]:
-    original = getattr(owner, name)
-    setattr(owner, name, replacement)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
-
-
 @pytest.mark.parametrize("route", ["anthropic", "bedrock"])
 async def test_the_request_is_built_in_slices_with_the_loop_handed_back_between(
-    fake_provider: FakeProvider, opened: list[AnthropicProvider], route: str
+    fake_provider: FakeProvider,
+    opened: list[AnthropicProvider],
+    route: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Another task (another session's stream, in the agent) runs between the encoding, the
     # SDK's request build and httpx's send: none of them holds the event loop for the rest.
@@ -323,15 +315,15 @@ async def test_the_request_is_built_in_slices_with_the_loop_handed_back_between(
         seen["sending"] = ticker.ticks
 
     client.post = posting
+    monkeypatch.setattr(call, "_encoded", encoding)
     client._client.event_hooks["request"].append(sending)
     try:
-        with patched(call, "_encoded", encoding):
-            async with anyio.create_task_group() as group:
-                group.start_soon(ticker.run)
-                await anyio.lowlevel.checkpoint()
-                started = ticker.ticks
-                stream = await create_stream(client, body, **route_options(provider.route))
-                ticker.stop()
+        async with anyio.create_task_group() as group:
+            group.start_soon(ticker.run)
+            await anyio.lowlevel.checkpoint()
+            started = ticker.ticks
+            stream = await create_stream(client, body, **route_options(provider.route))
+            ticker.stop()
     finally:
         client._client.event_hooks["request"].remove(sending)
     await _drain(stream)
@@ -340,7 +332,7 @@ async def test_the_request_is_built_in_slices_with_the_loop_handed_back_between(
 
 
 async def test_the_loop_is_handed_back_between_closing_the_stream_and_assembling_the_message(
-    fake_provider: FakeProvider, opened: list[AnthropicProvider]
+    fake_provider: FakeProvider, opened: list[AnthropicProvider], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A stream's end (the response closed, then the message assembled and committed) is not
     # one stretch either: another task runs between the close and the assembly.
@@ -363,11 +355,12 @@ async def test_the_loop_is_handed_back_between_closing_the_stream_and_assembling
 
     fake_provider.enqueue(Reply.text("hello there"))
     chunks: list[Any] = []
-    with patched(AsyncStream, "close", closing), patched(StreamAssembler, "finish", finishing):
-        async with anyio.create_task_group() as group:
-            group.start_soon(ticker.run)
-            async for chunk in provider.stream(_request(provider)):
-                chunks.append(chunk)
-            ticker.stop()
+    monkeypatch.setattr(AsyncStream, "close", closing)
+    monkeypatch.setattr(StreamAssembler, "finish", finishing)
+    async with anyio.create_task_group() as group:
+        group.start_soon(ticker.run)
+        async for chunk in provider.stream(_request(provider)):
+            chunks.append(chunk)
+        ticker.stop()
     assert isinstance(chunks[-1], Completed) and chunks[-1].message.text() == "hello there"
     assert seen["closed"] < seen["assembling"], seen

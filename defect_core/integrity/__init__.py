@@ -47,9 +47,9 @@ construction; the call ids are checked against the pattern in bulk). A history t
 rule is returned itself. Otherwise the rebuild starts at the end of the proven prefix (laid out
 as it is) and goes on in one linear pass that emits undamaged stretches as they are, takes
 damaged messages apart block by block, and reuses every message that needs no change (new
-messages are built with `model.trusted_message` from blocks that are validated values already). An
-image's verdict is worked out once per block object (`media.image_block_problem` keeps it), so
-later requests pay a dictionary look-up per image, not a base64 decode.
+messages are built with `model.trusted_message` from blocks that are validated values
+already). An image's verdict is worked out once per block object (`media.image_block_problem`
+keeps it), so later requests pay a dictionary look-up per image, not a base64 decode.
 `scripts/bench_repair.py` measures it.
 """
 
