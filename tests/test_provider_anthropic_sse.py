@@ -8,8 +8,9 @@ every byte. The others stream replies from the strict fake API on 127.0.0.1 thro
 SDK both ways - the stream `create_stream` returns iterated by the SDK, and read with
 `stream_batches` - and compare the events, and the exception of an `error` event, and pin
 that the SDK this project installs takes defect's reader on the Anthropic API route. The last
-ones read the body off its HTTP/1.1 connection (`body.py`): the connection is kept alive
-after, and a connection dropped mid-body raises what httpx raises.
+ones read the body off its HTTP/1.1 connection (`body.py`, its socket read by
+`socket_reads.py`): the connection is kept alive after, and a connection dropped mid-body
+raises what httpx raises.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from defect_core.providers.anthropic import anthropic_provider
 from defect_core.providers.anthropic.body import body_reads
 from defect_core.providers.anthropic.call import create_stream, stream_batches
 from defect_core.providers.anthropic.provider import AnthropicProvider
+from defect_core.providers.anthropic.socket_reads import socket_reads
 from defect_core.providers.anthropic.sse import SseReader, read_events
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply
 
@@ -223,7 +225,10 @@ async def test_the_body_is_read_off_its_connection_which_is_then_reused(
     stream = await create_stream(client, body)
     reads = body_reads(stream.response)
     assert reads is not None  # the httpx2/httpcore2 installed are read off the connection
+    network = stream.response.extensions["network_stream"]
+    assert socket_reads(network) is not None  # and its socket as it fills (socket_reads.py)
     seen = [data async for batch in read_events(reads, _no_error, 200) for data in batch]
+    assert not network._stream._transport.is_reading()  # left as anyio leaves it, for the pool
     await stream.close()
     assert [e["type"] for e in seen][-1] == "message_stop"
     text = "".join(e["delta"]["text"] for e in seen if e["type"] == "content_block_delta")

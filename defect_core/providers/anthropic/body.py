@@ -10,7 +10,8 @@ Invariants:
   the loop is httpcore's own body loop (`AsyncHTTP11Connection._receive_response_body` and
   `_receive_event`: h11's `next_event`, the network read with the request's read timeout),
   its errors are mapped as httpcore then httpx map them (`RemoteProtocolError`, `ReadTimeout`,
-  `ReadError` reach the caller as the `httpx2` exceptions), and the response is closed by
+  `ReadError` reach the caller as the `httpx2` exceptions; the network reads themselves are
+  `socket_reads.py`'s where it knows the stream), and the response is closed by
   the caller's `response.aclose()` as before, which hands the connection back to the pool
   (or closes it, when the body was not read to its end).
 - Only the exact chain of stream classes `httpx2`'s default transport builds over
@@ -45,6 +46,8 @@ import importlib
 import re
 from collections.abc import AsyncGenerator
 from typing import Any
+
+from defect_core.providers.anthropic.socket_reads import socket_reads
 
 __all__ = ["body_reads", "whole_chunks"]
 
@@ -111,42 +114,48 @@ async def _reads(connection: Any, read_timeout: float | None) -> AsyncGenerator[
     chunked = importlib.import_module("h11._readers").ChunkedReader
     state = connection._h11_state
     network = connection._network_stream
+    fast = socket_reads(network)  # the socket read as it fills (`socket_reads.py`)
+    read = network.read if fast is None else fast.read
     read_size = connection.READ_NUM_BYTES
     need_data, data_event = h11.NEED_DATA, h11.Data
     finished = (h11.EndOfMessage, h11.PAUSED)
-    with transport.map_httpcore_exceptions():
-        parts: list[bytes] = []
-        while True:
-            try:
-                event = state.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise core_errors.RemoteProtocolError(exc) from exc
-            if event is need_data:
-                reader = state._reader
-                # Between two chunks, nothing buffered: the read's whole chunks are ours.
-                between = (
-                    type(reader) is chunked
-                    and not reader._bytes_in_chunk
-                    and not reader._bytes_to_discard
-                    and not reader._reading_trailer
-                )
-                while True:
+    try:
+        with transport.map_httpcore_exceptions():
+            parts: list[bytes] = []
+            while True:
+                try:
+                    event = state.next_event()
+                except h11.RemoteProtocolError as exc:
+                    raise core_errors.RemoteProtocolError(exc) from exc
+                if event is need_data:
+                    reader = state._reader
+                    # Between two chunks, nothing buffered: the read's whole chunks are ours.
+                    between = (
+                        type(reader) is chunked
+                        and not reader._bytes_in_chunk
+                        and not reader._bytes_to_discard
+                        and not reader._reading_trailer
+                    )
+                    while True:
+                        if parts:
+                            yield b"".join(parts)
+                            parts = []
+                        data = await read(read_size, read_timeout)
+                        if between and data and not state._receive_buffer:
+                            taken, used = whole_chunks(data)
+                            if used:
+                                parts += taken
+                                if used == len(data):
+                                    continue  # still between two chunks: read on
+                                data = data[used:]
+                        state.receive_data(data)
+                        break
+                elif type(event) is data_event:
+                    parts.append(bytes(event.data))
+                elif isinstance(event, finished):
                     if parts:
                         yield b"".join(parts)
-                        parts = []
-                    data = await network.read(read_size, timeout=read_timeout)
-                    if between and data and not state._receive_buffer:
-                        taken, used = whole_chunks(data)
-                        if used:
-                            parts += taken
-                            if used == len(data):
-                                continue  # still between two chunks: read on
-                            data = data[used:]
-                    state.receive_data(data)
-                    break
-            elif type(event) is data_event:
-                parts.append(bytes(event.data))
-            elif isinstance(event, finished):
-                if parts:
-                    yield b"".join(parts)
-                return
+                    return
+    finally:
+        if fast is not None:
+            fast.close()
