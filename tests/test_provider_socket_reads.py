@@ -244,3 +244,20 @@ def test_streams_this_module_does_not_know_are_left_to_httpcore() -> None:
         pass
 
     assert socket_reads(Other()) is None
+
+
+@pytest.mark.anyio
+async def test_an_anyio_without_the_parts_read_here_keeps_httpcores_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with _server([("send", b"hello"), ("eof", None)], tls=None) as port:
+        network = await _connect(port, tls=None)
+        protocol = _socket_stream(network)._protocol
+        monkeypatch.delattr(protocol, "read_queue")  # as a later anyio might have it
+        assert socket_reads(network) is None
+        monkeypatch.undo()
+        reads = socket_reads(network)
+        assert reads is not None
+        assert await _read_all(reads.read) == (b"hello", None)
+        reads.close()
+        await network.aclose()

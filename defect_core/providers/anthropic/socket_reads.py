@@ -3,9 +3,10 @@ without turning the socket's reading off and on around it.
 
 Owns `socket_reads(network)`: for `httpcore2`'s `AnyIOStream` over anyio's asyncio
 `SocketStream`, plain or under anyio's `TLSStream` (the exact classes, as `body.py` checks its
-own), a `SocketReads` whose `read(max_bytes, read_timeout)` stands in for `network.read`
-while one response body is read, and whose `close()` leaves the socket as anyio leaves it
-between two reads; None for any other stream (then `body.py` calls `network.read`, as before).
+own, and the private parts read here present), a `SocketReads` whose
+`read(max_bytes, read_timeout)` stands in for `network.read` while one response body is read,
+and whose `close()` leaves the socket as anyio leaves it between two reads; None for any
+other stream (then `body.py` calls `network.read`, as before).
 
 Invariants:
 - The same bytes in the same order as `network.read`, and the same outcomes: `b""` at the end
@@ -63,11 +64,28 @@ def socket_reads(network: Any) -> SocketReads | None:
     stream: Any = getattr(network, "_stream", None)
     sockets = importlib.import_module("anyio._backends._asyncio").SocketStream
     if type(stream) is sockets:
-        return _PlainReads(stream)
+        return _PlainReads(stream) if _readable(stream) else None
     tls = importlib.import_module("anyio.streams.tls").TLSStream
-    if type(stream) is tls and type(stream.transport_stream) is sockets:
-        return _TlsReads(stream, network)
+    if type(stream) is tls and type(getattr(stream, "transport_stream", None)) is sockets:
+        known = all(hasattr(stream, name) for name in _TLS_PARTS)
+        return _TlsReads(stream, network) if known and _readable(stream.transport_stream) else None
     return None
+
+
+_SOCKET_PARTS = ("_transport", "_protocol", "_closed")
+_PROTOCOL_PARTS = ("read_queue", "read_event", "is_at_eof", "exception")
+_TLS_PARTS = ("_ssl_object", "_read_bio", "_write_bio", "_broken")
+"""The private parts of anyio's streams read here: a version without one of them keeps
+httpcore's read (a test pins that the version installed has them all)."""
+
+
+def _readable(stream: Any) -> bool:
+    if not all(hasattr(stream, name) for name in _SOCKET_PARTS):
+        return False
+    protocol = stream._protocol
+    return all(hasattr(protocol, name) for name in _PROTOCOL_PARTS) and isinstance(
+        stream._transport, asyncio.ReadTransport
+    )
 
 
 class _PlainReads:
