@@ -1,12 +1,12 @@
 """The network reads under a streamed body (`socket_reads.py`) give what httpcore's own read
 gives, over a real socket, plain and under TLS.
 
-Each case is a server on 127.0.0.1 (asyncio's; under TLS with a certificate `openssl` makes
-for the run, which the client trusts) that sends bytes in pieces, pauses, then ends the
-stream cleanly, drops it, or goes silent. The client connects through httpcore2's anyio
-backend, the network stream the SDK's HTTP/1.1 connections read, and reads the same script
-twice: once with `network.read` (the reference) and once with `socket_reads`. Both must give
-the same bytes and end the same way (the same exception, worded the same), and after our
+Each case is a server on 127.0.0.1 (asyncio's; under TLS with a self-signed certificate made
+for the run, which the client trusts: tests/support/tls.py) that sends bytes in pieces, pauses,
+then ends the stream cleanly, drops it, or goes silent. The client connects through httpcore2's
+anyio backend, the network stream the SDK's HTTP/1.1 connections read, and reads the same
+script twice: once with `network.read` (the reference) and once with `socket_reads`. Both must
+give the same bytes and end the same way (the same exception, worded the same), and after our
 reads the socket's reading is off again, as anyio leaves it. Other tests pin that the stack
 this project installs takes these reads, that a read yields to the loop even with bytes
 waiting, and that more bytes than `max_bytes` are kept for the next read.
@@ -17,16 +17,15 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-import subprocess
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpcore2
 import pytest
 
 from defect_core.providers.anthropic.socket_reads import socket_reads
+from tests.support.tls import SelfSigned, self_signed
 
 Script = list[tuple[str, Any]]
 """What the server does, in order: ("send", bytes), ("pause", seconds), then ("eof", None),
@@ -34,21 +33,12 @@ Script = list[tuple[str, Any]]
 
 
 @pytest.fixture(scope="module")
-def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 and its key, made for these tests."""
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=30,
-    )  # fmt: skip
-    return cert, key
+def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> SelfSigned:
+    return self_signed(tmp_path_factory.mktemp("tls"), "127.0.0.1")
 
 
 @asynccontextmanager
-async def _server(script: Script, tls: tuple[Path, Path] | None) -> AsyncIterator[int]:
+async def _server(script: Script, tls: SelfSigned | None) -> AsyncIterator[int]:
     """A server on 127.0.0.1 that plays `script` to each client; yields its port."""
 
     async def play(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -70,10 +60,7 @@ async def _server(script: Script, tls: tuple[Path, Path] | None) -> AsyncIterato
         except (ConnectionError, ssl.SSLError):
             pass
 
-    context = None
-    if tls is not None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(*tls)
+    context = None if tls is None else tls.server
     server = await asyncio.start_server(play, "127.0.0.1", 0, ssl=context)
     async with server:
         yield server.sockets[0].getsockname()[1]
@@ -83,11 +70,10 @@ _LINGER_RESET = (socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
 """SO_LINGER on with a zero timeout: closing sends a reset, as a dropped connection does."""
 
 
-async def _connect(port: int, tls: tuple[Path, Path] | None) -> Any:
+async def _connect(port: int, tls: SelfSigned | None) -> Any:
     network = await httpcore2.AnyIOBackend().connect_tcp("127.0.0.1", port)
     if tls is not None:
-        trust = ssl.create_default_context(cafile=str(tls[0]))
-        network = await network.start_tls(trust, server_hostname="127.0.0.1")
+        network = await network.start_tls(tls.trust, server_hostname="127.0.0.1")
     return network
 
 
@@ -121,7 +107,7 @@ CASES: dict[str, tuple[Script, float | None]] = {
 @pytest.mark.parametrize("secure", [False, True], ids=["plain", "tls"])
 @pytest.mark.parametrize("case", list(CASES))
 async def test_reads_give_what_httpcore_gives(
-    case: str, secure: bool, tls_pair: tuple[Path, Path]
+    case: str, secure: bool, tls_pair: SelfSigned
 ) -> None:
     script, timeout = CASES[case]
     tls = tls_pair if secure else None

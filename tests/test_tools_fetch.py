@@ -39,6 +39,7 @@ from defect_core.tools.netguard import (
     blocked_reason,
     system_resolve,
 )
+from tests.support.tls import self_signed
 from tests.support.web_server import DATA_JSON, LONG_TEXT, WebServer
 
 pytestmark = pytest.mark.anyio
@@ -367,16 +368,8 @@ def test_offering_the_tool_loads_no_http_client_nor_html_parser() -> None:
 
 def _certificate(tmp_path: Path, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     """(server context, client context trusting it) for a self-signed certificate of `name`."""
-    cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", f"/CN={name}",
-         "-addext", f"subjectAltName=DNS:{name}"],
-        check=True, capture_output=True, timeout=30,
-    )  # fmt: skip
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(cert, key)
-    return server, ssl.create_default_context(cafile=str(cert))
+    made = self_signed(tmp_path, name)
+    return made.server, made.trust
 
 
 async def test_https_to_the_pinned_address_checks_the_certificate_against_the_host(
