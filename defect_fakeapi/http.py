@@ -23,6 +23,7 @@ import json
 import re
 import select
 import socket
+import ssl
 import time
 import urllib.parse
 import uuid
@@ -75,9 +76,26 @@ class ApiServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], provider: FakeProvider) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        provider: FakeProvider,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.provider = provider
+        self.tls = tls
+        """When set, every connection speaks TLS with it (the real API's transport)."""
         super().__init__(address, ApiHandler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        connection, address = super().get_request()
+        if self.tls is not None:
+            # The handshake happens on the handler's thread, at its first read, so a client
+            # that never completes it holds up no other connection.
+            connection = self.tls.wrap_socket(
+                connection, server_side=True, do_handshake_on_connect=False
+            )
+        return connection, address
 
 
 class _ClientGone(Exception):
@@ -153,7 +171,10 @@ class ApiHandler(BaseHTTPRequestHandler):
                 return "gone"
             if readable:
                 try:
-                    peek = self.connection.recv(1, socket.MSG_PEEK)
+                    # The TCP bytes, under TLS too (an SSL socket peeks at nothing): under TLS
+                    # a client's close alert reads as data, so its hang-up shows at the next
+                    # write rather than here.
+                    peek = socket.socket.recv(self.connection, 1, socket.MSG_PEEK)
                 except OSError:
                     return "gone"
                 if not peek:

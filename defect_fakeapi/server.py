@@ -23,6 +23,9 @@ Empty script: with no `default_reply`, a request that finds the script empty get
 `api_error` with `x-should-retry: false` (so the SDK does not retry it) and a message naming
 the request; an unexpected extra request therefore fails loudly instead of getting an answer.
 
+TLS: with `tls=` a server context, the fake speaks HTTPS (the real API's transport), for the
+tests of what the agent does under TLS; by default it speaks plain HTTP.
+
 The server runs in its own threads, so it serves sync tests and async (anyio/asyncio) tests
 alike without touching the test's event loop; `stop()` returns promptly even mid-stall.
 
@@ -50,6 +53,7 @@ import json
 import os
 import secrets
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -90,6 +94,7 @@ class FakeProvider:
         host: str = "127.0.0.1",
         port: int = 0,
         request_log: str | os.PathLike[str] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.api_key = api_key
         self.aws_access_key_id = aws_access_key_id
@@ -109,6 +114,8 @@ class FakeProvider:
         self._host = host
         self._port = port
         self._request_log = Path(request_log) if request_log is not None else None
+        self._tls = tls
+        """When set, the fake serves HTTPS with it, as the real API does (`url` says https)."""
         self._secret = secrets.token_bytes(32)
         self._lock = threading.Lock()
         self._script: collections.deque[Reply | Responder] = collections.deque()
@@ -128,7 +135,7 @@ class FakeProvider:
         if self._server is not None:
             raise RuntimeError("FakeProvider already started")
         self._stopping.clear()
-        self._server = ApiServer((self._host, self._port), self)
+        self._server = ApiServer((self._host, self._port), self, self._tls)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -193,7 +200,8 @@ class FakeProvider:
     @property
     def url(self) -> str:
         """Base URL for `anthropic.AsyncAnthropic(base_url=…)` and for AnthropicBedrock."""
-        return f"http://{self._host}:{self.port}"
+        scheme = "http" if self._tls is None else "https"
+        return f"{scheme}://{self._host}:{self.port}"
 
     # -- script ----------------------------------------------------------------------------
 

@@ -17,18 +17,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from defect_core.config import Settings
-from defect_core.providers.anthropic import anthropic_provider
+from defect_core.providers.anthropic import anthropic_provider, body
 from defect_core.providers.anthropic.body import body_reads
 from defect_core.providers.anthropic.call import create_stream, stream_batches
 from defect_core.providers.anthropic.provider import AnthropicProvider
 from defect_core.providers.anthropic.socket_reads import socket_reads
 from defect_core.providers.anthropic.sse import SseReader, read_events
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply
+from tests.support.tls import self_signed
 
 STREAMS = [
     b'event: message_start\ndata: {"a": 1}\n\nevent: ping\ndata: {}\n\n'
@@ -237,6 +239,43 @@ async def test_the_body_is_read_off_its_connection_which_is_then_reused(
     assert body_reads(again.response) is not None
     assert _local_port(again.response) == _local_port(stream.response)  # kept alive
     await again.close()
+
+
+@pytest.mark.anyio
+async def test_over_tls_the_body_is_read_off_its_socket_as_over_plain_http(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real API's transport: the SDK's own client over HTTPS (trusting the fake's
+    certificate through `SSL_CERT_FILE`, as httpx reads it), read by `socket_reads`' TLS
+    path, gives the events the SDK's own iteration gives."""
+    for name in list(os.environ):
+        if name.startswith(("ANTHROPIC_", "DEFECT_", "OTEL_", "SSL_CERT_")):
+            monkeypatch.delenv(name, raising=False)
+    tls = self_signed(tmp_path, "127.0.0.1")
+    monkeypatch.setenv("SSL_CERT_FILE", str(tls.cert))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", DEFAULT_API_KEY)
+    taken: list[str] = []
+    reads_of = body.socket_reads
+
+    def spied(network: Any) -> Any:
+        reads = reads_of(network)
+        taken.append(type(reads).__name__)
+        return reads
+
+    monkeypatch.setattr(body, "socket_reads", spied)
+    with FakeProvider(tls=tls.server) as fake:
+        assert fake.url.startswith("https://")
+        provider = anthropic_provider(Settings(provider="anthropic", base_url=fake.url))
+        try:
+            client, _ = await provider._ready()
+            reply = Reply.thinking("first I think", Reply.text("then some text hére " * 20))
+            fake.enqueue(reply, reply)
+            theirs, ours = await _both_ways(client, {"model": provider.default_model(), **BODY})
+        finally:
+            await provider.aclose()
+    assert theirs == ours
+    assert taken == ["_TlsReads"]  # the one body read here went through the TLS reads
+    assert not any(r.rejected for r in fake.requests)
 
 
 def _no_error(message: str, body: object) -> Exception:
