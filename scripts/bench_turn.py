@@ -340,7 +340,6 @@ async def run(
     paced_marks: list[int] = []
     fast_marks: list[int] = []
     parallel_marks: list[int] = []
-    parallel_cpu: list[float] = []
     bursts: list[BurstLoad] = []  # the machine's load during each sessions-at-once prompt
     fake = FakeProcess()
     try:
@@ -438,8 +437,6 @@ async def run(
                                     wall=time.perf_counter() - wall_before,
                                 )
                             )
-                        if width > 1 and cpu_before is not None and cpu_after is not None:
-                            parallel_cpu.append(cpu_after - cpu_before)
                         seen = await asyncio.to_thread(fake.call, "wait", before + len(replies))
                         if seen["rejected"]:
                             raise RuntimeError(f"the fake rejected: {seen['rejected'][0]}")
@@ -471,8 +468,8 @@ async def run(
         "parallel_p95_ms": percentile(parallel_ms, 0.95),
         "parallel_span_ms": statistics.median(spans(parallel_marks) or [float("nan")]),
         "parallel_cpu_us": (
-            sum(parallel_cpu) / len(parallel_marks) * 1e6
-            if parallel_cpu and parallel_marks
+            sum(b.agent for b in bursts) / len(parallel_marks) * 1e6
+            if bursts and parallel_marks
             else float("nan")
         ),
         "parallel_other_cores": cores(bursts, "other", at_least=0.0),

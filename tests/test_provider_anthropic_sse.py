@@ -132,14 +132,20 @@ def test_a_line_that_is_not_utf8_fails_as_the_sdk_does() -> None:
     assert isinstance(reader.error, UnicodeDecodeError)
 
 
+def _isolated(monkeypatch: pytest.MonkeyPatch, *also: str) -> None:
+    """No provider setting, tracer or `also` variable of the environment the tests run in:
+    the fake's key only."""
+    for name in list(os.environ):
+        if name.startswith(("ANTHROPIC_", "DEFECT_", "OTEL_", *also)):
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", DEFAULT_API_KEY)
+
+
 @pytest.fixture
 async def provider(
     fake_provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[AnthropicProvider]:
-    for name in list(os.environ):
-        if name.startswith(("ANTHROPIC_", "DEFECT_", "OTEL_")):
-            monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", DEFAULT_API_KEY)
+    _isolated(monkeypatch)
     opened = anthropic_provider(Settings(provider="anthropic", base_url=fake_provider.url))
     yield opened
     await opened.aclose()
@@ -248,12 +254,9 @@ async def test_over_tls_the_body_is_read_off_its_socket_as_over_plain_http(
     """The real API's transport: the SDK's own client over HTTPS (trusting the fake's
     certificate through `SSL_CERT_FILE`, as httpx reads it), read by `socket_reads`' TLS
     path, gives the events the SDK's own iteration gives."""
-    for name in list(os.environ):
-        if name.startswith(("ANTHROPIC_", "DEFECT_", "OTEL_", "SSL_CERT_")):
-            monkeypatch.delenv(name, raising=False)
+    _isolated(monkeypatch, "SSL_CERT_")
     tls = self_signed(tmp_path, "127.0.0.1")
     monkeypatch.setenv("SSL_CERT_FILE", str(tls.cert))
-    monkeypatch.setenv("ANTHROPIC_API_KEY", DEFAULT_API_KEY)
     taken: list[str] = []
     reads_of = body.socket_reads
 

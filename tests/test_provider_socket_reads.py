@@ -150,16 +150,16 @@ def _socket_stream(network: Any) -> Any:
 
 @pytest.mark.anyio
 async def test_a_read_takes_every_piece_that_arrived_and_keeps_what_exceeds_max_bytes() -> None:
-    script: Script = [("send", b"a" * 10), ("send", b"b" * 10), ("send", b"c" * 10)]
-    async with _server([*script, ("pause", 0.5), ("eof", None)], tls=None) as port:
+    script: Script = [("send", b"a" * 10), ("pause", 0.02), ("send", b"b" * 10)]
+    script += [("pause", 0.02), ("send", b"c" * 10), ("pause", 0.5), ("eof", None)]
+    async with _server(script, tls=None) as port:
         network = await _connect(port, tls=None)
         reads = socket_reads(network)
         assert reads is not None
-        first = await reads.read(65536, 2.0)
-        while len(first) < 30:  # the pieces may cross the loopback in more than one read
-            first += await reads.read(65536, 2.0)
-        assert first == b"a" * 10 + b"b" * 10 + b"c" * 10
-        await asyncio.sleep(0.05)
+        first = await reads.read(65536, 2.0)  # "a…" as soon as it comes
+        await asyncio.sleep(0.15)  # the other pieces arrive one by one, reading still on
+        rest = await reads.read(65536, 2.0)  # all of them in this one read
+        assert first + rest == b"a" * 10 + b"b" * 10 + b"c" * 10
         reads.close()
         await network.aclose()
 
