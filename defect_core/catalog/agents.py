@@ -16,6 +16,10 @@ Invariants:
   file of any name, as for commands and skills).
 - A file with a field of the wrong type, an unknown field or an empty body is reported
   (`CatalogProblem`) and left out; the rest load. A bad profile must not hide the others.
+- A profile file is read only when it really lies in its place's boundary (the project, or
+  the user's configuration directory), is a regular file and is small enough; any other is
+  skipped and logged once (`defect_core/confined.py`). Profiles reach the model in
+  `spawn_agent`'s description, and `spawn_agent` is offered even in read-only mode.
 - `tools` only ever narrows: the subagent is offered the parent's tools that are on the list
   (`defect_core/agents/child.py`), never one the parent does not have.
 """
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from defect_core.catalog.frontmatter import CatalogProblem, Document, read_document
-from defect_core.catalog.places import catalog_dirs
+from defect_core.catalog.places import catalog_places
 
 MAX_PROFILES = 50
 MAX_DESCRIPTION = 300
@@ -75,9 +79,11 @@ def load_profiles(
     """The built-in profile and those of both places, sorted by name."""
     found: dict[str, AgentProfile] = {GENERAL.name: GENERAL}
     problems: list[CatalogProblem] = []
-    for _scope, directory in catalog_dirs("agents", cwd, env):
+    for place in catalog_places("agents", cwd, env):
         try:
-            files = sorted(p for p in directory.iterdir() if p.suffix == ".md" and p.is_file())
+            files = sorted(
+                p for p in place.directory.iterdir() if p.suffix == ".md" and not p.is_dir()
+            )
         except OSError:
             continue
         for path in files[:MAX_PROFILES]:
@@ -85,7 +91,9 @@ def load_profiles(
             if not NAME_PATTERN.match(name):
                 problems.append(CatalogProblem(path, f"`{name}` is not a usable profile name"))
                 continue
-            loaded = read_document(path)
+            loaded = read_document(path, place.boundary)
+            if loaded is None:
+                continue
             if isinstance(loaded, CatalogProblem):
                 problems.append(loaded)
                 continue

@@ -9,7 +9,10 @@ user typed after the name (or, without a placeholder, the arguments appended to 
 Invariants:
 - A built-in command keeps its name: a file that would shadow it is reported and left out.
 - A file that cannot be read or parsed is reported (`CatalogProblem`) and left out; the rest
-  load.
+  load. A file that does not really lie in its place's boundary (a link out of the project),
+  or is not a regular file, or is too large, is skipped and logged once
+  (`defect_core/confined.py`): a repository's command must not carry an outside file's
+  content into a prompt.
 - Loading is a bounded directory walk (`MAX_COMMANDS` files, `MAX_DEPTH` levels), cheap enough
   to repeat before each turn so an edited file shows up without a restart.
 """
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from defect_core.catalog.frontmatter import CatalogProblem, Document, read_document
-from defect_core.catalog.places import Scope, catalog_dirs
+from defect_core.catalog.places import Scope, catalog_places
 
 MAX_COMMANDS = 200
 MAX_DEPTH = 3
@@ -49,7 +52,8 @@ def load_commands(
     """The commands of both places (a project one replaces a user one), sorted by name."""
     found: dict[str, CustomCommand] = {}
     problems: list[CatalogProblem] = []
-    for scope, directory in catalog_dirs("commands", cwd, env):
+    for place in catalog_places("commands", cwd, env):
+        scope, directory = place.scope, place.directory
         for path in _markdown_files(directory):
             name = ":".join(path.relative_to(directory).with_suffix("").parts)
             if not NAME_PATTERN.match(name):
@@ -58,7 +62,9 @@ def load_commands(
             if name in reserved:
                 problems.append(CatalogProblem(path, f"`/{name}` is a built-in command"))
                 continue
-            loaded = read_document(path)
+            loaded = read_document(path, place.boundary)
+            if loaded is None:
+                continue
             if isinstance(loaded, CatalogProblem):
                 problems.append(loaded)
                 continue
@@ -114,6 +120,6 @@ def _markdown_files(directory: Path) -> list[Path]:
                 continue
             if entry.is_dir() and depth + 1 < MAX_DEPTH:
                 pending.append((entry, depth + 1))
-            elif entry.suffix == ".md" and entry.is_file():
+            elif entry.suffix == ".md" and not entry.is_dir():  # a FIFO too: refused, logged
                 files.append(entry)
     return sorted(files)[:MAX_COMMANDS]

@@ -8,7 +8,10 @@ Invariants:
 - A header that does not parse, or is not a table of fields, is a `CatalogProblem` naming the
   file and the line, never an exception that escapes: one broken file must not hide the others
   nor fail a session.
-- Files are read bounded (`MAX_DOCUMENT_BYTES`).
+- A file is read only when it really lies inside its place's boundary (the project, or the
+  user's configuration directory), is a regular file and is at most `MAX_DOCUMENT_BYTES`
+  (`defect_core/confined.py`); one that is not is skipped and logged once, not a problem
+  of its own (`read_document` answers None, as for a file that is gone).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from defect_core.confined import read_confined
 
 MAX_DOCUMENT_BYTES = 256 * 1024
 
@@ -41,14 +46,15 @@ class Document:
     body: str
 
 
-def read_document(path: Path) -> Document | CatalogProblem:
+def read_document(path: Path, boundary: Path) -> Document | CatalogProblem | None:
+    """The document at `path`, which must really lie inside `boundary`; None when there is no
+    file there, or one that must not be read (logged by `read_confined`)."""
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_DOCUMENT_BYTES + 1)
+        data = read_confined(path, boundary, MAX_DOCUMENT_BYTES)
     except OSError as err:
         return CatalogProblem(path, f"cannot be read: {err.strerror or err}")
-    if len(data) > MAX_DOCUMENT_BYTES:
-        return CatalogProblem(path, f"is larger than {MAX_DOCUMENT_BYTES // 1024} KiB")
+    if data is None:
+        return None
     text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
     return parse_document(path, text)
 

@@ -10,21 +10,26 @@ Invariants:
 - A skill's `name` is 1–64 lowercase letters, digits and hyphens and matches its directory; its
   `description` is present and at most 1,024 characters (the Agent Skills rules). A skill that
   breaks them is reported (`CatalogProblem`) and left out.
-- `read_skill_file` never reads outside the skill's directory (no `..`, no absolute path, no
-  symlink out) and reads at most `MAX_SKILL_FILE_BYTES`.
+- `SKILL.md` is read only when it really lies in its place's boundary (the project, or the
+  user's configuration directory), is a regular file and is small enough; any other is
+  skipped and logged once (`defect_core/confined.py`): a skill folder that is a link out of
+  the project is no skill.
+- `read_skill_file` never reads outside the skill's directory nor its place's boundary (no
+  `..`, no absolute path, no link out, checked again as the file is opened), only a regular
+  file, and at most `MAX_SKILL_FILE_BYTES` (a longer file is cut, with a line saying so).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from defect_core.catalog.frontmatter import CatalogProblem, read_document
-from defect_core.catalog.places import Scope, catalog_dirs
+from defect_core.catalog.places import Scope, catalog_places
+from defect_core.confined import Refused, open_within
 
 SKILL_FILE = "SKILL.md"
 MAX_SKILLS = 100
@@ -39,6 +44,8 @@ class Skill:
     description: str
     directory: Path
     scope: Scope
+    boundary: Path | None = None
+    """What the skill's files must really lie in (its place's); None: its own directory."""
 
 
 def load_skills(
@@ -47,16 +54,16 @@ def load_skills(
     """The skills of both places (a project skill replaces a user one), sorted by name."""
     found: dict[str, Skill] = {}
     problems: list[CatalogProblem] = []
-    for scope, directory in catalog_dirs("skills", cwd, env):
+    for place in catalog_places("skills", cwd, env):
         try:
-            folders = sorted(p for p in directory.iterdir() if p.is_dir())
+            folders = sorted(p for p in place.directory.iterdir() if p.is_dir())
         except OSError:
             continue
         for folder in folders[:MAX_SKILLS]:
             path = folder / SKILL_FILE
-            if not path.is_file():
+            loaded = read_document(path, place.boundary)
+            if loaded is None:
                 continue
-            loaded = read_document(path)
             if isinstance(loaded, CatalogProblem):
                 problems.append(loaded)
                 continue
@@ -75,7 +82,9 @@ def load_skills(
             elif len(description) > 1024:
                 problems.append(CatalogProblem(path, "`description` is over 1,024 characters"))
             else:
-                found[name] = Skill(name, " ".join(description.split()), folder, scope)
+                found[name] = Skill(
+                    name, " ".join(description.split()), folder, place.scope, place.boundary
+                )
     return sorted(found.values(), key=lambda s: s.name), problems
 
 
@@ -95,12 +104,14 @@ def read_skill_file(skill: Skill, relative: str | None = None) -> str:
     if root not in path.parents:
         raise SkillFileError(f"`{target}` leads outside the skill `{skill.name}`")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        fd = open_within(path, skill.boundary or root)
+    except Refused as refused:
+        raise SkillFileError(f"`{target}` {refused.reason}") from None
     except OSError as err:
         raise SkillFileError(f"`{target}` cannot be read: {err.strerror or err}") from err
+    if fd is None:
+        raise SkillFileError(f"`{target}` cannot be read: there is no such file")
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise SkillFileError(f"`{target}` is not a regular file")
         data = handle.read(MAX_SKILL_FILE_BYTES + 1)
     text = data[:MAX_SKILL_FILE_BYTES].decode("utf-8", errors="replace")
     if len(data) > MAX_SKILL_FILE_BYTES:

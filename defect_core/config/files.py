@@ -7,9 +7,15 @@ validating its parsed tables against the key tables of `keys.py` (`parse_layer`,
 `trusted_projects` (`hooks.py`)), and finding the line a bad key is on (`key_line`).
 
 Invariants:
-- A missing file is no layer, not an error; a directory, an unreadable file, bytes that are
-  not UTF-8, invalid TOML or a bad key is a `ConfigError` naming the file, with the line where
-  it can be found (tomllib's own position for syntax; `key_line` for a key).
+- A missing file is no layer, not an error; an unreadable file, bytes that are not UTF-8,
+  invalid TOML or a bad key is a `ConfigError` naming the file, with the line where it can be
+  found (tomllib's own position for syntax; `key_line` for a key).
+- A project's files (`<repo>/.defect/config.toml`, `config.local.toml`) are read only when
+  their real path lies inside the project root, the user's file only inside the user's
+  configuration directory; each must be a regular file of at most `MAX_CONFIG_BYTES`
+  (`defect_core/confined.py`). One that is not (a link out of the project, a `.defect/` that
+  is itself a link out, a FIFO, a device, a directory) is no layer, logged once: a
+  repository must not make defect read, nor hang on, a file outside it.
 - A relative `script_path` is relative to the file that names it.
 - A project's own file (`project` given) may add hooks, which stay untrusted until the
   user's file trusts the project, and may not set `trusted_projects`.
@@ -45,8 +51,12 @@ from defect_core.config.keys import (
 )
 from defect_core.config.providers import parse_providers
 from defect_core.config.settings import ConfigError
+from defect_core.confined import project_root, read_confined
 
 __all__ = ["config_paths", "key_line", "parse_layer", "read_file", "repo_root"]
+
+MAX_CONFIG_BYTES = 1024 * 1024
+"""A configuration file larger than this is refused (no layer), not read."""
 
 
 def parse_layer(
@@ -175,16 +185,16 @@ def _mcp_servers(value: object, source: str, env: Mapping[str, str] | None) -> d
 
 
 def read_file(path: Path, env: Mapping[str, str], project: str | None = None) -> Layer | None:
-    """The layer of the file at `path`, or None when there is no such file (`project`: the
-    project root when the file is one of that project's own)."""
+    """The layer of the file at `path`, or None when there is no such file, or one that must
+    not be read (`project`: the project root when the file is one of that project's own, and
+    the boundary it must lie in; else the user's file, bounded by its own directory)."""
+    boundary = Path(project) if project is not None else path.parent
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
-        raise ConfigError(str(path), None, "is a directory, not a TOML file") from None
+        raw = read_confined(path, boundary, MAX_CONFIG_BYTES)
     except OSError as exc:
         raise ConfigError(str(path), None, f"cannot be read: {exc.strerror or exc}") from None
+    if raw is None:
+        return None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -224,13 +234,9 @@ def key_line(text: str, key: str) -> int | None:
     return anywhere
 
 
-def repo_root(cwd: Path) -> Path:
-    """The nearest ancestor of `cwd` (itself included) holding `.git`, else `cwd`."""
-    cwd = cwd.resolve()
-    for directory in (cwd, *cwd.parents):
-        if (directory / ".git").exists():
-            return directory
-    return cwd
+repo_root = project_root
+"""The nearest ancestor of `cwd` (itself included) holding `.git`, else `cwd`: it lives in
+`defect_core/confined.py`, below `mcp.spec`, which bounds `.mcp.json` by it too."""
 
 
 def config_paths(cwd: Path | None, env: Mapping[str, str] | None = None) -> list[Path]:

@@ -38,12 +38,19 @@ from dataclasses import replace
 from pathlib import Path
 
 from defect_core.config.capabilities import merge_capabilities
-from defect_core.config.files import config_paths, key_line, read_file, repo_root
+from defect_core.config.files import (
+    MAX_CONFIG_BYTES,
+    config_paths,
+    key_line,
+    read_file,
+    repo_root,
+)
 from defect_core.config.hooks import settle_trust
 from defect_core.config.keys import Layer
 from defect_core.config.overrides import env_layer, flag_layer
 from defect_core.config.providers import check_default_provider
 from defect_core.config.settings import ConfigError, Settings
+from defect_core.confined import Refused, read_within
 
 __all__ = ["apply_layer", "load_settings", "settings_from_env", "settings_without_files"]
 
@@ -108,9 +115,10 @@ def _check_provider(settings: Settings) -> None:
         line = None
         path = Path(exc.source)
         if path.is_absolute():
-            try:
-                line = key_line(path.read_text(encoding="utf-8"), "provider")
-            except (OSError, UnicodeDecodeError):
+            try:  # a file already read: its own directory bounds it (a link out is refused)
+                raw = read_within(path, path.parent, MAX_CONFIG_BYTES)
+                line = key_line(raw.decode("utf-8"), "provider") if raw is not None else None
+            except (OSError, UnicodeDecodeError, Refused):
                 line = None
         raise ConfigError(exc.source, exc.key, exc.problem, line) from None
 

@@ -13,6 +13,9 @@ Invariants:
 - A broken `.mcp.json`, or one broken entry, is logged (naming the file and the server) and
   ignored: a project file must not keep a session from opening. `server_spec` itself raises
   `ValueError` so that the strict config loader can turn it into a `ConfigError`.
+- `.mcp.json` is read only when its real path lies inside the project root (the nearest
+  ancestor holding `.git`), it is a regular file and at most `MAX_MCP_JSON_BYTES`
+  (`defect_core/confined.py`); one that is not is ignored and logged once.
 - This module imports nothing of the session, the tools or the MCP SDK: it is plain data and
   parsing, the lowest room of the package, so the configuration layer and the session door
   may use it (docs/layers.md).
@@ -28,10 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from defect_core.confined import project_root, read_confined
 from defect_core.log import get_logger
 
 log = get_logger("defect.mcp")
 
+MAX_MCP_JSON_BYTES = 1024 * 1024
 MAX_REASON_CHARS = 400
 """How long a one-line reason (a failure, a log field) may get before it is cut."""
 
@@ -64,13 +69,15 @@ def load_mcp_json(cwd: Path) -> list[McpServerSpec]:
     """The servers of `<cwd>/.mcp.json` (`{"mcpServers": {name: entry}}`); [] when absent.
 
     A malformed file, or entry, is logged as a warning naming the file and ignored: a broken
-    project file must not keep a session from opening.
+    project file must not keep a session from opening. A file whose real path leaves the
+    project, or that is not a regular file, or is too large, is ignored too (logged once).
     """
     path = cwd / ".mcp.json"
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
+        raw = read_confined(path, project_root(cwd), MAX_MCP_JSON_BYTES)
+        if raw is None:
+            return []
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         log.warning("mcp_json_ignored", path=str(path), error=one_line(str(exc)))
         return []

@@ -9,7 +9,12 @@ Invariants:
   and when the budget (`MAX_INSTRUCTION_CHARS` in all) runs out it is the farthest files that
   are cut, with a line saying so, never silently.
 - The same file is included once, even when `CLAUDE.md` is a link to `AGENTS.md`.
-- Reading never fails the session: an unreadable file is skipped.
+- A project's file is read only from inside the project (the repository root, or the working
+  directory outside a repository), the user's only from inside the user's configuration
+  directory: a link that leads out, a FIFO, a device, anything under `/proc`, or a file over
+  `MAX_FILE_BYTES` is skipped whole and logged once (`defect_core/confined.py`). These files
+  reach the system prompt of the first request, before any tool call or question.
+- Reading never fails the session: an unreadable or refused file is skipped.
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from defect_core.config import config_paths
+from defect_core.confined import read_confined
 
 INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")
 MAX_INSTRUCTION_CHARS = 20_000
-MAX_FILE_BYTES = 1_000_000
+MAX_FILE_BYTES = 256 * 1024
+"""A larger instruction file is skipped, not cut: the prompt's budget is far smaller."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +50,13 @@ def project_instructions(
     else:
         chain = [cwd]
         root = None
+    boundary = root if root is not None else cwd
     seen: set[Path] = set()
     found: list[InstructionFile] = []
     for directory in chain:
         for name in INSTRUCTION_FILES:
             path = directory / name
-            text = _read(path, seen)
+            text = _read(path, boundary, seen)
             if text is None:
                 continue
             label = str(path.relative_to(root)) if root is not None else str(path)
@@ -58,22 +66,24 @@ def project_instructions(
 
 def user_instructions(env: Mapping[str, str] | None = None) -> InstructionFile | None:
     """The user's global instruction file, when there is one."""
-    path = config_paths(None, env)[0].parent / "AGENTS.md"  # beside the user's config.toml
-    text = _read(path, set())
+    config_dir = config_paths(None, env)[0].parent  # beside the user's config.toml
+    path = config_dir / "AGENTS.md"
+    text = _read(path, config_dir, set())
     if text is None:
         return None
     [bounded] = _within([InstructionFile(str(path), text)], MAX_INSTRUCTION_CHARS // 2)
     return bounded
 
 
-def _read(path: Path, seen: set[Path]) -> str | None:
+def _read(path: Path, boundary: Path, seen: set[Path]) -> str | None:
     try:
         real = path.resolve()
-        if real in seen or not real.is_file():
+        if real in seen:
             return None
-        with real.open("rb") as handle:
-            data = handle.read(MAX_FILE_BYTES)
+        data = read_confined(path, boundary, MAX_FILE_BYTES)
     except OSError:
+        return None
+    if data is None:
         return None
     seen.add(real)
     text = data.decode("utf-8", errors="replace").strip()
