@@ -155,11 +155,13 @@ def _open_checked(path: Path, root: Path) -> tuple[int | None, int]:
         for name in parts[:-1]:
             try:
                 child = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=dir_fd)
-            except (FileNotFoundError, NotADirectoryError):
+            except FileNotFoundError:
                 return None, 0
-            except OSError as err:
-                if err.errno in (errno.ELOOP, errno.EMLINK):
+            except OSError as err:  # Linux says ENOTDIR for a link here, others ELOOP
+                if err.errno in (errno.ELOOP, errno.EMLINK) or _is_link(name, dir_fd):
                     raise Refused(path, root, "changed into a link while it was opened") from None
+                if err.errno == errno.ENOTDIR:
+                    return None, 0
                 raise
             os.close(dir_fd)
             dir_fd = child
@@ -200,6 +202,13 @@ def _parts_within(real_root: str, real: str) -> list[str] | None:
     if not real.startswith(prefix):
         return None
     return real[len(prefix) :].split("/")
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def _kind(mode: int) -> str:
