@@ -48,6 +48,7 @@ SYSTEM_DIRS = ("/proc", "/sys", "/dev")
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+_UNRESOLVED = "leads through a link that does not resolve (a loop, or a link swapped in)"
 _reported: set[tuple[str, str, str]] = set()
 _reported_lock = threading.Lock()
 
@@ -159,7 +160,7 @@ def _open_checked(path: Path, root: Path) -> tuple[int | None, int]:
                 return None, 0
             except OSError as err:  # Linux says ENOTDIR for a link here, others ELOOP
                 if err.errno in (errno.ELOOP, errno.EMLINK) or _is_link(name, dir_fd):
-                    raise Refused(path, root, "changed into a link while it was opened") from None
+                    raise Refused(path, root, _UNRESOLVED) from None
                 if err.errno == errno.ENOTDIR:
                     return None, 0
                 raise
@@ -170,7 +171,7 @@ def _open_checked(path: Path, root: Path) -> tuple[int | None, int]:
         except (FileNotFoundError, NotADirectoryError):
             return None, 0
         if stat.S_ISLNK(seen.st_mode):
-            raise Refused(path, root, "is a link that does not resolve (a loop, or it changed)")
+            raise Refused(path, root, _UNRESOLVED)
         if not stat.S_ISREG(seen.st_mode):
             raise Refused(path, root, f"is {_kind(seen.st_mode)}, not a regular file")
         try:
@@ -179,7 +180,7 @@ def _open_checked(path: Path, root: Path) -> tuple[int | None, int]:
             return None, 0
         except OSError as err:
             if err.errno in (errno.ELOOP, errno.EMLINK):
-                raise Refused(path, root, "changed into a link while it was opened") from None
+                raise Refused(path, root, _UNRESOLVED) from None
             raise
     finally:
         os.close(dir_fd)

@@ -84,6 +84,8 @@ def test_what_is_not_there_is_no_file_not_a_refusal(tree: tuple[Path, Path]) -> 
     assert read_within(project / "dangling.md", project, 1024) is None
     (project / "out.md").symlink_to(outside / "missing.md")  # one that would leave
     assert "outside" in refusal(project / "out.md", project)
+    (project / "loop.md").symlink_to("loop.md")
+    assert "does not resolve" in refusal(project / "loop.md", project)
 
 
 def test_fifos_sockets_devices_and_proc_are_refused_without_blocking(
@@ -130,7 +132,7 @@ def test_a_directory_swapped_for_a_link_after_the_check_is_not_followed(
     (project / "sub").symlink_to(outside / "sub")
     # The path as the check saw it, before the swap: `sub` not yet a link.
     monkeypatch.setattr(confined.os.path, "realpath", os.path.normpath)
-    assert "changed into a link" in refusal(project / "sub" / "AGENTS.md", project)
+    assert "does not resolve" in refusal(project / "sub" / "AGENTS.md", project)
     (project / "last.md").symlink_to(outside / "secret.md")
     assert "link" in refusal(project / "last.md", project)
 
@@ -163,6 +165,9 @@ def test_instruction_files_keep_inside_the_project_and_the_users_directory(
     (project / "CLAUDE.md").write_bytes(b"x" * (MAX_FILE_BYTES + 1))  # skipped, not cut
     files = project_instructions(sub, project)
     assert [(f.label, f.text) for f in files] == [("pkg/AGENTS.md", "package rules")]
+    (project / "CLAUDE.md").unlink()
+    (project / "CLAUDE.md").symlink_to("CLAUDE.md")  # a loop: skipped, never an exception
+    assert [f.label for f in project_instructions(sub, project)] == ["pkg/AGENTS.md"]
     config = project.parent / "config"
     (config / "defect").mkdir(parents=True)
     (config / "defect" / "AGENTS.md").symlink_to(outside / "secret.md")

@@ -99,8 +99,8 @@ def read_skill_file(skill: Skill, relative: str | None = None) -> str:
     parts = Path(target).parts
     if Path(target).is_absolute() or ".." in parts or not parts:
         raise SkillFileError(f"`{target}` is not a path inside the skill `{skill.name}`")
-    root = skill.directory.resolve()
-    path = (root / target).resolve()
+    root = Path(os.path.realpath(skill.directory))  # realpath: a loop never raises
+    path = Path(os.path.realpath(root / target))
     if root not in path.parents:
         raise SkillFileError(f"`{target}` leads outside the skill `{skill.name}`")
     try:

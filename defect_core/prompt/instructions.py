@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,7 @@ def project_instructions(
         chain = [cwd]
         root = None
     boundary = root if root is not None else cwd
-    seen: set[Path] = set()
+    seen: set[str] = set()
     found: list[InstructionFile] = []
     for directory in chain:
         for name in INSTRUCTION_FILES:
@@ -75,11 +76,11 @@ def user_instructions(env: Mapping[str, str] | None = None) -> InstructionFile |
     return bounded
 
 
-def _read(path: Path, boundary: Path, seen: set[Path]) -> str | None:
+def _read(path: Path, boundary: Path, seen: set[str]) -> str | None:
+    real = os.path.realpath(path)  # never raises, not even on a loop of links
+    if real in seen:
+        return None
     try:
-        real = path.resolve()
-        if real in seen:
-            return None
         data = read_confined(path, boundary, MAX_FILE_BYTES)
     except OSError:
         return None
