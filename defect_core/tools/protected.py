@@ -178,11 +178,17 @@ _FRAGMENT = re.compile(r"[^\s\"'`=:,;()<>|&{}\[\]$\\]+")
 
 def fragments(text: str) -> Iterable[str]:
     """`text` itself and the path-like pieces in it (split at quotes, `=`, `:`, `,`, shell
-    punctuation, whitespace), those that mention a protected name first component."""
+    punctuation, whitespace; a short option's attached value), those that mention the
+    first component of a protected name."""
     yield text
     for piece in _FRAGMENT.findall(text):
         if piece != text and _mentions(piece):
             yield piece
+            if _SHORT_OPTION.match(piece):
+                yield piece[2:]  # `-o.git/config`: the value of a short option
+
+
+_SHORT_OPTION = re.compile(r"^-[A-Za-z0-9].")
 
 
 def _mentions(piece: str) -> bool:

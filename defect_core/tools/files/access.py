@@ -31,6 +31,7 @@ from defect_core.tools.backends import FileStat, FsBackend
 from defect_core.tools.base import ModelTool, Safety, ToolContext, ToolError
 from defect_core.tools.beneath import Escape
 from defect_core.tools.protected import protected_path
+from defect_core.tools.shown import visible
 from defect_core.tools.workspace import display_path
 
 MAX_LINE_CHARS = 2000
@@ -121,12 +122,14 @@ def number_lines(lines: list[str], first: int) -> str:
 
 
 def call_target(args: dict[str, Any], ctx: ToolContext) -> tuple[str, tuple[Location, ...]]:
-    """(project-relative name, locations) for `describe`: lexical, no file-system access."""
+    """(project-relative name, locations) for `describe`: lexical, no file-system access.
+    The name is for a title: whole, with line breaks and invisible characters made visible
+    (`tools/shown.py`), so a path cannot pass for another in a permission question."""
     raw = args.get("path") if isinstance(args, dict) else None
     if not isinstance(raw, str) or not raw:
         return "", ()
     absolute = os.path.normpath(os.path.join(ctx.cwd, os.path.expanduser(raw)))
-    return display_path(raw, ctx.cwd), (Location(absolute),)
+    return visible(display_path(raw, ctx.cwd)), (Location(absolute),)
 
 
 class FileTool(ModelTool):
