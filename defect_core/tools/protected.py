@@ -43,6 +43,10 @@ MAX_CONFIG_BYTES = 256 * 1024
 `.git/` itself stay protected)."""
 
 
+MAX_PATH_CHARS = 4096
+"""A longer string is not a path (PATH_MAX): only its path-like pieces are judged."""
+
+
 @dataclass(frozen=True, slots=True)
 class Protected:
     """A run of path components (lower case) and why a change to it is asked every time."""
@@ -180,7 +184,8 @@ def fragments(text: str) -> Iterable[str]:
     """`text` itself and the path-like pieces in it (split at quotes, `=`, `:`, `,`, shell
     punctuation, whitespace; a short option's attached value), those that mention the
     first component of a protected name."""
-    yield text
+    if len(text) <= MAX_PATH_CHARS:
+        yield text
     for piece in _FRAGMENT.findall(text):
         if piece != text and _mentions(piece):
             yield piece
