@@ -19,7 +19,7 @@ docs/permissions.md describes the model as a whole.
 
 Invariants:
 - A remembered "reject always" wins over every mode except `read-only` (which refuses anyway);
-  a remembered "allow always" never overrides `read-only`.
+  a remembered "allow always" never overrides `read-only`, and never covers a protected call.
 - Rules are keyed by `Tool.permission_key(args)` (the tool name, or for `bash` the command's
   prefix), so they can be persisted with the session and restored on load.
 """

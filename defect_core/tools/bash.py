@@ -1,7 +1,10 @@
 """The `bash` tool: run one shell command in the workspace and report what it printed.
 
 Owns the command's lifetime (create → wait with a timeout → output → release), the output cap
-the model sees, and the permission key an "always" answer is remembered under.
+the model sees, the permission key an "always" answer is remembered under, and what a
+permission question shows: the whole command, every character visible (`whole_command`,
+`tools/shown.py`), and why it is asked every time when it names a protected path
+(`protected`, `tools/command_paths.py`).
 
 Invariants:
 - The working directory is inside the workspace (even when reads outside are allowed).

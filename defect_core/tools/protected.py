@@ -42,7 +42,6 @@ MAX_CONFIG_BYTES = 256 * 1024
 """A larger `.git/config` is not read for `core.hooksPath` (the listed hook directories and
 `.git/` itself stay protected)."""
 
-
 MAX_PATH_CHARS = 4096
 """A longer string is not a path (PATH_MAX): only its path-like pieces are judged."""
 
