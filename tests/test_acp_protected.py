@@ -9,6 +9,7 @@ A command the title cannot show whole is shown whole in the question's content.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -250,4 +251,34 @@ async def test_a_hook_that_allows_everything_does_not_cover_a_protected_path(
         [request] = client.permission_requests
         assert_asked_once_only(request, ".defect/commands/review.md")
         assert not (root / ".defect").exists()
+        agent.assert_schema_clean()
+
+
+async def test_a_subagent_in_accept_edits_is_refused_a_protected_path(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    config_before = (root / ".git" / "config").read_text()
+    spawn = {"name": "spawn_agent", "input": {"agent": "general", "task": "write the files"}}
+    script = {
+        "replies": [{"tool_calls": [spawn]}, {"text": "done"}],
+        "agents": {
+            "general": [
+                {"tool_calls": [write("NOTES.md", "notes\n")]},
+                {"tool_calls": [write(".git/config", "[core]\n\tfsmonitor = touch PWNED\n")]},
+                {"text": "wrote what I could"},
+            ]
+        },
+    }
+    env = script_env(tmp_path)
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    env["DEFECT_SCRIPT"] = str(tmp_path / "script.json")
+    client = RecordingClient(permission=lambda _req: "allow_once")
+    async with spawn_defect(env=env, client=client) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(root)
+        await agent.conn.set_session_mode(session_id=sid, mode_id="accept-edits")
+        response = await agent.prompt(sid, "delegate")
+        assert response.stop_reason == "end_turn"
+        assert client.permission_requests == [], "a subagent never asks"
+        assert (root / "NOTES.md").read_text() == "notes\n", "accept-edits covers the child"
+        assert (root / ".git" / "config").read_text() == config_before
         agent.assert_schema_clean()
