@@ -9,11 +9,17 @@ Modes:
   destructive tools ask.
 - `read-only`: only read-only tools run; anything else is refused with a message the model
   sees (no question is asked).
-- `yolo`: everything runs.
+- `yolo`: everything runs, protected paths included.
+
+A call that touches a protected path (`defect_core/tools/protected.py`: files that configure
+code execution, such as `.git/`, `.defect/`, `.mcp.json`, editor tasks, CI definitions) is
+asked every time in `ask` and `accept-edits`, whatever was answered "always" before, and its
+question offers only the once options (`ONCE_OPTIONS`): no "always" answer can cover it.
+docs/permissions.md describes the model as a whole.
 
 Invariants:
 - A remembered "reject always" wins over every mode except `read-only` (which refuses anyway);
-  a remembered "allow always" never overrides `read-only`.
+  a remembered "allow always" never overrides `read-only`, and never covers a protected call.
 - Rules are keyed by `Tool.permission_key(args)` (the tool name, or for `bash` the command's
   prefix), so they can be persisted with the session and restored on load.
 """
@@ -42,7 +48,12 @@ MODES: tuple[ModeInfo, ...] = (
         "accept-edits", "Accept edits", "Edit files in the workspace freely; ask for commands."
     ),
     ModeInfo("read-only", "Read only", "Only read and search; refuse edits and commands."),
-    ModeInfo("yolo", "Yolo", "Run everything without asking."),
+    ModeInfo(
+        "yolo",
+        "Yolo",
+        "Run everything without asking, even changes to protected paths (.git/, .defect/, "
+        "CI and editor configuration).",
+    ),
 )
 DEFAULT_MODE: ModeId = "ask"
 MODE_IDS: frozenset[str] = frozenset(m.id for m in MODES)
@@ -58,6 +69,12 @@ PERMISSION_OPTIONS: tuple[PermissionOption, ...] = (
     PermissionOption(REJECT_ONCE, "Reject", "reject_once"),
     PermissionOption(REJECT_ALWAYS, "Always reject", "reject_always"),
 )
+ONCE_OPTIONS: tuple[PermissionOption, ...] = (
+    PermissionOption(ALLOW_ONCE, "Allow once", "allow_once"),
+    PermissionOption(REJECT_ONCE, "Reject", "reject_once"),
+)
+"""What a question about a protected path offers: it is asked every time, so nothing is
+remembered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +89,13 @@ class Deny:
 
 @dataclass(frozen=True, slots=True)
 class Ask:
-    pass
+    protected: str | None = None
+    """Why this call is asked every time (a protected path it touches), or None."""
+
+    @property
+    def options(self) -> tuple[PermissionOption, ...]:
+        """What the question offers: only the once options for a protected call."""
+        return ONCE_OPTIONS if self.protected else PERMISSION_OPTIONS
 
 
 Decision = Allow | Deny | Ask
@@ -98,8 +121,17 @@ class PermissionRules:
         return cls(set(data.get("allowed", [])), set(data.get("rejected", [])))
 
 
-def decide(mode: str, safety: Safety, kind: str, key: str, rules: PermissionRules) -> Decision:
-    """The decision for one call, before anyone is asked."""
+def decide(
+    mode: str,
+    safety: Safety,
+    kind: str,
+    key: str,
+    rules: PermissionRules,
+    protected: str | None = None,
+) -> Decision:
+    """The decision for one call, before anyone is asked. `protected` is why the call is
+    asked every time (`Tool.protected`), or None: outside `yolo` such a call is asked even
+    when a rule or the mode would allow it (a refusal still wins)."""
     if safety is Safety.READ_ONLY:
         return Allow()
     if mode == "read-only":
@@ -109,7 +141,11 @@ def decide(mode: str, safety: Safety, kind: str, key: str, rules: PermissionRule
         )
     if key in rules.rejected:
         return Deny("refused: the user has chosen to always reject this action in this session.")
-    if mode == "yolo" or key in rules.allowed:
+    if mode == "yolo":
+        return Allow()
+    if protected:
+        return Ask(protected)
+    if key in rules.allowed:
         return Allow()
     if mode == "accept-edits" and kind == "edit" and safety is Safety.MUTATING:
         return Allow()

@@ -9,7 +9,12 @@ Invariants:
   are always object schemas without top-level `oneOf/anyOf/allOf` (`object_schema`), because
   one rejected tool definition would fail every request of the session.
 - Safety comes from the tool's annotations: `readOnlyHint` → read-only, `destructiveHint` →
-  destructive, anything else → mutating; permissions then apply as for built-in tools.
+  destructive, anything else → mutating; permissions then apply as for built-in tools, and
+  a call any of whose string arguments names a protected path (`tools/protected.py`) is
+  asked every time.
+- A call is shown whole: its title summarises the arguments and says when it cannot show
+  them all, and its permission question holds every argument, every character visible
+  (`tools/shown.py`).
 - `McpTool.run` returns a result for everything except cancellation: an `isError` result, a
   call timeout, a server that died (and every later call to it), a protocol error all become
   `ToolOutput(is_error=True)` with a message naming the server and what happened.
@@ -29,8 +34,9 @@ from defect_core.events import TextDisplay, ToolDisplay, ToolKind
 from defect_core.log import get_logger
 from defect_core.mcp.connection import Connection, describe
 from defect_core.mcp.convert import tool_output
-from defect_core.mcp.spec import one_line
-from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolOutput
+from defect_core.tools.base import Safety, ToolCallView, ToolContext, ToolOutput, clip_title
+from defect_core.tools.protected import protected_in_values
+from defect_core.tools.shown import fenced, visible
 
 if TYPE_CHECKING:
     import mcp_types
@@ -39,6 +45,8 @@ log = get_logger("defect.mcp")
 
 MAX_TOOL_NAME = 64
 MAX_DESCRIPTION_CHARS = 8_000
+TITLE_CHARS = 200
+"""A call's title is clipped here; its content then shows every argument."""
 
 
 def _name_part(text: str) -> str:
@@ -145,18 +153,34 @@ class McpTool:
         return "read" if self._safety is Safety.READ_ONLY else "other"
 
     def describe(self, args: dict[str, Any], ctx: ToolContext) -> ToolCallView:
-        title = f"{self.server}: {self._display or self._remote_name}"
-        summary = _summarize(args)
-        return ToolCallView(title=f"{title} ({summary})" if summary else title, kind=self.kind)
+        """The server, the tool and a summary of the arguments; when the summary cannot show
+        them whole, the title says so and the call's content holds them all."""
+        name = f"{self.server}: {self._display or self._remote_name}"
+        summary, whole = _summarize(args)
+        full = f"{name} ({summary})" if summary else name
+        title = clip_title(full, TITLE_CHARS)
+        if whole and title == visible(full.strip()):
+            return ToolCallView(title=title, kind=self.kind)
+        return ToolCallView(
+            title=f"{title} (all arguments below)", kind=self.kind, content=self._arguments(args)
+        )
 
     async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[ToolDisplay, ...]:
+        return self._arguments(args)
+
+    def _arguments(self, args: dict[str, Any]) -> tuple[ToolDisplay, ...]:
+        """Every argument, every character visible (`tools/shown.py`): what the user allows."""
         text = json.dumps(args, indent=2, ensure_ascii=False, default=str)
-        if len(text) > 4_000:
-            text = text[:4_000] + "\n…"
-        return (TextDisplay(f"MCP server `{self.server}`, tool `{self._remote_name}`:\n{text}"),)
+        head = f"MCP server `{visible(self.server)}`, tool `{visible(self._remote_name)}`:"
+        return (TextDisplay(f"{head}\n{fenced(visible(text, block=True), 'json')}"),)
 
     def permission_key(self, args: dict[str, Any]) -> str:
         return self._name
+
+    def protected(self, args: dict[str, Any], ctx: ToolContext) -> str | None:
+        """Any string argument naming a protected path: what a server does with its
+        arguments is unknown, so a path named anywhere counts."""
+        return protected_in_values(args, ctx.cwd, ctx.cwd)
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         conn = self._connection
@@ -190,18 +214,23 @@ class McpTool:
         return tool_output(result)
 
 
-def _summarize(args: dict[str, Any], limit: int = 80) -> str:
+def _summarize(args: dict[str, Any], limit: int = 80) -> tuple[str, bool]:
+    """(the first arguments on one line, whether that shows every argument whole)."""
     parts = []
+    whole = len(args) <= 3
     for key, value in list(args.items())[:3]:
         shown = value if isinstance(value, str) else json.dumps(value, default=str)
-        shown = one_line(shown)
+        shown = visible(shown)
         if len(shown) > 40:
             shown = shown[:39] + "…"
-        parts.append(f"{key}={shown}")
+            whole = False
+        parts.append(f"{visible(str(key))}={shown}")
     text = ", ".join(parts)
     if len(args) > 3:
         text += ", …"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) > limit:
+        return text[: limit - 1] + "…", False
+    return text, whole
 
 
 def _failed(message: str) -> ToolOutput:

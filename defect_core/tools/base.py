@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from defect_core.events import Location, ToolDisplay, ToolKind
 from defect_core.model import ResultPart, ToolSpec
+from defect_core.tools import shown
 from defect_core.tools.schema_cache import SCHEMAS
 
 if TYPE_CHECKING:
@@ -120,6 +121,12 @@ class Tool(Protocol):
 
     def permission_key(self, args: dict[str, Any]) -> str:
         """What an "always" decision is remembered under (the tool, or a command prefix)."""
+        ...
+
+    def protected(self, args: dict[str, Any], ctx: ToolContext) -> str | None:
+        """Why this call is asked every time, or None: the protected path it would change or
+        names (`tools/protected.py`). Cheap, side-effect free; asked only of a tool that is
+        not read-only."""
         ...
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput: ...
@@ -249,9 +256,10 @@ def _ordered(node: dict[str, Any]) -> dict[str, Any]:
 
 class ModelTool:
     """What the built-in tools share: arguments validated by a pydantic model (`args_model`)
-    whose derived schema is the one the model sees, no preview, and "always" remembered per
-    tool. A tool gives `name`, `description`, `safety`, `kind`, `describe` and `run`, and
-    overrides `preview` / `permission_key` when it has something better to say."""
+    whose derived schema is the one the model sees, no preview, "always" remembered per
+    tool, and any string argument naming a protected path asked every time. A tool gives
+    `name`, `description`, `safety`, `kind`, `describe` and `run`, and overrides `preview`,
+    `permission_key` or `protected` when it has something better to say."""
 
     args_model: ClassVar[type[BaseModel]]
     """What `run` validates its arguments with; the input schema is derived from it."""
@@ -270,8 +278,15 @@ class ModelTool:
     def permission_key(self, args: dict[str, Any]) -> str:
         return self.name
 
+    def protected(self, args: dict[str, Any], ctx: ToolContext) -> str | None:
+        """By default, the first string argument naming a protected path: a tool that knows
+        which argument is its path says so more precisely."""
+        from defect_core.tools.protected import protected_in_values
 
-def clip_title(text: str, limit: int = 200) -> str:
-    """A tool call's title, one line of at most `limit` characters."""
-    text = text.strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+        return protected_in_values(args, ctx.cwd, ctx.cwd)
+
+
+def clip_title(text: str, limit: int = 200, *, more: str = "") -> str:
+    """A tool call's title, one visible line of at most `limit` characters
+    (`tools.shown.clip_title`: nothing in it is hidden, and a clipped title says so)."""
+    return shown.clip_title(text, limit, more=more)

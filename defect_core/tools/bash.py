@@ -1,7 +1,10 @@
 """The `bash` tool: run one shell command in the workspace and report what it printed.
 
 Owns the command's lifetime (create → wait with a timeout → output → release), the output cap
-the model sees, and the permission key an "always" answer is remembered under.
+the model sees, the permission key an "always" answer is remembered under, and what a
+permission question shows: the whole command, every character visible (`whole_command`,
+`tools/shown.py`), and why it is asked every time when it names a protected path
+(`protected`, `tools/command_paths.py`).
 
 Invariants:
 - The working directory is inside the workspace (even when reads outside are allowed).
@@ -34,6 +37,7 @@ import contextlib
 import os
 import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -50,6 +54,8 @@ from defect_core.tools.base import (
     ToolOutput,
     clip_title,
 )
+from defect_core.tools.command_paths import protected_in_command
+from defect_core.tools.shown import fenced, visible
 from defect_core.tools.workspace import ToolArgs, display_path, parse_args, resolve_path
 
 DEFAULT_TIMEOUT = 120.0
@@ -111,15 +117,34 @@ class BashTool(ModelTool):
         command = args.get("command") if isinstance(args, dict) else None
         if not isinstance(command, str) or not command.strip():
             return ToolCallView(title="Run command", kind=self.kind)
-        title = clip_title(command)
+        title = clip_title(command, more="full command below")
         workdir = args.get("workdir")
         if isinstance(workdir, str) and workdir and display_path(workdir, ctx.cwd) != ".":
-            title += f" (in {display_path(workdir, ctx.cwd)})"
-        return ToolCallView(title=title, kind=self.kind)
+            title += f" (in {clip_title(display_path(workdir, ctx.cwd), 100)})"
+        whole = title.startswith(visible(command.strip()))
+        return ToolCallView(
+            title=title, kind=self.kind, content=() if whole else whole_command(args)
+        )
+
+    async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[ToolDisplay, ...]:
+        """The whole command for the permission question, however long or oddly spaced."""
+        return whole_command(args)
 
     def permission_key(self, args: dict[str, Any]) -> str:
         command = args.get("command") if isinstance(args, dict) else None
         return command_key(command) if isinstance(command, str) else self.name
+
+    def protected(self, args: dict[str, Any], ctx: ToolContext) -> str | None:
+        """The command names a protected path, cannot be read, or runs in a protected
+        directory (`tools/command_paths.py`)."""
+        command = args.get("command") if isinstance(args, dict) else None
+        if not isinstance(command, str):
+            return None
+        workdir = args.get("workdir")
+        base = ctx.cwd
+        if isinstance(workdir, str) and workdir:
+            base = Path(os.path.normpath(os.path.join(ctx.cwd, os.path.expanduser(workdir))))
+        return protected_in_command(command, base, ctx.cwd)
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         a = parse_args(self.args_model, args, self.name)
@@ -163,6 +188,19 @@ class BashTool(ModelTool):
                     await shell.release(handle)
 
         return _result(out, status, timeout, handle if shell.delegated else None)
+
+
+def whole_command(args: dict[str, Any]) -> tuple[ToolDisplay, ...]:
+    """The command as a code block, every character visible (`tools/shown.py`), and the
+    directory it runs in when not the project root."""
+    command = args.get("command") if isinstance(args, dict) else None
+    if not isinstance(command, str):
+        return ()
+    text = fenced(visible(command, block=True), "sh")
+    workdir = args.get("workdir")
+    if isinstance(workdir, str) and workdir:
+        text += f"\nin `{visible(workdir)}`"
+    return (TextDisplay(text),)
 
 
 async def _kill(ctx: ToolContext, handle: str) -> None:

@@ -47,6 +47,7 @@ from defect_core.tools.base import (
     clip_title,
 )
 from defect_core.tools.netguard import NetGuard, Resolver, system_resolve
+from defect_core.tools.shown import fenced, visible
 from defect_core.tools.workspace import ToolArgs, parse_args
 
 if TYPE_CHECKING:
@@ -143,12 +144,18 @@ class FetchTool(ModelTool):
         url = args.get("url") if isinstance(args, dict) else None
         if not isinstance(url, str) or not url.strip():
             return ToolCallView(title="Fetch a URL", kind=self.kind)
-        title = clip_title(url)
-        return ToolCallView(title=f"Fetch {title}", kind=self.kind)
+        title = clip_title(url, more="full URL below")
+        shown = visible(url.strip())
+        content = (TextDisplay(fenced(shown)),) if title != shown else ()
+        return ToolCallView(title=f"Fetch {title}", kind=self.kind, content=content)
 
     def permission_key(self, args: dict[str, Any]) -> str:
         url = args.get("url") if isinstance(args, dict) else None
         return host_key(url) if isinstance(url, str) else self.name
+
+    def protected(self, args: dict[str, Any], ctx: ToolContext) -> str | None:
+        """Never: a fetch writes nothing in the workspace, and a URL is not a path."""
+        return None
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> ToolOutput:
         a = parse_args(self.args_model, args, self.name)

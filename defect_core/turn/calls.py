@@ -16,7 +16,12 @@ Invariants:
   question and never has more authority than the session that started it.
 - `before_tool` hooks are asked before the policy: a denial fails the call with the hook's
   reason (the model reads it), an `allow` approves it without a question (a policy refusal —
-  read-only mode, a remembered "always reject" — still wins). `after_tool` hooks see the
+  read-only mode, a remembered "always reject" — still wins, and a call touching a protected
+  path is still asked).
+- A call that is not read-only is checked for protected paths (`Tool.protected`,
+  `tools/protected.py`) before the policy decides; its question says why it is asked, offers
+  only the once options, and an answer that was not offered approves nothing and is never
+  remembered. `after_tool` hooks see the
   result; what either adds is appended to the result the model reads.
 - A result never exceeds `MAX_RESULT_CHARS`, nor carries a lone surrogate (it could then be
   neither stored nor sent), and one too large for the context window is replaced by an error
@@ -36,7 +41,8 @@ from defect_core import policy
 from defect_core.events import PermissionRequested, TextDisplay, ToolCallStarted, ToolCallUpdated
 from defect_core.log import get_logger
 from defect_core.model import JsonPart, ResultPart, TextBlock, ToolResultBlock, ToolUseBlock
-from defect_core.tools.base import Tool, ToolCallView, ToolError, ToolOutput
+from defect_core.tools.base import Safety, Tool, ToolCallView, ToolContext, ToolError, ToolOutput
+from defect_core.tools.protected import protected_in_values
 from defect_core.turn.deps import TurnConfig, TurnDeps
 
 log = get_logger("defect.turn")
@@ -102,7 +108,10 @@ async def decide(deps: TurnDeps, call: ToolCall, config: TurnConfig) -> None:
         await fail(deps, call, f"unknown tool: {call.use.name} (available tools: {available})")
         return
     key = _permission_key(tool, call.args)
-    decision = policy.decide(config.mode, tool.safety, tool.kind, key, deps.rules)
+    protected = None
+    if tool.safety is not Safety.READ_ONLY:
+        protected = _protected(tool, call.args, deps.tool_context(call.use.id))
+    decision = policy.decide(config.mode, tool.safety, tool.kind, key, deps.rules, protected)
     if isinstance(decision, policy.Deny):
         await fail(deps, call, decision.reason)
         return
@@ -112,7 +121,9 @@ async def decide(deps: TurnDeps, call: ToolCall, config: TurnConfig) -> None:
         if verdict.denied:
             await fail(deps, call, f"refused by a hook: {verdict.reason or 'no reason given'}")
             return
-        if verdict.decision == "allow":
+        if verdict.decision == "allow" and not (
+            isinstance(decision, policy.Ask) and decision.protected
+        ):
             decision = policy.Allow()
     if isinstance(decision, policy.Ask) and not deps.interactive:
         await fail(deps, call, NOT_INTERACTIVE_TEXT)
@@ -126,14 +137,17 @@ async def decide(deps: TurnDeps, call: ToolCall, config: TurnConfig) -> None:
         except Exception as exc:
             log.warning("tool_preview_failed", tool=tool.name, error=str(exc))
             preview = ()
+        content = preview or call.view.content
+        if decision.protected:
+            content = (TextDisplay(f"Protected: {decision.protected}."), *content)
         answer = await deps.ask_permission(
             PermissionRequested(
                 tool_call_id=call.use.id,
                 title=call.view.title,
                 kind=call.view.kind,
                 raw_input=call.args,
-                options=policy.PERMISSION_OPTIONS,
-                content=preview or call.view.content,
+                options=decision.options,
+                content=content,
                 locations=call.view.locations,
             )
         )
@@ -141,6 +155,11 @@ async def decide(deps: TurnDeps, call: ToolCall, config: TurnConfig) -> None:
             # The client cancelled the question: the turn ends as `cancelled`.
             deps.cancel_turn()
             await anyio.sleep_forever()
+        offered = {o.option_id for o in decision.options}
+        if answer not in offered:
+            # Never offered (an "always" answer to a protected call): it approves nothing.
+            log.warning("permission_answer_not_offered", tool=tool.name, answer=answer)
+            answer = policy.REJECT_ONCE
         if answer in (policy.ALLOW_ALWAYS, policy.REJECT_ALWAYS):
             deps.rules.remember(key, allow=answer == policy.ALLOW_ALWAYS)
             await deps.rules_changed()
@@ -238,6 +257,21 @@ def _with_note(content: str | tuple[ResultPart, ...], note: str) -> str | tuple[
     if isinstance(content, str):
         return f"{content}\n\n{text}"
     return (*content, TextBlock(text=text))
+
+
+def _protected(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> str | None:
+    """Why the call is asked every time (`Tool.protected`). A tool without the method is
+    judged by its string arguments; a check that fails asks every time rather than let an
+    "always" answer cover what it could not read."""
+    try:
+        check = tool.protected
+    except AttributeError:
+        return protected_in_values(args, ctx.cwd, ctx.cwd)
+    try:
+        return check(args, ctx)
+    except Exception as exc:
+        log.warning("tool_protected_check_failed", tool=tool.name, error=str(exc))
+        return "its arguments could not be checked for protected paths: asked every time"
 
 
 def _permission_key(tool: Tool, args: dict[str, Any]) -> str:

@@ -3,8 +3,8 @@
 Owns the wording of file failures for the model (`io_error`, `binary_refusal`), stat / whole
 read / write through `ctx.fs`, the check that a file may be written (`check_writable`), the
 text helpers for line endings and numbered lines, the lexical target `describe` shows, and
-`FileTool`, the base giving each tool its name, schema (from its `args_model`), safety, kind
-and permission key.
+`FileTool`, the base giving each tool its name, schema (from its `args_model`), safety, kind,
+permission key and protected path.
 
 Invariants:
 - Every backend failure leaves here as a `ToolError` worded for the model (not found, a
@@ -30,6 +30,8 @@ from defect_core.events import Location, ToolKind
 from defect_core.tools.backends import FileStat, FsBackend
 from defect_core.tools.base import ModelTool, Safety, ToolContext, ToolError
 from defect_core.tools.beneath import Escape
+from defect_core.tools.protected import protected_path
+from defect_core.tools.shown import visible
 from defect_core.tools.workspace import display_path
 
 MAX_LINE_CHARS = 2000
@@ -120,12 +122,14 @@ def number_lines(lines: list[str], first: int) -> str:
 
 
 def call_target(args: dict[str, Any], ctx: ToolContext) -> tuple[str, tuple[Location, ...]]:
-    """(project-relative name, locations) for `describe`: lexical, no file-system access."""
+    """(project-relative name, locations) for `describe`: lexical, no file-system access.
+    The name is for a title: whole, with line breaks and invisible characters made visible
+    (`tools/shown.py`), so a path cannot pass for another in a permission question."""
     raw = args.get("path") if isinstance(args, dict) else None
     if not isinstance(raw, str) or not raw:
         return "", ()
     absolute = os.path.normpath(os.path.join(ctx.cwd, os.path.expanduser(raw)))
-    return display_path(raw, ctx.cwd), (Location(absolute),)
+    return visible(display_path(raw, ctx.cwd)), (Location(absolute),)
 
 
 class FileTool(ModelTool):
@@ -151,3 +155,11 @@ class FileTool(ModelTool):
     @property
     def kind(self) -> ToolKind:
         return self._kind
+
+    def protected(self, args: dict[str, Any], ctx: ToolContext) -> str | None:
+        """The file written or edited is protected: judged by its path alone (its content
+        may mention any path)."""
+        raw = args.get("path") if isinstance(args, dict) else None
+        if not isinstance(raw, str):
+            return None
+        return protected_path(raw, ctx.cwd, ctx.cwd)
