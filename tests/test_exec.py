@@ -24,9 +24,11 @@ def defect_exec(
     replies: list[dict[str, Any]],
     *args: str,
     user_config: str = "",
+    stdin: str | None = None,
     **env: str,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `defect exec ARGS` in `tmp_path/work` with the offline model playing `replies`."""
+    """Run `defect exec ARGS` in `tmp_path/work` with the offline model playing `replies`;
+    `stdin` is written to its standard input (else it reads /dev/null)."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     script = tmp_path / "script.json"
@@ -35,16 +37,20 @@ def defect_exec(
     (config_home / "defect").mkdir(parents=True, exist_ok=True)
     (config_home / "defect" / "config.toml").write_text(user_config)
     environment = agent_env(
-        DEFECT_SCRIPT=str(script),
-        DEFECT_STATE_DIR=str(tmp_path / "state"),
-        XDG_CONFIG_HOME=str(config_home),
-        DEFECT_LOG_LEVEL="warning",
-        **env,
+        **{
+            "DEFECT_SCRIPT": str(script),
+            "DEFECT_STATE_DIR": str(tmp_path / "state"),
+            "XDG_CONFIG_HOME": str(config_home),
+            "DEFECT_LOG_LEVEL": "warning",
+            **env,
+        }
     )
     return subprocess.run(
         [sys.executable, "-m", "defect_acp", "exec", *args],
         cwd=work,
         env=environment,
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
         capture_output=True,
         text=True,
         timeout=60,
@@ -68,7 +74,7 @@ def test_the_answer_goes_to_stdout_and_the_tool_activity_to_stderr(tmp_path: Pat
     ]
     run = defect_exec(tmp_path, replies, "What do the notes say?")
     assert run.returncode == 0, run.stderr
-    assert run.stdout == "Reading. It says: remember the milk.\n"
+    assert run.stdout == "Reading.\n\nIt says: remember the milk.\n"
     assert "→ Read notes.txt" in run.stderr and "✓ Read notes.txt" in run.stderr
     assert "remember the milk." not in run.stderr
 
@@ -110,7 +116,7 @@ def test_a_question_the_mode_would_ask_is_denied_unless_yolo(tmp_path: Path) -> 
         {"text": "Done or not."},
     ]
     denied = defect_exec(tmp_path, replies, "Write out.txt")
-    assert denied.returncode == 0, denied.stderr
+    assert denied.returncode == 6, denied.stderr
     assert not (tmp_path / "work" / "out.txt").exists()
     assert "denied: Write out.txt" in denied.stderr and "--mode yolo" in denied.stderr
 
@@ -169,7 +175,7 @@ def test_a_goal_out_of_rounds_exits_3(tmp_path: Path) -> None:
         tmp_path, replies, "--goal", "count the stars", user_config="goal_max_rounds = 2\n"
     )
     assert run.returncode == 3, run.stderr
-    assert run.stdout == "Still at it.Still at it.\n"
+    assert run.stdout == "Still at it.\n\nStill at it.\n"
     assert "Goal round 2/2" in run.stderr
 
 
@@ -208,3 +214,132 @@ def test_sigint_cancels_the_turn_and_exits_130(tmp_path: Path) -> None:
         proc.kill()
     assert proc.returncode == 130
     assert rest.count("counting") < 199, "the stream stopped when cancelled"
+
+
+def test_a_commands_result_reaches_every_output_whole(tmp_path: Path) -> None:
+    command = "printf 'one\\n```\\ntwo\\n'; exit 3"  # a fence inside the output, too
+    replies = [
+        {"tool_calls": [{"name": "bash", "input": {"command": command}, "id": "toolu_sh"}]},
+        {"text": "done"},
+    ]
+    whole = "one\n```\ntwo\n[exit code: 3]"
+    stream = defect_exec(tmp_path, replies, "--mode", "yolo", "--output", "stream-json", "x")
+    assert stream.returncode == 0, stream.stderr
+    [update] = [e for e in json_lines(stream.stdout) if e["type"] == "tool_call_update"]
+    assert update["status"] == "failed" and update["text"] == whole
+    [shown] = update["content"]
+    assert shown["type"] == "text" and "two\n" in shown["text"]
+    [call] = json_lines(stream.stdout)[-1]["tool_calls"]
+    assert call["id"] == "toolu_sh" and call["text"] == whole and call["denied"] is False
+
+    single = defect_exec(tmp_path, replies, "--mode", "yolo", "--output", "json", "x")
+    [result] = json_lines(single.stdout)
+    assert [c["text"] for c in result["tool_calls"]] == [whole]
+
+    text = defect_exec(tmp_path, replies, "--mode", "yolo", "x")
+    assert text.returncode == 0 and text.stdout == "done\n"
+    assert "✗ printf" in text.stderr
+    assert "    one\n    ```\n    two\n    [exit code: 3]\n" in text.stderr
+
+
+def test_text_mode_cuts_a_long_result_and_says_how_much_is_left_out(tmp_path: Path) -> None:
+    replies = [
+        {"tool_calls": [{"name": "bash", "input": {"command": "seq 1 50"}}]},
+        {"text": "counted"},
+    ]
+    text = defect_exec(tmp_path, replies, "--mode", "yolo", "Count")
+    assert text.returncode == 0, text.stderr
+    assert "    20\n" in text.stderr and "    21\n" not in text.stderr
+    assert "[… 31 more line(s)" in text.stderr  # 30 numbers and the exit line
+    assert "--output stream-json carries the whole result" in text.stderr
+
+    stream = defect_exec(tmp_path, replies, "--mode", "yolo", "--output", "stream-json", "C")
+    [update] = [e for e in json_lines(stream.stdout) if e["type"] == "tool_call_update"]
+    assert update["text"].splitlines()[-2:] == ["50", "[exit code: 0]"]
+
+
+def test_the_texts_of_successive_requests_are_separated(tmp_path: Path) -> None:
+    replies = [
+        {"text": "Let me check.", "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
+        {"text": "Three lines."},
+    ]
+    text = defect_exec(tmp_path, replies, "Check")
+    assert text.stdout == "Let me check.\n\nThree lines.\n"
+    single = defect_exec(tmp_path, replies, "--output", "json", "Check")
+    assert json_lines(single.stdout)[0]["text"] == "Let me check.\n\nThree lines."
+
+
+def test_the_prompt_can_come_from_stdin(tmp_path: Path) -> None:
+    dash = defect_exec(tmp_path, [], "-", stdin="hello from a pipe\n")
+    piped = defect_exec(tmp_path, [], stdin="hello from a pipe\n")
+    for run in (dash, piped):
+        assert run.returncode == 0, run.stderr
+        assert run.stdout == "(the script has no more replies)\n"
+    saved = SqliteStore(tmp_path / "state" / "sessions.sqlite3")
+    try:
+        sessions = saved.list(str(tmp_path / "work"), None).sessions
+        prompts = [saved.load(s.id).transcript[0].text() for s in sessions]
+    finally:
+        saved.close()
+    assert prompts == ["hello from a pipe\n"] * 2
+
+    empty = defect_exec(tmp_path, [])  # stdin is /dev/null: nothing to read
+    assert empty.returncode == 2 and "prompt read from stdin is empty" in empty.stderr
+
+
+def test_calls_refused_for_want_of_a_person_say_so_and_exit_6(tmp_path: Path) -> None:
+    write = {"name": "write_file", "input": {"path": "out.txt", "content": "x\n"}}
+    replies = [{"tool_calls": [write]}, {"text": "Could not."}]
+    run = defect_exec(tmp_path, replies, "--output", "json", "Write out.txt")
+    assert run.returncode == 6, run.stderr
+    assert run.stderr.count("Write out.txt") == 2  # announced, then denied once
+    assert "the user rejected" not in run.stderr
+    assert "every tool call was refused" in run.stderr
+    [result] = json_lines(run.stdout)
+    assert result["exit_code"] == 6 and result["tool_calls"][0]["denied"] is True
+    saved = SqliteStore(tmp_path / "state" / "sessions.sqlite3")
+    try:
+        [summary] = saved.list(str(tmp_path / "work"), None).sessions
+        [told] = saved.load(summary.id).transcript[2].tool_results()
+    finally:
+        saved.close()
+    assert told.is_error and "no one is there to approve it" in str(told.content)
+    assert "user rejected" not in str(told.content)
+
+    # One call ran: the run did part of its job, and ends as its turn ended.
+    glob = {"name": "glob", "input": {"pattern": "*"}}
+    mixed = defect_exec(tmp_path, [{"tool_calls": [glob, write]}, {"text": "Half."}], "Go")
+    assert mixed.returncode == 0, mixed.stderr
+
+
+def test_stderr_is_for_a_person_unless_json_logs_are_asked_for(tmp_path: Path) -> None:
+    failing = [{"error": {"message": "the model is gone", "kind": "api_error"}}]
+    plain = defect_exec(tmp_path, failing, "Go", DEFECT_RETRIES="0", DEFECT_LOG_LEVEL="")
+    assert plain.returncode == 1
+    assert plain.stderr == "defect exec: the turn failed: the model is gone\n"
+
+    asked = defect_exec(tmp_path, failing, "--log-level", "warning", "Go", DEFECT_RETRIES="0")
+    logged = [line for line in asked.stderr.splitlines() if "model_call_failed" in line]
+    assert logged and all(line.startswith("defect: warning: model_call_failed") for line in logged)
+    assert not any(line.startswith("{") for line in asked.stderr.splitlines())
+
+    json_logs = defect_exec(
+        tmp_path, failing, "--log-format", "json", "Go", DEFECT_RETRIES="0", DEFECT_LOG_LEVEL=""
+    )
+    records = [json.loads(line) for line in json_logs.stderr.splitlines() if line[:1] == "{"]
+    assert [r["event"] for r in records] == ["model_call_failed"]
+
+
+def test_a_bad_log_level_or_an_unknown_model_stops_exec(tmp_path: Path) -> None:
+    bad_level = defect_exec(tmp_path, [{"text": "Hi."}], "Go", DEFECT_LOG_LEVEL="loud")
+    assert bad_level.returncode == 2 and bad_level.stdout == ""
+    assert "DEFECT_LOG_LEVEL='loud' is not a log level" in bad_level.stderr
+
+    unknown = defect_exec(tmp_path, [{"text": "Hi."}], "--model", "gpt-nothing", "Go")
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert "invalid value 'gpt-nothing' for model; choose one of: scripted/offline" in (
+        unknown.stderr
+    )
+
+    offered = defect_exec(tmp_path, [{"text": "Hi."}], "--model", "offline", "Go")
+    assert offered.returncode == 0 and offered.stdout == "Hi.\n"
