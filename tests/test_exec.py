@@ -21,14 +21,15 @@ from tests.support.acp_harness import REPO, agent_env
 
 def defect_exec(
     tmp_path: Path,
-    replies: list[dict[str, Any]],
+    replies: list[dict[str, Any]] | None,
     *args: str,
     user_config: str = "",
     stdin: str | None = None,
     **env: str,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `defect exec ARGS` in `tmp_path/work` with the offline model playing `replies`;
-    `stdin` is written to its standard input (else it reads /dev/null)."""
+    """Run `defect exec ARGS` in `tmp_path/work` with the offline model playing `replies`
+    (None: its built-in demo behaviour); `stdin` is written to its standard input (else it
+    reads /dev/null)."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     script = tmp_path / "script.json"
@@ -38,7 +39,7 @@ def defect_exec(
     (config_home / "defect" / "config.toml").write_text(user_config)
     environment = agent_env(
         **{
-            "DEFECT_SCRIPT": str(script),
+            **({"DEFECT_SCRIPT": str(script)} if replies is not None else {}),
             "DEFECT_STATE_DIR": str(tmp_path / "state"),
             "XDG_CONFIG_HOME": str(config_home),
             "DEFECT_LOG_LEVEL": "warning",
@@ -343,3 +344,21 @@ def test_a_bad_log_level_or_an_unknown_model_stops_exec(tmp_path: Path) -> None:
 
     offered = defect_exec(tmp_path, [{"text": "Hi."}], "--model", "offline", "Go")
     assert offered.returncode == 0 and offered.stdout == "Hi.\n"
+
+
+def test_the_offline_model_reaches_a_goal_with_goal_done(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "notes.txt").write_text("one\n")
+    run = defect_exec(tmp_path, None, "--output", "json", "--goal", "run `ls` here")
+    assert run.returncode == 0, run.stderr
+    [result] = json_lines(run.stdout)
+    assert result["goal"]["outcome"] == "reached" and result["goal"]["round"] == 1
+    assert [c["name"] for c in result["tool_calls"]] == ["bash", "goal_done"]
+    # The command of the objective was asked for, and refused: nobody to approve it in `ask`.
+    assert result["tool_calls"][0]["denied"] is True
+    assert result["goal"]["summary"] == "run `ls` here: done offline (bash failed)."
+
+    allowed = defect_exec(tmp_path, None, "--mode", "yolo", "--goal", "run `ls` here")
+    assert allowed.returncode == 0, allowed.stderr
+    assert "    notes.txt\n" in allowed.stderr and "Goal round 2/20" not in allowed.stderr
+    assert allowed.stdout.endswith("The goal is reached.\n")
