@@ -191,6 +191,17 @@ def test_exec_runs_from_a_repository_checkout() -> None:
         check=True,
     ).stdout
     assert "--goal" in help_text and "130 cancelled" in help_text
+    assert "6 every tool call refused" in help_text and "--log-format" in help_text
+    top = subprocess.run(
+        [sys.executable, "-m", "defect_acp", "--help"],
+        cwd=REPO,
+        env=agent_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "DEFECT_TERMINAL_SHELL" in top
 
 
 def test_sigint_cancels_the_turn_and_exits_130(tmp_path: Path) -> None:
@@ -362,3 +373,19 @@ def test_the_offline_model_reaches_a_goal_with_goal_done(tmp_path: Path) -> None
     assert allowed.returncode == 0, allowed.stderr
     assert "    notes.txt\n" in allowed.stderr and "Goal round 2/20" not in allowed.stderr
     assert allowed.stdout.endswith("The goal is reached.\n")
+
+
+def test_a_read_outside_the_workspace_says_how_to_allow_it(tmp_path: Path) -> None:
+    (tmp_path / "outside.txt").write_text("far away\n")
+    read = {"name": "read_file", "input": {"path": "../outside.txt"}}
+    replies = [{"tool_calls": [read]}, {"text": "Refused."}]
+    run = defect_exec(tmp_path, replies, "--output", "stream-json", "Read it")
+    [update] = [e for e in json_lines(run.stdout) if e["type"] == "tool_call_update"]
+    assert update["status"] == "failed"
+    assert "set allow_read_outside = true in ~/.config/defect/config.toml" in update["text"]
+
+    allowed = defect_exec(
+        tmp_path, replies, "--output", "json", "Read it", user_config="allow_read_outside = true\n"
+    )
+    [result] = json_lines(allowed.stdout)
+    assert "far away" in result["tool_calls"][0]["text"]
