@@ -204,7 +204,8 @@ def run_exec(args: argparse.Namespace) -> int:
         # again, unless a level is asked for.
         log.configure(level=level or "error", fmt="human")
     out = claim_stdout()
-    store, problem = _open_store()
+    # The session's own notice says why it is not saved: the log would say it twice.
+    store, problem = _open_store(logged=args.log_format == "json")
     request = ExecRequest(
         prompt=prompt,
         goal=args.goal.strip() if args.goal else None,
@@ -326,10 +327,11 @@ def _preload_provider_sdk(provider: object) -> None:
         warm()
 
 
-def _open_store() -> tuple[AsyncStore | None, str | None]:
+def _open_store(*, logged: bool = True) -> tuple[AsyncStore | None, str | None]:
     """The session store, or None and why it cannot be used (a read-only or full disk, a
     damaged or locked database). Sessions then still work, unsaved: the core tells the client
-    (no `loadSession`, a warning in each new session) or refuses them (`require_persistence`)."""
+    (no `loadSession`, a warning in each new session) or refuses them (`require_persistence`).
+    `logged=False`: the front end shows that warning itself and nothing else reads the log."""
     from defect_core.log import get_logger
     from defect_core.session import StorageError
     from defect_core.store import AsyncStore, SqliteStore
@@ -337,6 +339,8 @@ def _open_store() -> tuple[AsyncStore | None, str | None]:
     try:
         return AsyncStore(SqliteStore()), None
     except (StorageError, OSError) as exc:
+        if not logged:
+            return None, str(exc)
         get_logger("defect.cli").error(
             "session_store_unavailable", error=str(exc), effect="sessions will not be saved"
         )

@@ -341,6 +341,19 @@ def test_stderr_is_for_a_person_unless_json_logs_are_asked_for(tmp_path: Path) -
     records = [json.loads(line) for line in json_logs.stderr.splitlines() if line[:1] == "{"]
     assert [r["event"] for r in records] == ["model_call_failed"]
 
+    # A store that cannot be opened: the session's notice says so, once.
+    (tmp_path / "a-file").write_text("")
+    unsaved = defect_exec(
+        tmp_path,
+        [{"text": "Hi."}],
+        "Go",
+        DEFECT_STATE_DIR=str(tmp_path / "a-file"),
+        DEFECT_LOG_LEVEL="",
+    )
+    assert unsaved.returncode == 0 and unsaved.stdout == "Hi.\n"
+    assert unsaved.stderr.count("cannot be opened for writing") == 1
+    assert unsaved.stderr.startswith("> This session is not being saved")
+
 
 def test_a_bad_log_level_or_an_unknown_model_stops_exec(tmp_path: Path) -> None:
     bad_level = defect_exec(tmp_path, [{"text": "Hi."}], "Go", DEFECT_LOG_LEVEL="loud")
