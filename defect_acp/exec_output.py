@@ -13,13 +13,15 @@ Invariants:
   `result` line put a blank line between them (the `text` events of `stream-json` stay the
   model's own deltas; a `tool_call` between them marks the new request).
 - stdout (`out`) carries only the chosen format; the activity goes to stderr, one line per
-  thing that happened (a refused call is said once, with why).
+  thing that happened (a refused call is said once, with why). When stdout's reader goes
+  away (`| head`), nothing more is written there and `broken` tells the run to stop.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import sys
 from typing import IO, Any
@@ -125,6 +127,8 @@ class Printer:
         self._pending_blank = ""
         self._new_message = False
         self._usage: dict[str, int] | None = None
+        self.broken = False
+        """stdout's reader has gone: nothing more is written, and the run should stop."""
 
     @property
     def denied(self) -> int:
@@ -137,9 +141,21 @@ class Printer:
         finished = [c for c in self._calls.values() if c["status"] in ("completed", "failed")]
         return len(finished) - len(self._denied)
 
+    def _write(self, text: str) -> None:
+        if self.broken:
+            return
+        try:
+            self._out.write(text)
+            self._out.flush()
+        except BrokenPipeError:
+            # The reader is gone (`| head`): later writes, and the close's flush, go nowhere.
+            self.broken = True
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._out.fileno())
+            os.close(devnull)
+
     def _line(self, data: dict[str, Any]) -> None:
-        self._out.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
-        self._out.flush()
+        self._write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
 
     def _activity(self, line: str) -> None:
         sys.stderr.write(line + "\n")
@@ -219,8 +235,7 @@ class Printer:
         kept = body.rstrip(" \t")
         self._pending_blank = body[len(kept) :]
         if kept:
-            self._out.write(kept)
-            self._out.flush()
+            self._write(kept)
             self._written = (self._written + kept)[-2:]
 
     def _finished(self, event: ev.ToolCallUpdated) -> None:
@@ -280,8 +295,7 @@ class Printer:
     ) -> None:
         if self._output == "text":
             if self._written and not self._written.endswith("\n"):
-                self._out.write("\n")
-                self._out.flush()
+                self._write("\n")
             return
         self._line(
             {

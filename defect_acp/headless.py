@@ -23,7 +23,7 @@ Exit status (`EXIT_CODES`): 0 `end_turn`; 1 the turn failed (the model or the st
 reason on stderr); 2 bad usage or configuration (a `--model` the provider does not offer);
 3 `max_turn_requests` (a goal out of rounds too); 4 `max_tokens`; 5 `refusal`; 6 the model
 called tools and every call was refused because no one could approve it; 130 `cancelled`
-(SIGINT/SIGTERM).
+(SIGINT/SIGTERM, or stdout's reader went away).
 
 Invariants:
 - Nobody is asked: a tool call the mode would ask about is refused with the answer
@@ -184,6 +184,8 @@ async def _turn(
             session.resolve_permission(event.tool_call_id, NOBODY_TO_ASK)
         else:
             printer.event(event)
+        if printer.broken:  # nobody reads the answer any more
+            session.cancel_turn()
 
     async def follow() -> None:
         async for event in stream:

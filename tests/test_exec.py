@@ -402,3 +402,29 @@ def test_a_read_outside_the_workspace_says_how_to_allow_it(tmp_path: Path) -> No
     )
     [result] = json_lines(allowed.stdout)
     assert "far away" in result["tool_calls"][0]["text"]
+
+
+def test_a_reader_that_goes_away_cancels_the_run_without_a_traceback(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "word " * 2000, "chunk_delay_ms": 1}]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "defect_acp", "exec", "--output", "stream-json", "Talk"],
+        cwd=work,
+        env=agent_env(DEFECT_SCRIPT=str(script), DEFECT_STATE_DIR=str(tmp_path / "state")),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert json.loads(proc.stdout.readline())["type"] == "text"  # `| head -1`
+        proc.stdout.close()
+        errors = proc.stderr.read()
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors
