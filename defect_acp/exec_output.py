@@ -11,7 +11,7 @@ Invariants:
   reduced to its first line: a command's result starts with its output's code fence.
 - The answer's text of one model request is never glued to the next one's: text mode and the
   `result` line put a blank line between them (the `text` events of `stream-json` stay the
-  model's own deltas; a `tool_call` between them marks the new request).
+  model's own deltas).
 - stdout (`out`) carries only the chosen format; the activity goes to stderr, one line per
   thing that happened (a refused call is said once, with why). When stdout's reader goes
   away (`| head`), nothing more is written there and `broken` tells the run to stop.
@@ -123,9 +123,12 @@ class Printer:
         self._messages: list[str] = [""]
         """The answer's text, one entry per model request."""
         self._written = ""
-        """What text mode wrote of the answer so far, but its trailing blanks."""
-        self._pending_blank = ""
+        """The last two characters text mode wrote of the answer ("": nothing yet)."""
+        self._held = ""
+        """Blanks text mode holds back: written before the message's next text, or dropped
+        at its end (a new message starts with its own separator instead)."""
         self._new_message = False
+        """The model's last message was committed: the next text belongs to a new request."""
         self._usage: dict[str, int] | None = None
         self.broken = False
         """stdout's reader has gone: nothing more is written, and the run should stop."""
@@ -221,19 +224,17 @@ class Printer:
         """Add a delta of the answer; a new model request's text starts a new paragraph."""
         if self._new_message and self._messages[-1]:
             self._messages.append("")
-            if self._output == "text":
-                self._pending_blank = "\n\n" if not self._written.endswith("\n") else "\n"
-                if self._written.endswith("\n\n"):
-                    self._pending_blank = ""
+            ended = len(self._written) - len(self._written.rstrip("\n"))
+            self._held = "\n" * (2 - ended)  # a blank line, counting the newlines written
         self._new_message = False
         self._messages[-1] += text
         if self._output != "text":
             return
         # Trailing blanks are held back: the end of a message drops them, a next delta of the
         # same message writes them first.
-        body = self._pending_blank + text
+        body = self._held + text
         kept = body.rstrip(" \t")
-        self._pending_blank = body[len(kept) :]
+        self._held = body[len(kept) :]
         if kept:
             self._write(kept)
             self._written = (self._written + kept)[-2:]
