@@ -168,11 +168,12 @@ def _add_exec_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     run.add_argument(
         "--mode",
         choices=("ask", "accept-edits", "read-only", "yolo"),
-        help="permission mode (default: ask; what it would ask about is denied)",
+        help="permission mode (default: ask; what it would ask about is refused: nobody is "
+        "there to approve it)",
     )
     run.add_argument("--output", choices=("text", "json", "stream-json"), default="text")
     run.add_argument("--provider", help="model provider")
-    run.add_argument("--model", help="model id for the provider")
+    run.add_argument("--model", help="a model the provider offers (else refused)")
     run.add_argument(
         "--log-level",
         type=_log_level,
