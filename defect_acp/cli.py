@@ -10,7 +10,10 @@ Invariants:
 - `defect fake-api` serves the strict fake Anthropic/Bedrock API (`defect_fakeapi`), for
   `provider_fake` transcripts and offline runs; it is imported only for that command.
 - `defect exec [--goal G] [--mode M] [--output text|json|stream-json] "prompt"` runs one turn
-  (or a goal) without an editor (`defect_acp/headless.py`: its output and exit codes).
+  (or a goal) without an editor (`defect_acp/headless.py`: its output and exit codes). The
+  prompt may come from stdin (`-`, or a pipe and no prompt argument). Its stderr is read by
+  a person: logs there are plain lines, at `error` unless a level is asked for, so what the
+  run reports itself is not said twice; `--log-format json` gives the JSON lines instead.
 - `defect transcript run|record` plays or records scripted JSON-RPC sessions
   (`defect_transcript`, a client of `defect acp` over stdio that imports nothing of the
   server); it keeps stdout for its report.
@@ -19,7 +22,8 @@ Invariants:
   as soon as the provider is known, and runs only while the event loop sleeps
   (`defect_acp/idle_loop.py`), so it never slows `initialize` or `session/new`.
 - A person gets one line, never a traceback: a TTY on stdin is told what this command is
-  for (then it serves as usual), an unusable stdin or a bad log level exits non-zero.
+  for (then it serves as usual), an unusable stdin or a bad log level (`--log-level`,
+  `DEFECT_LOG_LEVEL`, for `acp` and `exec` alike) exits non-zero.
 - A broken configuration file never stops the process: sessions it applies to fail with
   its error (file, line, reason), so the editor can show it.
 - The process exits 0 when stdin closes or on SIGTERM/SIGINT, after closing its sessions:
@@ -63,6 +67,8 @@ environment:
   AWS_PROFILE, AWS_REGION, AWS_ACCESS_KEY_ID...  Bedrock credentials (the boto3 chain)
   DEFECT_LOG_LEVEL    debug, info, warning (default), error — logs go to stderr
   DEFECT_LOG_FILE     also append logs to this file
+  DEFECT_TERMINAL_SHELL  the shell of commands run in the editor's terminal
+                      (terminal_shell; default: /bin/sh)
   DEFECT_STATE_DIR    where sessions are saved (default: $XDG_STATE_HOME/defect,
                       i.e. ~/.local/state/defect)
 """
@@ -150,51 +156,116 @@ def _add_exec_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         description="Run one turn (or a goal) in the current directory; the answer goes to "
         "stdout, tool activity to stderr. Exit status: 0 end_turn, 1 failed, 2 usage or "
         "configuration, 3 max_turn_requests (a goal out of rounds), 4 max_tokens, 5 refusal, "
-        "130 cancelled.",
+        "6 every tool call refused (nobody to approve it), 130 cancelled.",
     )
-    run.add_argument("prompt", nargs="?", default="", help="the prompt (with --goal: optional)")
+    run.add_argument(
+        "prompt",
+        nargs="?",
+        help="the prompt; - (or no prompt and a pipe on stdin) reads it from stdin "
+        "(with --goal: optional)",
+    )
     run.add_argument("--goal", metavar="OBJECTIVE", help="work on your own until goal_done")
     run.add_argument(
         "--mode",
         choices=("ask", "accept-edits", "read-only", "yolo"),
-        help="permission mode (default: ask; what it would ask about is denied)",
+        help="permission mode (default: ask; what it would ask about is refused: nobody is "
+        "there to approve it)",
     )
     run.add_argument("--output", choices=("text", "json", "stream-json"), default="text")
     run.add_argument("--provider", help="model provider")
-    run.add_argument("--model", help="model id for the provider")
-    run.add_argument("--log-level", type=_log_level, help=", ".join(LOG_LEVELS))
+    run.add_argument("--model", help="a model the provider offers (else refused)")
+    run.add_argument(
+        "--log-level",
+        type=_log_level,
+        help=", ".join(LOG_LEVELS) + " (default: error, or warning with --log-format json)",
+    )
+    run.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="logs on stderr as plain lines among the activity (default), or as JSON lines",
+    )
 
 
 def run_exec(args: argparse.Namespace) -> int:
-    if not args.prompt.strip() and not (args.goal or "").strip():
-        sys.stderr.write("defect exec: give a prompt, or --goal OBJECTIVE\n")
+    ok, level = _checked_log_level(args.log_level)
+    if not ok:
+        return 2
+    prompt = _exec_prompt(args.prompt, goal=bool((args.goal or "").strip()))
+    if prompt is None:
         return 2
     from defect_acp.headless import ExecRequest, claim_stdout
     from defect_acp.headless import run_exec as run
     from defect_core import log
 
-    log.configure(level=args.log_level)
+    if args.log_format == "json":
+        log.configure(level=level)
+    else:
+        # stderr is the activity a person reads: what the run reports itself is not logged
+        # again, unless a level is asked for.
+        log.configure(level=level or "error", fmt="human")
     out = claim_stdout()
-    store, problem = _open_store()
+    # The session's own notice says why it is not saved: the log would say it twice.
+    store, problem = _open_store(logged=args.log_format == "json")
     request = ExecRequest(
-        prompt=args.prompt,
+        prompt=prompt,
         goal=args.goal.strip() if args.goal else None,
         mode=args.mode,
         output=args.output,
-        flags={"provider": args.provider, "model": args.model},
+        flags={"provider": args.provider},
+        model=args.model,
     )
     return run(request, out, store, problem)
 
 
-def run_acp(args: argparse.Namespace) -> int:
+def _exec_prompt(given: str | None, *, goal: bool) -> str | None:
+    """The prompt of `defect exec`: the argument; stdin for `-`, or when no argument is given
+    and stdin is not a terminal (a pipe, a file), unless a goal needs no prompt. None (and
+    one line on stderr) when there is none."""
+    if given == "-" or (given is None and not goal and _stdin_is_input()):
+        try:
+            given = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+        except (OSError, ValueError) as exc:
+            sys.stderr.write(f"defect exec: cannot read the prompt from stdin: {exc}\n")
+            return None
+        if not given.strip():
+            sys.stderr.write("defect exec: the prompt read from stdin is empty\n")
+            return None
+    if not (given or "").strip() and not goal:
+        sys.stderr.write("defect exec: give a prompt (an argument, or - for stdin), or --goal\n")
+        return None
+    return given or ""
+
+
+def _stdin_is_input() -> bool:
+    """Whether stdin can be read for a prompt: open, readable, and not a terminal."""
     from defect_acp.stdin import StdinUnusable, check_stdin
 
-    level = args.log_level or os.environ.get("DEFECT_LOG_LEVEL") or None
+    try:
+        check_stdin()
+    except StdinUnusable:
+        return False
+    return not os.isatty(0)
+
+
+def _checked_log_level(flag: str | None) -> tuple[bool, str | None]:
+    """(True, the log level asked for: the flag, else `DEFECT_LOG_LEVEL`, None for the
+    default); (False, None), after one line on stderr, when `DEFECT_LOG_LEVEL` is not one."""
+    level = flag or os.environ.get("DEFECT_LOG_LEVEL") or None
     if level is not None and level.strip().lower() not in LOG_LEVELS:
         sys.stderr.write(
             f"defect: DEFECT_LOG_LEVEL={level!r} is not a log level: "
             f"choose one of {', '.join(LOG_LEVELS)}\n"
         )
+        return False, None
+    return True, level.strip().lower() if level is not None else None
+
+
+def run_acp(args: argparse.Namespace) -> int:
+    from defect_acp.stdin import StdinUnusable, check_stdin
+
+    ok, level = _checked_log_level(args.log_level)
+    if not ok:
         return 2
     try:
         check_stdin()
@@ -257,10 +328,11 @@ def _preload_provider_sdk(provider: object) -> None:
         warm()
 
 
-def _open_store() -> tuple[AsyncStore | None, str | None]:
+def _open_store(*, logged: bool = True) -> tuple[AsyncStore | None, str | None]:
     """The session store, or None and why it cannot be used (a read-only or full disk, a
     damaged or locked database). Sessions then still work, unsaved: the core tells the client
-    (no `loadSession`, a warning in each new session) or refuses them (`require_persistence`)."""
+    (no `loadSession`, a warning in each new session) or refuses them (`require_persistence`).
+    `logged=False`: the front end shows that warning itself and nothing else reads the log."""
     from defect_core.log import get_logger
     from defect_core.session import StorageError
     from defect_core.store import AsyncStore, SqliteStore
@@ -268,6 +340,8 @@ def _open_store() -> tuple[AsyncStore | None, str | None]:
     try:
         return AsyncStore(SqliteStore()), None
     except (StorageError, OSError) as exc:
+        if not logged:
+            return None, str(exc)
         get_logger("defect.cli").error(
             "session_store_unavailable", error=str(exc), effect="sessions will not be saved"
         )

@@ -8,31 +8,39 @@ stderr, and turns the stop reason into the exit status. For CI and scripts:
     defect exec --mode yolo --goal "make the tests pass"  # a goal, until goal_done
     defect exec --output stream-json "list the TODOs"     # one JSON event per line
 
-Output (`--output`):
-- `text` (default): the answer's text as it streams; tool calls, goal rounds and notices on
-  stderr, one line each.
+Output (`--output`, written by `defect_acp/exec_output.py`):
+- `text` (default): the answer's text as it streams (a blank line between the texts of
+  successive model requests); tool calls with their results, goal rounds and notices on
+  stderr.
 - `json`: one JSON object on stdout when the turn ends, `{"type": "result", ...}` (session id,
-  stop reason, exit code, the answer's text, usage, the goal's outcome).
+  stop reason, exit code, the answer's text, usage, the goal's outcome, every tool call with
+  its result).
 - `stream-json`: one JSON object per line as things happen (`text`, `thought`, `tool_call`,
-  `tool_call_update`, `permission_denied`, `notice`, `plan`), then the same `result` line.
+  `tool_call_update` with the whole result, `permission_denied`, `notice`, `plan`), then the
+  same `result` line.
 
 Exit status (`EXIT_CODES`): 0 `end_turn`; 1 the turn failed (the model or the store: the
-reason on stderr); 2 bad usage or configuration; 3 `max_turn_requests` (a goal out of rounds
-too); 4 `max_tokens`; 5 `refusal`; 130 `cancelled` (SIGINT/SIGTERM).
+reason on stderr); 2 bad usage or configuration (a `--model` the provider does not offer);
+3 `max_turn_requests` (a goal out of rounds too); 4 `max_tokens`; 5 `refusal`; 6 the model
+called tools and every call was refused because no one could approve it; 130 `cancelled`
+(SIGINT/SIGTERM, or stdout's reader went away).
 
 Invariants:
-- Nobody is asked: a tool call the mode would ask about is denied (the model reads that it was
-  rejected, stderr says why); `--mode yolo` runs everything, `--mode accept-edits` edits files.
+- Nobody is asked: a tool call the mode would ask about is refused with the answer
+  `policy.NOBODY_TO_ASK` (the model reads that no one was there to approve it, never that a
+  user rejected it; stderr says it once, with why); `--mode yolo` runs everything,
+  `--mode accept-edits` edits files.
 - stdout carries the answer (or the JSON lines) and nothing else: before the session starts,
   fd 1 is pointed at stderr and the real stdout is kept for this module's writes, so a library
   or a child process that prints cannot mix into it.
+- `--model` is chosen as `session/set_config_option` chooses a model: one the provider does
+  not offer is refused (exit 2), never sent to the provider as if it were configured.
 - The session is saved like an editor's (same store, same cwd), so `session/load` and
   `defect acp --resume` can continue it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -44,19 +52,21 @@ from typing import IO, Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from defect_acp.exec_output import OUTPUTS, Printer
 from defect_core import events as ev
 from defect_core.config import ConfigError, Settings, load_settings
-from defect_core.errors import AgentError
+from defect_core.errors import AgentError, InvalidOption
 from defect_core.log import get_logger
 from defect_core.model import TextBlock
-from defect_core.policy import REJECT_ONCE
+from defect_core.policy import NOBODY_TO_ASK
 from defect_core.session import Backends, DefaultAgentCore, DefaultSession, Frontend
 from defect_core.store import AsyncStore
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 
 log = get_logger("defect.exec")
 
-OUTPUTS = ("text", "json", "stream-json")
+__all__ = ["EXIT_CODES", "OUTPUTS", "ExecRequest", "claim_stdout", "run_exec"]
+
 EXIT_CODES: dict[str, int] = {
     "end_turn": 0,
     "failed": 1,
@@ -64,6 +74,7 @@ EXIT_CODES: dict[str, int] = {
     "max_turn_requests": 3,
     "max_tokens": 4,
     "refusal": 5,
+    "denied": 6,
     "cancelled": 130,
 }
 
@@ -75,6 +86,9 @@ class ExecRequest:
     mode: str | None
     output: str
     flags: dict[str, object] = field(default_factory=dict)
+    model: str | None = None
+    """`--model`: chosen as `session/set_config_option` chooses it, so a model the provider
+    does not offer is refused (the configuration's flags would take any id)."""
 
 
 def run_exec(
@@ -112,21 +126,41 @@ async def _run(
         )
         if request.mode is not None:
             await session.set_mode(request.mode)
+        if request.model is not None:
+            await _select_model(session, request.model)
         for notice in session.notices():
             printer.event(ev.Notice(notice, "warning"))
         stop, error = await _turn(session, request, printer)
-    except AgentError as exc:  # a refused session (its configuration, its store)
+    except AgentError as exc:  # a refused session (configuration, store) or --model
         sys.stderr.write(f"defect exec: {exc}\n")
         return EXIT_CODES["usage"]
     finally:
         with anyio.CancelScope(shield=True):
             await core.aclose()
     code = EXIT_CODES["failed"] if error is not None else EXIT_CODES.get(stop, 1)
-    if error is not None:
-        sys.stderr.write(f"defect exec: the turn failed: {error}\n")
+    why = f"the turn failed: {error}" if error is not None else None
+    if code == 0 and printer.denied and not printer.ran:
+        # Nothing the model wanted to do could be done: the run did not do its job.
+        code = EXIT_CODES["denied"]
+        why = (
+            f"every tool call was refused: mode {session.current_mode()!r} asks for them and "
+            "no one is there to approve (--mode accept-edits or yolo)"
+        )
     goal = session.last_goal.to_dict() if session.last_goal is not None else None
-    printer.result(session.id, stop, code, error, goal)
+    printer.result(session.id, stop, code, error, goal)  # the answer's last line first
+    if why is not None:
+        sys.stderr.write(f"defect exec: {why}\n")
     return code
+
+
+async def _select_model(session: DefaultSession, model: str) -> None:
+    """Talk to `model`, one of the models the provider offers (its live list is asked for
+    only when its catalogue does not name it); else `InvalidOption`, naming the choices."""
+    try:
+        await session.set_config_option("model", model)
+    except InvalidOption:
+        await session.refresh_models()
+        await session.set_config_option("model", model)
 
 
 async def _turn(
@@ -146,10 +180,12 @@ async def _turn(
 
     def handle(event: ev.AgentEvent) -> None:
         if isinstance(event, ev.PermissionRequested):
-            session.resolve_permission(event.tool_call_id, REJECT_ONCE)
-            printer.denied(event, session.current_mode())
+            printer.refused(event, session.current_mode())
+            session.resolve_permission(event.tool_call_id, NOBODY_TO_ASK)
         else:
             printer.event(event)
+        if printer.broken:  # nobody reads the answer any more
+            session.cancel_turn()
 
     async def follow() -> None:
         async for event in stream:
@@ -178,128 +214,6 @@ async def _turn(
 async def _cancel_on_signal(signals: Any, session: DefaultSession) -> None:
     async for _ in signals:
         session.cancel_turn()
-
-
-class Printer:
-    """Writes what happens: the answer to `out`, the activity to stderr (or JSON lines)."""
-
-    def __init__(self, output: str, out: IO[str]) -> None:
-        self._output = output
-        self._out = out
-        self._titles: dict[str, str] = {}
-        self._text: list[str] = []
-        self._usage: dict[str, int] | None = None
-
-    def _line(self, data: dict[str, Any]) -> None:
-        self._out.write(json.dumps(data, ensure_ascii=False, default=str) + "\n")
-        self._out.flush()
-
-    def _activity(self, line: str) -> None:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-
-    def event(self, event: ev.AgentEvent) -> None:
-        stream = self._output == "stream-json"
-        if isinstance(event, ev.AgentTextDelta):
-            self._text.append(event.text)
-            if stream:
-                self._line({"type": "text", "text": event.text})
-            elif self._output == "text":
-                self._out.write(event.text)
-                self._out.flush()
-        elif isinstance(event, ev.AgentThoughtDelta):
-            if stream:
-                self._line({"type": "thought", "text": event.text})
-        elif isinstance(event, ev.ToolCallStarted):
-            self._titles[event.tool_call_id] = event.title
-            if stream:
-                self._line(
-                    {
-                        "type": "tool_call",
-                        "id": event.tool_call_id,
-                        "name": event.name,
-                        "title": event.title,
-                        "kind": event.kind,
-                        "input": event.raw_input,
-                    }
-                )
-            self._activity(f"→ {event.title}")
-        elif isinstance(event, ev.ToolCallUpdated) and event.status in ("completed", "failed"):
-            title = self._titles.get(event.tool_call_id, event.tool_call_id)
-            detail = _first_text(event.content) if event.status == "failed" else ""
-            if stream:
-                self._line(
-                    {
-                        "type": "tool_call_update",
-                        "id": event.tool_call_id,
-                        "status": event.status,
-                        "text": _first_text(event.content),
-                    }
-                )
-            mark = "✓" if event.status == "completed" else "✗"
-            self._activity(f"{mark} {title}" + (f": {detail}" if detail else ""))
-        elif isinstance(event, ev.PlanUpdated):
-            entries = [
-                {"content": e.content, "priority": e.priority, "status": e.status}
-                for e in event.entries
-            ]
-            if stream:
-                self._line({"type": "plan", "entries": entries})
-            marks = {"completed": "✓", "in_progress": "▶", "pending": "○"}
-            steps = " · ".join(f"{marks[e.status]} {e.content}" for e in event.entries)
-            self._activity(f"plan: {steps or '(cleared)'}")
-        elif isinstance(event, ev.Notice):
-            if stream:
-                self._line({"type": "notice", "level": event.level, "text": event.text})
-            self._activity(f"> {event.text}")
-        elif isinstance(event, ev.TurnEnded) and event.usage is not None:
-            u = event.usage
-            self._usage = {
-                "input_tokens": u.input_tokens,
-                "output_tokens": u.output_tokens,
-                "requests": u.requests,
-            }
-
-    def denied(self, event: ev.PermissionRequested, mode: str) -> None:
-        why = f"mode {mode!r} would ask, and defect exec has nobody to ask (use --mode yolo)"
-        if self._output == "stream-json":
-            self._line(
-                {"type": "permission_denied", "id": event.tool_call_id, "title": event.title}
-            )
-        self._activity(f"✗ denied: {event.title} ({why})")
-
-    def result(
-        self,
-        session_id: str,
-        stop: str,
-        code: int,
-        error: str | None,
-        goal: dict[str, Any] | None,
-    ) -> None:
-        if self._output == "text":
-            if self._text and not "".join(self._text).endswith("\n"):
-                self._out.write("\n")
-                self._out.flush()
-            return
-        self._line(
-            {
-                "type": "result",
-                "session_id": session_id,
-                "stop_reason": stop,
-                "exit_code": code,
-                "text": "".join(self._text),
-                "error": error,
-                "usage": self._usage,
-                "goal": goal,
-            }
-        )
-
-
-def _first_text(content: tuple[ev.ToolDisplay, ...] | None) -> str:
-    for item in content or ():
-        if isinstance(item, ev.TextDisplay):
-            return item.text.strip().splitlines()[0][:200] if item.text.strip() else ""
-    return ""
 
 
 def claim_stdout() -> IO[str]:

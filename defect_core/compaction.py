@@ -59,14 +59,7 @@ from defect_core.events import (
 from defect_core.history import History, estimate_message_tokens, overhead_tokens
 from defect_core.integrity import repair_outbound
 from defect_core.log import get_logger
-from defect_core.model import (
-    JsonPart,
-    Message,
-    TextBlock,
-    ToolResultBlock,
-    ToolSpec,
-    ToolUseBlock,
-)
+from defect_core.model import JsonPart, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 from defect_core.providers.base import (
     Completed,
     HostedWebSearch,
@@ -388,6 +381,7 @@ class Compactor:
         self.cleared_from: str | None = None  # the first result cleared since the last reply
         self._gate: asyncio.Event | None = None  # the background summary waits on it
         self._counter = 0
+        self.failure = ""  # why the last summary request failed ("": it did not)
 
     def use_provider(
         self, provider: LlmProvider, outbound: Callable[[list[Message]], list[Message]] | None
@@ -501,12 +495,13 @@ class Compactor:
                 status="in_progress",
             )
         )
-        snapshot = self._history.snapshot()
+        snapshot, self.failure = self._history.snapshot(), ""
         before = self.estimate(shape.system, shape.tools)
         report = await self._summarise_into_history(snapshot, shape, window, "full", before, focus)
-        if report is None:
-            skipped = "nothing to summarise, or the summary request failed (see the log)"
-            await self._finish_call(call_id, "failed", f"Compaction skipped: {skipped}.")
+        if report is None:  # the turn goes on either way
+            failed = f"Compaction failed: the summary request failed: {self.failure}"
+            text = failed if self.failure else "Nothing to compact yet: too short to summarise."
+            await self._finish_call(call_id, "failed" if self.failure else "completed", text)
             return None
         after = self.estimate(shape.system, shape.tools)
         report = CompactionReport("full", before, after, report.messages_summarised)
@@ -578,6 +573,7 @@ class Compactor:
             text = await summarise(self._provider, request)
         except ProviderError as err:
             log.warning("compaction_failed", kind=kind, error=err.message, retryable=err.retryable)
+            self.failure = err.message
             return None
         # No await between the splice, the snapshot and the checkpoint's submission: the
         # store sees this rewrite in the same order as the history's appends.

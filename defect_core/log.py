@@ -12,7 +12,9 @@ renders JSON lines, never the console: `structlog` is imported with `rich` hidde
 something imported `rich` already.
 
 Configuration: `DEFECT_LOG_LEVEL` (debug, info, warning — the default —, error) and
-`DEFECT_LOG_FILE` (also append JSON lines to this file).
+`DEFECT_LOG_FILE` (also append the lines to this file). The lines are JSON, or with
+`fmt="human"` (`defect exec`, whose stderr a person reads) one plain line each:
+`defect: warning: model_call_failed (error='…', attempt=1)`.
 """
 
 from __future__ import annotations
@@ -34,8 +36,12 @@ else:
 _configured = False
 
 
-def configure(level: str | None = None, log_file: str | None = None) -> None:
-    """Set up logging once for the process. Safe to call again (later calls are no-ops)."""
+FORMATS = ("json", "human")
+
+
+def configure(level: str | None = None, log_file: str | None = None, fmt: str = "json") -> None:
+    """Set up logging once for the process. Safe to call again (later calls are no-ops).
+    `fmt`: one of `FORMATS`."""
     global _configured
     if _configured:
         return
@@ -54,18 +60,35 @@ def configure(level: str | None = None, log_file: str | None = None) -> None:
         root.addHandler(handler)
     root.setLevel(numeric)
 
+    rendering: list[Any] = (
+        [structlog.processors.format_exc_info, _human_line]
+        if fmt == "human"
+        else [
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ]
+    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
+            *rendering,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=True,
     )
+
+
+def _human_line(_logger: Any, _method: str, event: dict[str, Any]) -> str:
+    """One event as one plain line (then its traceback, if any)."""
+    level = event.pop("level", _method)
+    name = event.pop("event", "")
+    trace = event.pop("exception", None)
+    details = ", ".join(f"{key}={value!r}" for key, value in event.items())
+    line = f"defect: {level}: {name}" + (f" ({details})" if details else "")
+    return f"{line}\n{trace}" if trace else line
 
 
 def get_logger(name: str) -> Any:

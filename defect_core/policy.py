@@ -62,6 +62,9 @@ ALLOW_ONCE = "allow_once"
 ALLOW_ALWAYS = "allow_always"
 REJECT_ONCE = "reject_once"
 REJECT_ALWAYS = "reject_always"
+NOBODY_TO_ASK = "nobody_to_ask"
+"""Not an option a user picks: the answer of a front end with no person at hand (`defect
+exec`); the call is refused and the model told that no one was there to approve it."""
 
 PERMISSION_OPTIONS: tuple[PermissionOption, ...] = (
     PermissionOption(ALLOW_ONCE, "Allow once", "allow_once"),

@@ -5,7 +5,8 @@ Spawns `defect acp` (no API key needed) as every client of defect's own does
 ACP SDK's client side (`acp.connect_to_agent`) over real stdio, and prints what an editor
 would show: streamed text, thoughts, tool calls with their status, a diff, a permission
 question (answered by this script), a plan kept step by step, a subagent's work streamed on its
-call, a cancel, `/rewind` taking an edit back, and each turn's stop reason. Exits 0 when
+call, a goal (`/goal`) reached with `goal_done`, a cancel, `/rewind` taking an edit back, and
+each turn's stop reason. Exits 0 when
 every step behaved; 1 otherwise.
 
 Run it with `make run`, or `python scripts/demo_client.py [--workspace DIR]`.
@@ -54,6 +55,10 @@ class Editor:
         self.usage: tuple[int, int] | None = None
         self.plans: list[list[tuple[str, str]]] = []
         """Each plan shown: (content, status) per entry."""
+        self.shown: dict[str, list[str]] = {}
+        """The text lines of each call's content, as last received: an update replaces a
+        call's content (a subagent's progress is resent whole), and only its new lines are
+        printed."""
 
     def _switch(self, mode: str) -> None:
         if mode != self.mode:
@@ -86,7 +91,7 @@ class Editor:
                 color = {"completed": GREEN, "failed": RED}.get(update.status, DIM)
                 print(f"  {color}↳ {title}: {update.status}{RESET}")
             for item in update.content or []:
-                self._show_content(item)
+                self._show_content(item, update.tool_call_id)
         elif kind == "plan":
             self._switch("plan")
             self.plans.append([(e.content, e.status) for e in update.entries])
@@ -107,7 +112,7 @@ class Editor:
             names = ", ".join(f"/{c.name}" for c in update.available_commands)
             print(f"{DIM}(commands: {names}){RESET}")
 
-    def _show_content(self, item: Any) -> None:
+    def _show_content(self, item: Any, call_id: str | None = None) -> None:
         if getattr(item, "type", "") == "diff":
             self.diffs_shown += 1
             old = (item.old_text or "").splitlines()
@@ -120,6 +125,15 @@ class Editor:
                 print(f"    {color}{line}{RESET}")
         elif getattr(item, "type", "") == "content" and hasattr(item.content, "text"):
             lines = item.content.text.strip().splitlines()
+            if call_id is not None:
+                before, self.shown[call_id] = self.shown.get(call_id, []), lines
+                matcher = difflib.SequenceMatcher(a=before, b=lines, autojunk=False)
+                lines = [
+                    line
+                    for tag, _, _, start, end in matcher.get_opcodes()
+                    if tag in ("insert", "replace")
+                    for line in lines[start:end]
+                ]
             for line in lines[:6]:
                 print(f"    {DIM}{line}{RESET}")
             if len(lines) > 6:
@@ -274,6 +288,15 @@ async def run(workspace: Path, state_dir: Path) -> int:
                 for call, title in editor.titles.items()
             ),
             "the subagent's call streamed its progress and completed",
+        )
+
+        check(await prompt("/goal survey this workspace") == "end_turn", "goal turn")
+        check(
+            any(
+                title == "Goal reached" and editor.statuses.get(call) == "completed"
+                for call, title in editor.titles.items()
+            ),
+            "the goal ended with the model's goal_done call",
         )
 
         print(f"\n{BOLD}> Count slowly to thirty{RESET}  {DIM}(the demo cancels it){RESET}")

@@ -421,12 +421,21 @@ def test_the_demo_shows_an_editors_view_in_order_and_none_of_its_own_files() -> 
         "Plan\n  ▶ Look at the workspace (high)\n  ○ Decide what to change (medium)\n",
         "Plan\n  ✔ Look at the workspace (high)\n  ▶ Decide what to change (medium)\n",
         "Every step of the plan is done.",
+        "> Ask a subagent to survey this workspace",
+        "The subagent reported back:\n    `search` returned:\n",
+        "> /goal survey this workspace",
+        "Goal round 1/20: survey this workspace",
+        "  ↳ Goal reached: completed",
+        "The goal is reached.\n[stop reason: end_turn",
         "[stop reason: cancelled]",
         "Demo finished: a full offline ACP session.",
     ]
     positions = [out.find(marker) for marker in order]
     assert -1 not in positions, list(zip(order, positions, strict=True))
     assert positions == sorted(positions)
+    # A subagent's progress is resent whole on each update: each of its lines is shown once.
+    assert out.count("    Let me look around the workspace first.\n") == 1
+    assert "Goal round 2/20" not in out
     # The model picker lists more than one provider, and a turn runs on the second one.
     assert "  lab: lab/offline-lab" in out and "  claude: claude/claude-sonnet-5-5" in out
     assert "> hello from the lab" in out

@@ -128,3 +128,31 @@ async def test_a_cancel_stops_a_goal_at_once(fake_provider: FakeProvider, tmp_pa
         agent.assert_schema_clean()
     assert len(fake_provider.requests) == 2
     assert isinstance(response, s.PromptResponse)
+
+
+async def test_the_offline_model_reaches_a_goal_by_calling_goal_done(tmp_path: Path) -> None:
+    # No script: the built-in demo behaviour, as `make run` and a first try meet it.
+    (tmp_path / "notes.txt").write_text("one\n")
+    env = agent_env(DEFECT_STATE_DIR=str(tmp_path / "state"))
+    async with spawn_defect(env=env, cwd=tmp_path) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(tmp_path)
+        response = await agent.prompt(sid, "/goal survey this workspace")
+        assert response.stop_reason == "end_turn"
+        text = agent.client.text(sid)
+        assert "Goal round 1/20: survey this workspace" in text
+        assert "Goal round 2/20" not in text and "The goal is reached." in text
+        calls = {
+            u.tool_call_id: u.title
+            for s_id, u in agent.client.updates
+            if s_id == sid and u.session_update == "tool_call"
+        }
+        assert sorted(calls.values()) == ["Find files '*'", "Goal reached"]
+        finals = {
+            calls[u.tool_call_id]: u.status
+            for s_id, u in agent.client.updates
+            if s_id == sid and u.session_update == "tool_call_update" and u.status
+            if u.status in ("completed", "failed")
+        }
+        assert finals == {"Find files '*'": "completed", "Goal reached": "completed"}
+        agent.assert_schema_clean()

@@ -21,12 +21,15 @@ from tests.support.acp_harness import REPO, agent_env
 
 def defect_exec(
     tmp_path: Path,
-    replies: list[dict[str, Any]],
+    replies: list[dict[str, Any]] | None,
     *args: str,
     user_config: str = "",
+    stdin: str | None = None,
     **env: str,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `defect exec ARGS` in `tmp_path/work` with the offline model playing `replies`."""
+    """Run `defect exec ARGS` in `tmp_path/work` with the offline model playing `replies`
+    (None: its built-in demo behaviour); `stdin` is written to its standard input (else it
+    reads /dev/null)."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     script = tmp_path / "script.json"
@@ -35,16 +38,20 @@ def defect_exec(
     (config_home / "defect").mkdir(parents=True, exist_ok=True)
     (config_home / "defect" / "config.toml").write_text(user_config)
     environment = agent_env(
-        DEFECT_SCRIPT=str(script),
-        DEFECT_STATE_DIR=str(tmp_path / "state"),
-        XDG_CONFIG_HOME=str(config_home),
-        DEFECT_LOG_LEVEL="warning",
-        **env,
+        **{
+            **({"DEFECT_SCRIPT": str(script)} if replies is not None else {}),
+            "DEFECT_STATE_DIR": str(tmp_path / "state"),
+            "XDG_CONFIG_HOME": str(config_home),
+            "DEFECT_LOG_LEVEL": "warning",
+            **env,
+        }
     )
     return subprocess.run(
         [sys.executable, "-m", "defect_acp", "exec", *args],
         cwd=work,
         env=environment,
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
         capture_output=True,
         text=True,
         timeout=60,
@@ -68,7 +75,7 @@ def test_the_answer_goes_to_stdout_and_the_tool_activity_to_stderr(tmp_path: Pat
     ]
     run = defect_exec(tmp_path, replies, "What do the notes say?")
     assert run.returncode == 0, run.stderr
-    assert run.stdout == "Reading. It says: remember the milk.\n"
+    assert run.stdout == "Reading.\n\nIt says: remember the milk.\n"
     assert "→ Read notes.txt" in run.stderr and "✓ Read notes.txt" in run.stderr
     assert "remember the milk." not in run.stderr
 
@@ -110,7 +117,7 @@ def test_a_question_the_mode_would_ask_is_denied_unless_yolo(tmp_path: Path) -> 
         {"text": "Done or not."},
     ]
     denied = defect_exec(tmp_path, replies, "Write out.txt")
-    assert denied.returncode == 0, denied.stderr
+    assert denied.returncode == 6, denied.stderr
     assert not (tmp_path / "work" / "out.txt").exists()
     assert "denied: Write out.txt" in denied.stderr and "--mode yolo" in denied.stderr
 
@@ -169,7 +176,7 @@ def test_a_goal_out_of_rounds_exits_3(tmp_path: Path) -> None:
         tmp_path, replies, "--goal", "count the stars", user_config="goal_max_rounds = 2\n"
     )
     assert run.returncode == 3, run.stderr
-    assert run.stdout == "Still at it.Still at it.\n"
+    assert run.stdout == "Still at it.\n\nStill at it.\n"
     assert "Goal round 2/2" in run.stderr
 
 
@@ -184,6 +191,17 @@ def test_exec_runs_from_a_repository_checkout() -> None:
         check=True,
     ).stdout
     assert "--goal" in help_text and "130 cancelled" in help_text
+    assert "6 every tool call refused" in help_text and "--log-format" in help_text
+    top = subprocess.run(
+        [sys.executable, "-m", "defect_acp", "--help"],
+        cwd=REPO,
+        env=agent_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "DEFECT_TERMINAL_SHELL" in top
 
 
 def test_sigint_cancels_the_turn_and_exits_130(tmp_path: Path) -> None:
@@ -208,3 +226,205 @@ def test_sigint_cancels_the_turn_and_exits_130(tmp_path: Path) -> None:
         proc.kill()
     assert proc.returncode == 130
     assert rest.count("counting") < 199, "the stream stopped when cancelled"
+
+
+def test_a_commands_result_reaches_every_output_whole(tmp_path: Path) -> None:
+    command = "printf 'one\\n```\\ntwo\\n'; exit 3"  # a fence inside the output, too
+    replies = [
+        {"tool_calls": [{"name": "bash", "input": {"command": command}, "id": "toolu_sh"}]},
+        {"text": "done"},
+    ]
+    whole = "one\n```\ntwo\n[exit code: 3]"
+    stream = defect_exec(tmp_path, replies, "--mode", "yolo", "--output", "stream-json", "x")
+    assert stream.returncode == 0, stream.stderr
+    [update] = [e for e in json_lines(stream.stdout) if e["type"] == "tool_call_update"]
+    assert update["status"] == "failed" and update["text"] == whole
+    [shown] = update["content"]
+    assert shown["type"] == "text" and "two\n" in shown["text"]
+    [call] = json_lines(stream.stdout)[-1]["tool_calls"]
+    assert call["id"] == "toolu_sh" and call["text"] == whole and call["denied"] is False
+
+    single = defect_exec(tmp_path, replies, "--mode", "yolo", "--output", "json", "x")
+    [result] = json_lines(single.stdout)
+    assert [c["text"] for c in result["tool_calls"]] == [whole]
+
+    text = defect_exec(tmp_path, replies, "--mode", "yolo", "x")
+    assert text.returncode == 0 and text.stdout == "done\n"
+    assert "✗ printf" in text.stderr
+    assert "    one\n    ```\n    two\n    [exit code: 3]\n" in text.stderr
+
+
+def test_text_mode_cuts_a_long_result_and_says_how_much_is_left_out(tmp_path: Path) -> None:
+    replies = [
+        {"tool_calls": [{"name": "bash", "input": {"command": "seq 1 50"}}]},
+        {"text": "counted"},
+    ]
+    text = defect_exec(tmp_path, replies, "--mode", "yolo", "Count")
+    assert text.returncode == 0, text.stderr
+    assert "    20\n" in text.stderr and "    21\n" not in text.stderr
+    assert "[… 31 more line(s)" in text.stderr  # 30 numbers and the exit line
+    assert "--output stream-json carries the whole result" in text.stderr
+
+    stream = defect_exec(tmp_path, replies, "--mode", "yolo", "--output", "stream-json", "C")
+    [update] = [e for e in json_lines(stream.stdout) if e["type"] == "tool_call_update"]
+    assert update["text"].splitlines()[-2:] == ["50", "[exit code: 0]"]
+
+
+def test_the_texts_of_successive_requests_are_separated(tmp_path: Path) -> None:
+    replies = [
+        {"text": "Let me check.", "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
+        {"text": "Three lines."},
+    ]
+    text = defect_exec(tmp_path, replies, "Check")
+    assert text.stdout == "Let me check.\n\nThree lines.\n"
+    single = defect_exec(tmp_path, replies, "--output", "json", "Check")
+    assert json_lines(single.stdout)[0]["text"] == "Let me check.\n\nThree lines."
+
+
+def test_the_prompt_can_come_from_stdin(tmp_path: Path) -> None:
+    dash = defect_exec(tmp_path, [], "-", stdin="hello from a pipe\n")
+    piped = defect_exec(tmp_path, [], stdin="hello from a pipe\n")
+    for run in (dash, piped):
+        assert run.returncode == 0, run.stderr
+        assert run.stdout == "(the script has no more replies)\n"
+    saved = SqliteStore(tmp_path / "state" / "sessions.sqlite3")
+    try:
+        sessions = saved.list(str(tmp_path / "work"), None).sessions
+        prompts = [saved.load(s.id).transcript[0].text() for s in sessions]
+    finally:
+        saved.close()
+    assert prompts == ["hello from a pipe\n"] * 2
+
+    empty = defect_exec(tmp_path, [])  # stdin is /dev/null: nothing to read
+    assert empty.returncode == 2 and "prompt read from stdin is empty" in empty.stderr
+
+
+def test_calls_refused_for_want_of_a_person_say_so_and_exit_6(tmp_path: Path) -> None:
+    write = {"name": "write_file", "input": {"path": "out.txt", "content": "x\n"}}
+    replies = [{"tool_calls": [write]}, {"text": "Could not."}]
+    run = defect_exec(tmp_path, replies, "--output", "json", "Write out.txt")
+    assert run.returncode == 6, run.stderr
+    assert run.stderr.count("Write out.txt") == 2  # announced, then denied once
+    assert "the user rejected" not in run.stderr
+    assert "every tool call was refused" in run.stderr
+    [result] = json_lines(run.stdout)
+    assert result["exit_code"] == 6 and result["tool_calls"][0]["denied"] is True
+    saved = SqliteStore(tmp_path / "state" / "sessions.sqlite3")
+    try:
+        [summary] = saved.list(str(tmp_path / "work"), None).sessions
+        [told] = saved.load(summary.id).transcript[2].tool_results()
+    finally:
+        saved.close()
+    assert told.is_error and "no one is there to approve it" in str(told.content)
+    assert "user rejected" not in str(told.content)
+
+    # One call ran: the run did part of its job, and ends as its turn ended.
+    glob = {"name": "glob", "input": {"pattern": "*"}}
+    mixed = defect_exec(tmp_path, [{"tool_calls": [glob, write]}, {"text": "Half."}], "Go")
+    assert mixed.returncode == 0, mixed.stderr
+
+
+def test_stderr_is_for_a_person_unless_json_logs_are_asked_for(tmp_path: Path) -> None:
+    failing = [{"error": {"message": "the model is gone", "kind": "api_error"}}]
+    plain = defect_exec(tmp_path, failing, "Go", DEFECT_RETRIES="0", DEFECT_LOG_LEVEL="")
+    assert plain.returncode == 1
+    assert plain.stderr == "defect exec: the turn failed: the model is gone\n"
+
+    asked = defect_exec(tmp_path, failing, "--log-level", "warning", "Go", DEFECT_RETRIES="0")
+    logged = [line for line in asked.stderr.splitlines() if "model_call_failed" in line]
+    assert logged and all(line.startswith("defect: warning: model_call_failed") for line in logged)
+    assert not any(line.startswith("{") for line in asked.stderr.splitlines())
+
+    json_logs = defect_exec(
+        tmp_path, failing, "--log-format", "json", "Go", DEFECT_RETRIES="0", DEFECT_LOG_LEVEL=""
+    )
+    records = [json.loads(line) for line in json_logs.stderr.splitlines() if line[:1] == "{"]
+    assert [r["event"] for r in records] == ["model_call_failed"]
+
+    # A store that cannot be opened: the session's notice says so, once.
+    (tmp_path / "a-file").write_text("")
+    unsaved = defect_exec(
+        tmp_path,
+        [{"text": "Hi."}],
+        "Go",
+        DEFECT_STATE_DIR=str(tmp_path / "a-file"),
+        DEFECT_LOG_LEVEL="",
+    )
+    assert unsaved.returncode == 0 and unsaved.stdout == "Hi.\n"
+    assert unsaved.stderr.count("cannot be opened for writing") == 1
+    assert unsaved.stderr.startswith("> This session is not being saved")
+
+
+def test_a_bad_log_level_or_an_unknown_model_stops_exec(tmp_path: Path) -> None:
+    bad_level = defect_exec(tmp_path, [{"text": "Hi."}], "Go", DEFECT_LOG_LEVEL="loud")
+    assert bad_level.returncode == 2 and bad_level.stdout == ""
+    assert "DEFECT_LOG_LEVEL='loud' is not a log level" in bad_level.stderr
+
+    unknown = defect_exec(tmp_path, [{"text": "Hi."}], "--model", "gpt-nothing", "Go")
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert "invalid value 'gpt-nothing' for model; choose one of: scripted/offline" in (
+        unknown.stderr
+    )
+
+    offered = defect_exec(tmp_path, [{"text": "Hi."}], "--model", "offline", "Go")
+    assert offered.returncode == 0 and offered.stdout == "Hi.\n"
+
+
+def test_the_offline_model_reaches_a_goal_with_goal_done(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "notes.txt").write_text("one\n")
+    run = defect_exec(tmp_path, None, "--output", "json", "--goal", "run `ls` here")
+    assert run.returncode == 0, run.stderr
+    [result] = json_lines(run.stdout)
+    assert result["goal"]["outcome"] == "reached" and result["goal"]["round"] == 1
+    assert [c["name"] for c in result["tool_calls"]] == ["bash", "goal_done"]
+    # The command of the objective was asked for, and refused: nobody to approve it in `ask`.
+    assert result["tool_calls"][0]["denied"] is True
+    assert result["goal"]["summary"] == "run `ls` here: done offline (bash failed)."
+
+    allowed = defect_exec(tmp_path, None, "--mode", "yolo", "--goal", "run `ls` here")
+    assert allowed.returncode == 0, allowed.stderr
+    assert "    notes.txt\n" in allowed.stderr and "Goal round 2/20" not in allowed.stderr
+    assert allowed.stdout.endswith("The goal is reached.\n")
+
+
+def test_a_read_outside_the_workspace_says_how_to_allow_it(tmp_path: Path) -> None:
+    (tmp_path / "outside.txt").write_text("far away\n")
+    read = {"name": "read_file", "input": {"path": "../outside.txt"}}
+    replies = [{"tool_calls": [read]}, {"text": "Refused."}]
+    run = defect_exec(tmp_path, replies, "--output", "stream-json", "Read it")
+    [update] = [e for e in json_lines(run.stdout) if e["type"] == "tool_call_update"]
+    assert update["status"] == "failed"
+    assert "set allow_read_outside = true in ~/.config/defect/config.toml" in update["text"]
+
+    allowed = defect_exec(
+        tmp_path, replies, "--output", "json", "Read it", user_config="allow_read_outside = true\n"
+    )
+    [result] = json_lines(allowed.stdout)
+    assert "far away" in result["tool_calls"][0]["text"]
+
+
+def test_a_reader_that_goes_away_cancels_the_run_without_a_traceback(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "word " * 2000, "chunk_delay_ms": 1}]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "defect_acp", "exec", "--output", "stream-json", "Talk"],
+        cwd=work,
+        env=agent_env(DEFECT_SCRIPT=str(script), DEFECT_STATE_DIR=str(tmp_path / "state")),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert json.loads(proc.stdout.readline())["type"] == "text"  # `| head -1`
+        proc.stdout.close()
+        errors = proc.stderr.read()
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert "Traceback" not in errors and "BrokenPipeError" not in errors

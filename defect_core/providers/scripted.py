@@ -4,7 +4,9 @@ Owns `ScriptedProvider`, which answers model requests either from a script file
 (`DEFECT_SCRIPT`) or, with no script, with a small built-in demo behaviour good enough for
 `make run`: it looks around the workspace with the tools it is offered, writes a note when
 asked to, runs a command when asked to, keeps a plan (`update_plan`) step by step when asked
-to plan, streams slowly when asked to count, then answers.
+to plan, streams slowly when asked to count, then answers. Given a goal (`/goal`, `defect exec
+--goal`: the `goal_done` tool is offered), it does one step of work towards the objective (as
+it would for that prompt), then calls `goal_done`: goal mode end to end, offline.
 
 Script format (JSON): either a list of replies or `{"replies": [...], "loop": false}`; one
 reply is used per model request, in order. With `"loop": true` the script starts over when it
@@ -273,6 +275,13 @@ def _prompt_tokens(request: ModelRequest) -> int:
 # --- the built-in demo behaviour ----------------------------------------------------------
 
 
+GOAL_TOOL = "goal_done"
+"""Offered only while a goal runs (`defect_core/tools/goal_done.py`)."""
+_GOAL_PROMPT = re.compile(r"Your goal: (.*?)\n\nWork towards it", re.DOTALL)
+_KEEP_WORKING = re.compile(r"Keep working towards: (.*?)\n\(Call `", re.DOTALL)
+"""How `defect_core/goal.py` (`goal_prompt`, `keep_working`) words a goal's rounds."""
+
+
 def demo_reply(request: ModelRequest) -> dict[str, Any]:
     """What the offline model says next, from the conversation alone (deterministic)."""
     tools = {t.name for t in request.tools}
@@ -281,10 +290,16 @@ def demo_reply(request: ModelRequest) -> dict[str, Any]:
         return _after_tools(last.tool_results(), request)
     if last is not None and SUMMARY_INSTRUCTIONS in last.text():
         return {"text": _demo_summary(request.messages[:-1])}
+    if GOAL_TOOL in tools and not request.agent:
+        return _goal_step(request, tools)
     # Consecutive user messages (a prompt after a cancelled turn) reach the model merged:
     # answer the latest thing the user said.
     texts = [b.text for b in last.content if isinstance(b, TextBlock)] if last is not None else []
-    prompt = texts[-1].strip() if texts else ""
+    return _answer(texts[-1].strip() if texts else "", tools)
+
+
+def _answer(prompt: str, tools: set[str]) -> dict[str, Any]:
+    """The demo's reply to `prompt`, with `tools` offered."""
     lowered = prompt.lower()
 
     if "update_plan" in tools and re.search(r"\bplan\b", lowered):
@@ -334,7 +349,42 @@ def demo_reply(request: ModelRequest) -> dict[str, Any]:
     return {"text": f"You said: {prompt}"}
 
 
+def _goal_step(request: ModelRequest, tools: set[str]) -> dict[str, Any]:
+    """A goal's round: the first one works on the objective as on a prompt (then `goal_done`,
+    once its tools have answered: `_after_tools`); a further one ("keep working") ends it."""
+    objective = _goal_objective(request.messages)
+    latest = request.messages[-1].text() if request.messages else ""
+    if _KEEP_WORKING.search(latest):
+        return {
+            "text": "Nothing is left to do for this goal.",
+            "tool_calls": [_goal_done(f"{objective}: done offline.")],
+        }
+    step = _answer(objective, tools - {GOAL_TOOL})
+    step["text"] = f"Working towards the goal: {objective}\n\n{step.get('text', '')}"
+    if not step.get("tool_calls"):  # nothing to wait for: the goal is reached now
+        step["tool_calls"] = [_goal_done(f"{objective}: answered offline.")]
+    return step
+
+
+def _goal_objective(messages: list[Message]) -> str:
+    """The objective of the goal the conversation pursues (its latest round's wording)."""
+    for message in reversed(messages):
+        if message.role == "user":
+            for pattern in (_KEEP_WORKING, _GOAL_PROMPT):
+                if found := pattern.search(message.text()):
+                    return found.group(1).strip()
+    return "(the goal)"
+
+
+def _goal_done(summary: str) -> dict[str, Any]:
+    return {"name": GOAL_TOOL, "input": {"summary": summary}}
+
+
 def _after_tools(results: list[ToolResultBlock], request: ModelRequest) -> dict[str, Any]:
+    goal = GOAL_TOOL in {t.name for t in request.tools} and not request.agent
+    called = _last_calls(request.messages)
+    if goal and GOAL_TOOL in called.values():
+        return {"text": "The goal is reached."}
     plan = _last_plan(request.messages)
     if plan is not None and not any(r.is_error for r in results):
         done = sum(e.get("status") == "completed" for e in plan)
@@ -343,8 +393,12 @@ def _after_tools(results: list[ToolResultBlock], request: ModelRequest) -> dict[
                 "text": f"{_DEMO_PLAN[done][0]}: done.",
                 "tool_calls": [{"name": "update_plan", "input": {"entries": _demo_plan(done + 2)}}],
             }
+        if goal:
+            summary = f"{_goal_objective(request.messages)}: every step of the plan is done."
+            return {"text": "Every step of the plan is done.", "tool_calls": [_goal_done(summary)]}
         return {"text": "Every step of the plan is done."}
     lines = []
+    outcomes = []
     for result in results:
         text = (
             result.content
@@ -352,15 +406,34 @@ def _after_tools(results: list[ToolResultBlock], request: ModelRequest) -> dict[
             else json.dumps([part_to_dict(p) for p in result.content])
         )
         head = text.strip().splitlines()[:8]
+        name = called.get(result.tool_use_id, "the tool")
         status = "failed" if result.is_error else "returned"
-        lines.append(f"The tool {status}:\n" + "\n".join(f"    {h}" for h in head))
+        outcomes.append(f"{name} {status}")
+        said = (
+            "The subagent reported back"
+            if name == "spawn_agent" and not result.is_error
+            else f"`{name}` {status}"
+        )
+        lines.append(f"{said}:\n" + "\n".join(f"    {h}" for h in head))
     rejected = any(r.is_error for r in results)
+    if goal:
+        summary = f"{_goal_objective(request.messages)}: done offline ({', '.join(outcomes)})."
+        return {"text": "\n\n".join(lines), "tool_calls": [_goal_done(summary)]}
     closing = (
         "Something did not go through, so I stopped there."
         if rejected
+        else "That is what I found."
+        if request.agent  # a subagent reports to the agent that started it
         else "Done — tell me what to do next."
     )
     return {"text": "\n\n".join([*lines, closing])}
+
+
+def _last_calls(messages: list[Message]) -> dict[str, str]:
+    """The tool calls of the model's last message: id → tool name."""
+    if len(messages) < 2 or messages[-2].role != "assistant":
+        return {}
+    return {b.id: b.name for b in messages[-2].content if isinstance(b, ToolUseBlock)}
 
 
 _DEMO_PLAN = (

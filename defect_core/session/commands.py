@@ -167,6 +167,8 @@ async def answer_command(
         web_search=config.web_search,
     )
     if report is None:
+        if context.failure:
+            return f"Compaction failed: the summary request failed: {context.failure}"
         return "Nothing to compact yet: the conversation is too short."
     return (
         f"Compacted {report.messages_summarised} messages: "

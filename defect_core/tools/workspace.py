@@ -84,7 +84,12 @@ def resolve_path(
     shown = raw
     if _inside(lexical, base) or _inside(lexical, real_base):
         shown = f"{display_path(raw, cwd)} -> {real}"
-    action = "" if write else " (reading outside it is not enabled for this session)"
+    action = (
+        ""
+        if write
+        else " (reading outside it is off: the user can set allow_read_outside = true in "
+        "~/.config/defect/config.toml)"
+    )
     raise OutsideWorkspace(f"path is outside the workspace: {shown} (workspace: {base}){action}")
 
 

@@ -13,7 +13,9 @@ Invariants:
   error result the model reads; none of them stops the turn.
 - A turn that is not interactive (a subagent's, `TurnDeps.interactive`) never asks: a call
   the policy would ask about is refused (`NOT_INTERACTIVE_TEXT`), so it never waits on a
-  question and never has more authority than the session that started it.
+  question and never has more authority than the session that started it. A front end with
+  nobody at hand answers a question `policy.NOBODY_TO_ASK`: the call is refused with
+  `UNATTENDED_TEXT`, never as if a person had rejected it.
 - `before_tool` hooks are asked before the policy: a denial fails the call with the hook's
   reason (the model reads it), an `allow` approves it without a question (a policy refusal —
   read-only mode, a remembered "always reject" — still wins, and a call touching a protected
@@ -55,6 +57,12 @@ NOT_INTERACTIVE_TEXT = (
     "refused: this call needs the user's permission, and a subagent cannot ask for it "
     "(the session's permission mode would have asked). Do without it, or say in your answer "
     "what needs to be done so the agent that started you can do it."
+)
+
+UNATTENDED_TEXT = (
+    "refused: this call needs permission, and no one is there to approve it (the agent runs "
+    "unattended, in a permission mode that would have asked). Do without it, or say in your "
+    "answer what needs to be done and why."
 )
 
 
@@ -155,6 +163,9 @@ async def decide(deps: TurnDeps, call: ToolCall, config: TurnConfig) -> None:
             # The client cancelled the question: the turn ends as `cancelled`.
             deps.cancel_turn()
             await anyio.sleep_forever()
+        if answer == policy.NOBODY_TO_ASK:
+            await fail(deps, call, UNATTENDED_TEXT)
+            return
         offered = {o.option_id for o in decision.options}
         if answer not in offered:
             # Never offered (an "always" answer to a protected call): it approves nothing.
