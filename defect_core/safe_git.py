@@ -156,9 +156,12 @@ def _argv(args: Sequence[str], extra: Sequence[tuple[str, str]]) -> list[str]:
     ]
 
 
-def _run(argv: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[bytes]:
+def _run(
+    args: Sequence[str], extra: Sequence[tuple[str, str]], cwd: Path, timeout: float
+) -> subprocess.CompletedProcess[bytes]:
+    argv, sub = _argv(args, extra), args[0]
     if timeout <= 0:
-        raise GitRefused("no time left for git")
+        raise GitRefused(f"no time left for git {sub}")
     try:
         return subprocess.run(
             argv,
@@ -170,7 +173,7 @@ def _run(argv: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProc
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        raise GitRefused(f"git {argv[-1]!r} timed out") from exc
+        raise GitRefused(f"git {sub} timed out after {timeout:.1f} s") from exc
 
 
 def run_git(cwd: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[bytes]:
@@ -180,7 +183,7 @@ def run_git(cwd: Path, *args: str, timeout: float) -> subprocess.CompletedProces
     `GitRefused` (an `OSError`) when the configuration cannot be read or overridden, or the
     time ran out, and `OSError` when git cannot be started."""
     deadline = time.monotonic() + timeout
-    listing = _run(_argv(("config", "--list", "--name-only", "-z"), ()), cwd, timeout)
+    listing = _run(("config", "--list", "--name-only", "-z"), (), cwd, timeout)
     if listing.returncode != 0:
         raise GitRefused(
             "git could not read its configuration: "
@@ -188,4 +191,4 @@ def run_git(cwd: Path, *args: str, timeout: float) -> subprocess.CompletedProces
         )
     names = [n for n in os.fsdecode(listing.stdout).split("\0") if n]
     extra = driver_overrides(names)
-    return _run(_argv(args, extra), cwd, deadline - time.monotonic())
+    return _run(args, extra, cwd, deadline - time.monotonic())
