@@ -14,14 +14,16 @@ without asking anyone, so none of that may ever run.
 Invariant: a command run here starts no program named by the repository, by the user's
 inherited `GIT_*` variables, or by any configuration file. Each call:
 - drops every inherited `GIT_*` variable (`GIT_DIR`, `GIT_WORK_TREE`, `GIT_INDEX_FILE`,
-  `GIT_CONFIG_*`, `GIT_CONFIG_PARAMETERS`, `GIT_EXTERNAL_DIFF`, `GIT_SSH`,
-  `GIT_SSH_COMMAND`, `GIT_PAGER`, `GIT_EDITOR`, `GIT_ASKPASS`, `GIT_TRACE*`, ...) and
-  `SSH_ASKPASS`, then sets its own: `GIT_TERMINAL_PROMPT=0`, `GIT_OPTIONAL_LOCKS=0` (git
-  never takes the user's index lock nor rewrites the index's stat cache),
-  `GIT_NO_LAZY_FETCH=1`, `GIT_NO_REPLACE_OBJECTS=1`, `GIT_PAGER=cat`, `LC_ALL=C`. The
-  configuration files read are git's usual ones (system, global, the repository's): the
-  user's own are kept, since `core.excludesFile` decides what is untracked, but every key
-  below is overridden whichever file sets it;
+  `GIT_CONFIG_COUNT`/`_KEY_n`/`_VALUE_n`, `GIT_CONFIG_PARAMETERS`, `GIT_EXTERNAL_DIFF`,
+  `GIT_SSH`, `GIT_SSH_COMMAND`, `GIT_PAGER`, `GIT_EDITOR`, `GIT_ASKPASS`, `GIT_TRACE*`,
+  ...) and `SSH_ASKPASS`, except the three that only say which files are the user's own
+  configuration (`GIT_CONFIG_GLOBAL`, `GIT_CONFIG_SYSTEM`, `GIT_CONFIG_NOSYSTEM`); then sets
+  its own: `GIT_TERMINAL_PROMPT=0`, `GIT_OPTIONAL_LOCKS=0` (git never takes the user's index
+  lock nor rewrites the index's stat cache), `GIT_NO_LAZY_FETCH=1`,
+  `GIT_NO_REPLACE_OBJECTS=1`, `GIT_PAGER=cat`, `LC_ALL=C`. The configuration files read are
+  git's usual ones (system, global, the repository's): the user's own are kept, since
+  `core.excludesFile` decides what is untracked, but every key below is overridden
+  whichever file sets it;
 - passes `--no-pager --no-optional-locks --no-replace-objects` and these fixed overrides
   (`-c`, the command line's scope, which wins over every file): `core.fsmonitor=false`,
   `core.hooksPath=/dev/null`, `core.pager=cat`, `core.editor=:`, `core.askPass=`,
@@ -94,6 +96,8 @@ SUBCOMMAND_FLAGS: dict[str, tuple[str, ...]] = {
 GLOBAL_FLAGS = ("--no-pager", "--no-optional-locks", "--no-replace-objects")
 
 _DROPPED = ("SSH_ASKPASS",)
+_KEPT = ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
+"""Which files hold the user's configuration: theirs to choose; what they set is overridden."""
 _SET = {
     "GIT_TERMINAL_PROMPT": "0",
     "GIT_OPTIONAL_LOCKS": "0",
@@ -110,8 +114,12 @@ class GitRefused(OSError):
 
 def git_env() -> dict[str, str]:
     """The environment every git command of defect's runs in: the process's own without any
-    `GIT_*` variable, plus the fixed settings above."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k not in _DROPPED}
+    `GIT_*` variable but `_KEPT`, plus the fixed settings above."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if (k in _KEPT or not k.startswith("GIT_")) and k not in _DROPPED
+    }
     env.update(_SET)
     return env
 

@@ -237,6 +237,14 @@ def env_config_parameters(rig: Rig) -> tuple[dict[str, str], list[str] | None]:
     return {"GIT_CONFIG_PARAMETERS": f"'core.fsmonitor'='{rig.mark}'"}, ["status"]
 
 
+def env_global_config(rig: Rig) -> tuple[dict[str, str], list[str] | None]:
+    """The user's choice of global configuration file is kept; what it sets is overridden."""
+    config = rig.root / "global.gitconfig"
+    config.write_text(f'[core]\n\tfsmonitor = {rig.mark}\n[filter "g"]\n\tclean = {rig.mark_cat}\n')
+    (rig.repo / ".gitattributes").write_text("* filter=g\n")
+    return {"GIT_CONFIG_GLOBAL": str(config)}, ["status"]
+
+
 def env_git_dir(rig: Rig) -> tuple[dict[str, str], list[str] | None]:
     """`GIT_DIR` naming another repository, one armed with an fsmonitor."""
     other = rig.root / "other"
@@ -264,6 +272,7 @@ CASES: dict[str, Arm] = {
     "GIT_SSH_COMMAND": env_ssh_command,
     "GIT_CONFIG_COUNT": env_config,
     "GIT_CONFIG_PARAMETERS": env_config_parameters,
+    "GIT_CONFIG_GLOBAL": env_global_config,
     "GIT_DIR": env_git_dir,
 }
 
@@ -348,6 +357,9 @@ def test_every_git_call_carries_the_overrides_and_a_clean_environment(
 
 
 _OURS = {
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
     "GIT_TERMINAL_PROMPT",
     "GIT_OPTIONAL_LOCKS",
     "GIT_NO_LAZY_FETCH",
