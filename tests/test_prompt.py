@@ -152,11 +152,12 @@ def test_outside_a_repository_or_without_git_the_facts_are_left_out(
 
 
 @needs_git
-def test_a_repository_is_found_through_a_link_and_through_git_dir(
+def test_a_repository_is_found_through_a_link_and_an_inherited_git_dir_is_ignored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Git is skipped only where it would find nothing: a directory of a repository reached
-    through a link from outside it, or any directory under `GIT_DIR`, still has its facts."""
+    through a link from outside it still has its facts. An inherited `GIT_DIR` names no
+    repository for defect's own git (`safe_git` drops every `GIT_*` variable)."""
     repo = _repo(tmp_path / "repo")
     (repo / "pkg").mkdir()
     outside = tmp_path / "outside"
@@ -164,12 +165,16 @@ def test_a_repository_is_found_through_a_link_and_through_git_dir(
     (outside / "pkg").symlink_to(repo / "pkg")
     via_link = git_facts(outside / "pkg")
     assert via_link is not None and via_link.root == repo.resolve()
+    assert via_link.branch == "feature/prompt"
+    other = _repo(tmp_path / "other", branch="other-branch")
+    monkeypatch.setenv("GIT_DIR", str(repo / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(repo))
     plain = tmp_path / "plain"
     plain.mkdir()
-    monkeypatch.setenv("GIT_DIR", str(repo / ".git"))
-    named = git_facts(plain)
-    assert named is not None and named.root == plain.resolve()
-    assert named.recent_commits == via_link.recent_commits
+    assert git_facts(plain) is None
+    named = git_facts(other)
+    assert named is not None and named.root == other.resolve()
+    assert named.branch == "other-branch"
 
 
 @needs_git

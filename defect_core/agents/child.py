@@ -9,9 +9,15 @@ Invariants:
 - Isolated: the child starts from an empty history of its own, never the parent's; the
   parent sees only its final text (`ChildOutcome.answer`), the editor its progress.
 - Never more authority than its parent: its tools are the parent's (narrowed by the profile's
-  `tools`), its mode and "always" answers are a copy of the parent's at spawn time, the user's
-  tool hooks apply, and it is not interactive — a call the parent's policy would ask about is
+  `tools`), its "always" answers are a copy of the parent's at spawn time, the user's tool
+  hooks apply, and it is not interactive — a call the parent's policy would ask about is
   refused (`TurnDeps.interactive`, `turn/calls.py`), so a child never waits on a question.
+- The session's mode binds it as it changes: each of its tool calls is judged under the
+  session's mode at that moment (`Lineage.mode`), so a switch to `read-only` refuses a
+  running background child's next command, saying the mode changed. After a switch to a mode
+  that asks, its calls ask the user through the session's own question (`Lineage.ask`; the
+  title names the subagent), and a question the client cancels is a rejection, since a child
+  has no turn of the user's to cancel.
 - Depth is bounded: `spawn_agent` is offered to a child only below `subagent_max_depth`
   (depth 0 is the session's own agent), and the background-task tools and `update_plan`
   never (`TOP_LEVEL_ONLY`).
@@ -37,7 +43,7 @@ from defect_core import policy
 from defect_core.agents.progress import ChildProgress, final_text
 from defect_core.catalog.agents import AgentProfile
 from defect_core.errors import StorageError, TurnError
-from defect_core.events import AgentEvent, ToolCallUpdated, ToolDisplay
+from defect_core.events import AgentEvent, PermissionRequested, ToolCallUpdated, ToolDisplay
 from defect_core.history import VecHistory
 from defect_core.hooks.engine import HookEngine
 from defect_core.log import get_logger
@@ -47,6 +53,7 @@ from defect_core.store import AsyncStore, SubagentRecord
 from defect_core.tools.base import Tool, ToolContext, ToolRegistry
 from defect_core.tools.plan import UPDATE_PLAN
 from defect_core.turn import TurnConfig, TurnDeps, TurnRunner
+from defect_core.turn.deps import PermissionWaiter
 
 log = get_logger("defect.agents")
 
@@ -77,6 +84,11 @@ class Lineage:
     max_depth: int
     depth: int = 0
     """0: the session's own agent; its children are at 1."""
+    mode: Callable[[], str] | None = None
+    """The session's permission mode now (None: the mode at spawn time, fixed)."""
+    ask: PermissionWaiter | None = None
+    """The session's permission question, for a call the mode asks about once it changed
+    (None: such a call is refused)."""
 
     def profile(self, name: str) -> AgentProfile | None:
         return next((p for p in self.profiles if p.name == name), None)
@@ -160,12 +172,14 @@ async def run_child(
         tools=tools,
         tool_context=tool_context,
         rules=rules,
-        ask_permission=_never_asked,
+        ask_permission=_asker(lineage, profile),
         rules_changed=_nothing,
         publish=publish,
         cancel_turn=lambda: None,
         hooks=lineage.hooks,
         interactive=False,
+        mode=lineage.mode,
+        asks_after_mode_change=lineage.ask is not None,
     )
     await _record(store, record)
     status = "cancelled"
@@ -247,8 +261,19 @@ async def _record(store: AsyncStore | None, record: SubagentRecord) -> None:
         log.warning("subagent_not_recorded", tool_call_id=record.tool_call_id, error=str(exc))
 
 
-async def _never_asked(_: object) -> str | None:
-    return policy.REJECT_ONCE  # not reached: a child is not interactive (`turn/calls.py`)
+def _asker(lineage: Lineage, profile: AgentProfile) -> PermissionWaiter:
+    """How a child asks (only after a mode change, `turn/calls.py`): the session's question,
+    its title naming the subagent; a cancelled question is a rejection."""
+    ask = lineage.ask
+
+    async def asked(request: PermissionRequested) -> str | None:
+        if ask is None:
+            return policy.REJECT_ONCE  # not reached: `asks_after_mode_change` is False
+        labelled = dataclasses.replace(request, title=f"{profile.name}: {request.title}")
+        answer = await ask(labelled)
+        return policy.REJECT_ONCE if answer is None else answer
+
+    return asked
 
 
 async def _nothing() -> None:

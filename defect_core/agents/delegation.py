@@ -13,6 +13,9 @@ Invariants:
 - A task that ends is shown on the call that started it: a `tool_call_update` with its final
   status (`completed`, or `failed` for a failure or a cancel) and its progress and outcome.
 - `aclose` cancels every background task and waits for them (the session's `close`).
+- Its subagents read the session's permission mode as it is at each of their tool calls
+  (`mode`), and ask through the session's question after a switch to a mode that asks
+  (`ask_permission`): a mode change reaches a background task still running.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from defect_core.providers.base import LlmProvider
 from defect_core.store import AsyncStore, SubagentRecord
 from defect_core.tools.base import ToolContext, ToolRegistry
 from defect_core.turn import TurnConfig
+from defect_core.turn.deps import PermissionWaiter
 
 log = get_logger("defect.agents")
 
@@ -63,6 +67,8 @@ class Delegation:
         config: Callable[[], TurnConfig],
         tool_context: Callable[[str], ToolContext],
         rules: Callable[[], policy.PermissionRules],
+        mode: Callable[[], str] | None = None,
+        ask_permission: PermissionWaiter | None = None,
     ) -> None:
         self._session_id = session_id
         self._cwd = cwd
@@ -73,6 +79,8 @@ class Delegation:
         self._config = config
         self._tool_context = tool_context
         self._rules = rules
+        self._mode = mode
+        self._ask = ask_permission
         self._offered = False
         self._stored: list[SubagentRecord] = []
         self.tasks = BackgroundTasks(settings.background_max_tasks, self._task_ended)
@@ -102,6 +110,8 @@ class Delegation:
             hooks=hooks,
             store=self._store,
             max_depth=self._settings.subagent_max_depth,
+            mode=self._mode,
+            ask=self._ask,
         )
         tools.add(SpawnAgentTool(lineage, self.tasks))
         tools.add(InspectBackgroundTaskTool(self.tasks))

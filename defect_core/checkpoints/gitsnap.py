@@ -14,9 +14,12 @@ After the command, `changed` stats the same listing again (plus what is new) and
 the paths whose key differs: created, modified, deleted, or either side of a rename.
 
 Invariants:
-- Nothing here writes to the repository: git runs read-only (`GIT_OPTIONAL_LOCKS=0`, so not
-  even the index's stat cache is refreshed), and the user's `GIT_DIR`/`GIT_WORK_TREE`/
-  `GIT_INDEX_FILE` are dropped so git looks at the workspace's own repository.
+- Nothing here writes to the repository, and the repository runs nothing: git runs through
+  `safe_git.run_git`, read-only (`GIT_OPTIONAL_LOCKS=0`, so not even the index's stat cache
+  is refreshed), with no fsmonitor, filter, hook, lazy fetch or replaced object, and without
+  the user's `GIT_*` variables, so git looks at the workspace's own repository. The key
+  names it overrides are read again for every command: the command in between may have
+  written `.git/config`.
 - A prior is only ever what the file held before the command: an index blob is trusted only
   for files git itself says are unchanged against the index.
 - Memory held between before and after is bounded by the budget.
@@ -29,9 +32,10 @@ from __future__ import annotations
 
 import os
 import stat as stat_mod
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from defect_core.safe_git import run_git
 
 StatKey = tuple[int, int, int, int, int]
 """(size, mtime_ns, ctime_ns, inode, mode) of an `lstat`; equal keys mean unchanged content."""
@@ -64,25 +68,8 @@ class Prior:
     key: StatKey | None = None
 
 
-def _git_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY")
-    }
-    env["GIT_OPTIONAL_LOCKS"] = "0"
-    env["LC_ALL"] = "C"
-    return env
-
-
 def _git(root: Path, *args: str, check: bool = True) -> bytes:
-    done = subprocess.run(
-        ["git", "-C", str(root), *args],
-        capture_output=True,
-        env=_git_env(),
-        timeout=GIT_TIMEOUT,
-        check=False,
-    )
+    done = run_git(root, *args, timeout=GIT_TIMEOUT)
     if check and done.returncode != 0:
         raise OSError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()}")
     return done.stdout
@@ -95,7 +82,7 @@ def _split(out: bytes) -> list[str]:
 def is_work_tree(root: Path) -> bool:
     try:
         out = _git(root, "rev-parse", "--is-inside-work-tree", check=False)
-    except (OSError, subprocess.SubprocessError):
+    except OSError:
         return False
     return out.strip() == b"true"
 
@@ -173,7 +160,7 @@ class WorkTreeSnapshot:
         """After the command: every path created, modified or deleted since `take`."""
         try:
             after = _listing(self.root)
-        except (OSError, subprocess.SubprocessError):
+        except OSError:
             after = []
         paths = set(self.keys) | set(after)
         return sorted(p for p in paths if stat_key(self.root / p) != self.keys.get(p))

@@ -5,10 +5,12 @@ environment section states.
 
 Invariants:
 - Gathering never fails and never hangs: each `git` command runs with a timeout, without a
-  shell, with `--no-optional-locks` (it must never take the user's index lock) and with its
-  output bounded; a missing `git`, a directory outside any repository, or a command that
-  times out simply leaves the fact out. Where no `.git` lies in or above the directory (and
-  no `GIT_DIR` says otherwise), git is not even started.
+  shell, through `safe_git.run_git` (which never takes the user's index lock and lets the
+  repository run no program: no fsmonitor, filter, pager, hook...) and with its output
+  bounded; a missing `git`, a directory outside any repository, a configuration that cannot
+  be overridden, or a command that times out simply leaves the fact out. Where no `.git`
+  lies in or above the directory, git is not even started (an inherited `GIT_DIR` is
+  ignored, as `safe_git` drops it).
 - It runs off the `session/new` path (the session starts it on a worker thread and awaits it
   before its first request), because editors wait on `session/new` and `git status` in a big
   repository takes time.
@@ -21,10 +23,11 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from defect_core.safe_git import run_git
 
 GIT_BUDGET_SECONDS = 3.0
 """All git commands of one gathering share this budget; past it the facts are left out."""
@@ -99,11 +102,9 @@ def git_facts(cwd: Path) -> GitFacts | None:
 
 
 def _may_be_in_repository(cwd: Path) -> bool:
-    """False only where git would surely find no repository: no `GIT_DIR`, and no `.git`
-    in `cwd` or above it, by its path as given or resolved (git walks the resolved one).
-    Saves spawning git (a few milliseconds a first prompt may wait on) outside repositories."""
-    if os.environ.get("GIT_DIR"):
-        return True
+    """False only where git would surely find no repository: no `.git` in `cwd` or above
+    it, by its path as given or resolved (git walks the resolved one). Saves spawning git (a
+    few milliseconds a first prompt may wait on) outside repositories."""
     for start in {os.path.abspath(cwd), os.path.realpath(cwd)}:
         current = start
         while True:
@@ -121,18 +122,9 @@ def _git(cwd: Path, deadline: float, *args: str) -> str | None:
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         return None
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
     try:
-        done = subprocess.run(
-            ["git", "--no-optional-locks", "-c", "core.quotepath=off", *args],
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=remaining,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
+        done = run_git(cwd, *args, timeout=remaining)
+    except OSError:
         return None
     if done.returncode != 0:
         return None

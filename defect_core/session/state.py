@@ -15,10 +15,11 @@ Invariants:
 - Every message goes to history through `_commit` (and to the store when there is one) before
   the turn goes on; `TurnEnded`/`TurnFailed` is the last event of a turn, so a front end that
   waits for it has seen every update of that turn.
-- Mode, model and effort changes apply from the next turn; a running turn keeps the
-  `TurnConfig` it started with. A model change may change provider: the next request goes to
-  the new one, with only the thinking it signed (`provenance.py`), and the store keeps the
-  pair so a load restores it.
+- Model and effort changes apply from the next turn (a running turn keeps its `TurnConfig`);
+  a mode change, from the next tool call of every task: turn, subagents, background tasks
+  (`TurnDeps.mode`, `agents/child.py`). A model change may change provider: the next
+  request goes to the new one, with only the thinking it signed (`provenance.py`), and the
+  store keeps the pair so a load restores it.
 - With a store, a message is durable before the turn goes on (each `_commit` awaits its own
   transaction); tool-call states, title, mode, options and "always" answers are written as
   they change, so a session killed at any point loads as it was. The store keeps the truth:
@@ -200,6 +201,8 @@ class DefaultSession:
             config=self._turn_config,
             tool_context=self._tool_context,
             rules=lambda: self._permissions.rules,
+            mode=self.current_mode,
+            ask_permission=self._permissions.ask,
         )
         """Subagents and background tasks (`defect_core/agents/`)."""
 
@@ -315,6 +318,7 @@ class DefaultSession:
                     compactor=self._context,
                     hooks=self._hooks,
                     notes=self.delegation.take_notes,
+                    mode=self.current_mode,
                 )
             )
             result: TurnResult | None = None

@@ -13,9 +13,15 @@ Invariants:
   error result the model reads; none of them stops the turn.
 - A turn that is not interactive (a subagent's, `TurnDeps.interactive`) never asks: a call
   the policy would ask about is refused (`NOT_INTERACTIVE_TEXT`), so it never waits on a
-  question and never has more authority than the session that started it. A front end with
-  nobody at hand answers a question `policy.NOBODY_TO_ASK`: the call is refused with
+  question and never has more authority than the session that started it — unless the
+  session's mode changed since it started and the session can ask
+  (`TurnDeps.asks_after_mode_change`): then it asks, as the foreground would. A front end
+  with nobody at hand answers a question `policy.NOBODY_TO_ASK`: the call is refused with
   `UNATTENDED_TEXT`, never as if a person had rejected it.
+- The policy judges each call under the session's mode at that moment (`TurnDeps.mode`), not
+  the one the turn started under: a switch to `read-only` stops a running subagent's next
+  command. A call refused or asked about because the mode changed says so, in its result
+  and in its title (`mode_changed`), so the task's progress shows why.
 - `before_tool` hooks are asked before the policy: a denial fails the call with the hook's
   reason (the model reads it), an `allow` approves it without a question (a policy refusal —
   read-only mode, a remembered "always reject" — still wins, and a call touching a protected
@@ -116,12 +122,17 @@ async def decide(deps: TurnDeps, call: ToolCall, config: TurnConfig) -> None:
         await fail(deps, call, f"unknown tool: {call.use.name} (available tools: {available})")
         return
     key = _permission_key(tool, call.args)
+    mode = deps.mode() if deps.mode is not None else config.mode
+    changed = mode != config.mode
     protected = None
     if tool.safety is not Safety.READ_ONLY:
         protected = _protected(tool, call.args, deps.tool_context(call.use.id))
-    decision = policy.decide(config.mode, tool.safety, tool.kind, key, deps.rules, protected)
+    decision = policy.decide(mode, tool.safety, tool.kind, key, deps.rules, protected)
     if isinstance(decision, policy.Deny):
-        await fail(deps, call, decision.reason)
+        if changed:
+            await fail_mode_changed(deps, call, config.mode, mode, decision.reason)
+        else:
+            await fail(deps, call, decision.reason)
         return
     if deps.hooks is not None:
         verdict = await deps.hooks.fire("before_tool", _tool_data(call), tool=tool.name)
@@ -134,8 +145,12 @@ async def decide(deps: TurnDeps, call: ToolCall, config: TurnConfig) -> None:
         ):
             decision = policy.Allow()
     if isinstance(decision, policy.Ask) and not deps.interactive:
-        await fail(deps, call, NOT_INTERACTIVE_TEXT)
-        return
+        if not changed:
+            await fail(deps, call, NOT_INTERACTIVE_TEXT)
+            return
+        if not deps.asks_after_mode_change:
+            await fail_mode_changed(deps, call, config.mode, mode, NOT_INTERACTIVE_TEXT)
+            return
     if isinstance(decision, policy.Ask):
         try:
             preview = await tool.preview(call.args, deps.tool_context(call.use.id))
@@ -244,6 +259,27 @@ async def fail(deps: TurnDeps, call: ToolCall, message: str) -> None:
         call,
         _error_result(call.use.id, message),
         ToolCallUpdated(call.use.id, status="failed", content=(TextDisplay(message),)),
+    )
+
+
+def mode_changed(was: str, now: str) -> str:
+    """Why a call is refused or asked about: the session's mode is not the one its turn
+    started under."""
+    return f"the session's permission mode changed from {was} to {now} while this task ran"
+
+
+async def fail_mode_changed(
+    deps: TurnDeps, call: ToolCall, was: str, now: str, reason: str
+) -> None:
+    """Fail `call` for the mode it now meets, saying so in its result and in its title (a
+    subagent's progress shows each call by its title)."""
+    message = f"{mode_changed(was, now)}: {reason}"
+    title = f"{call.view.title} (refused: the mode is now {now})"
+    await finish(
+        deps,
+        call,
+        _error_result(call.use.id, message),
+        ToolCallUpdated(call.use.id, status="failed", title=title, content=(TextDisplay(message),)),
     )
 
 

@@ -15,7 +15,10 @@ Two things are called "context" around a turn, and their names keep them apart:
   progress reports); `TurnDeps.tool_context` builds one per call id.
 
 Invariant: both values are frozen. A turn cannot rebind its session's collaborators nor see a
-mode or model change made while it runs (such changes apply from the next turn).
+model or effort change made while it runs (such changes apply from the next turn). The one
+exception is the permission mode: a user who switches to `read-only` must stop every task of
+the session, not only the next turn, so each tool call's decision reads the session's mode
+as it is then (`TurnDeps.mode`), and `TurnConfig.mode` is the mode the turn started under.
 """
 
 from __future__ import annotations
@@ -75,6 +78,13 @@ class TurnDeps:
     interactive: bool = True
     """False (a subagent): nobody can be asked, so a call the policy would ask about is
     refused with a result that says so (`calls.decide`)."""
+    mode: Callable[[], str] | None = None
+    """The session's permission mode now, read at each tool call's decision, so a change
+    made while the turn runs applies from its next call; None: `TurnConfig.mode`, fixed."""
+    asks_after_mode_change: bool = False
+    """A turn that is not interactive still asks (`ask_permission`) about a call the policy
+    would ask about once the mode has changed since it started: the user switched a running
+    subagent's session to a mode that asks, and is there to answer."""
     notes: Callable[[], list[ContentBlock]] | None = None
     """User-side notes waiting for the model (finished background tasks): taken at the start
     of each request and committed as a user message before it (`runner._before_request`)."""
@@ -88,6 +98,7 @@ class TurnConfig:
     model: str
     system_prompt: str
     mode: str
+    """The permission mode the turn started under (`TurnDeps.mode` reads the current one)."""
     max_tokens: int
     max_turn_requests: int
     thinking_budget: int | None
