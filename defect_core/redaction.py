@@ -62,7 +62,8 @@ _ASSIGNMENT = re.compile(
 _SCHEME = re.compile(r"\b(?P<scheme>Bearer|Basic)\s+(?P<value>[A-Za-z0-9._~+/=\-]{6,})")
 _URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s/:@]*:)[^\s/@]+@")
 _AFTER_WORD = re.compile(
-    r"(?P<head>(?:key|secret|token)s?[\"']?\s*[:=]?\s*[\"']?)(?P<value>[A-Za-z0-9+/_\-.=~]{16,})",
+    r"(?P<head>\b(?:key|secret|token)s?\b[\"']?(?:\s*[:=]\s*|\s+)[\"']?)"
+    r"(?P<value>[A-Za-z0-9+_\-.=~][A-Za-z0-9+/_\-.=~]{15,})",
     re.IGNORECASE,
 )
 _SECRET_FLAG = re.compile(r"-{1,2}[A-Za-z0-9_\-]*(?:" + _SECRET_WORD + r"|key)", re.IGNORECASE)

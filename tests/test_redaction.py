@@ -118,3 +118,11 @@ def test_a_command_line_keeps_its_shape_and_loses_its_secrets() -> None:
 )
 def test_a_url_keeps_where_it_goes_and_nothing_that_opens_it(url: str, kept: str) -> None:
     assert redact_url(url) == kept
+
+
+def test_a_path_with_a_secret_looking_word_in_it_is_not_a_secret() -> None:
+    for text in (
+        "/srv/secrets33/tests/mcp_servers/echo_server.py",
+        "keys: /home/ana/.ssh/id_ed25519",
+    ):
+        assert redact(text) == text
