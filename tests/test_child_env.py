@@ -4,10 +4,15 @@ own file passes one through — and how the settings make the policy."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from defect_core.child_env import DEFAULT_POLICY, PROVIDER_CREDENTIALS, EnvPolicy, is_secret_name
 from defect_core.config.settings import ProviderSpec, Settings
+from defect_core.hooks.runner import run_command
+from defect_core.hooks.spec import HookSpec
+from defect_core.tools.backends import LocalShellBackend
 
 ENVIRON = {
     "PATH": "/usr/bin:/bin",
@@ -122,3 +127,46 @@ def test_secret_values_are_the_values_of_every_secret_variable() -> None:
 def test_the_provider_credentials_are_withheld_whatever_their_names() -> None:
     for name in PROVIDER_CREDENTIALS:
         assert EnvPolicy().withholds(name)
+
+
+# --- the processes that apply it -------------------------------------------------------------
+
+
+@pytest.fixture
+def secrets_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ENVIRON["ANTHROPIC_API_KEY"])
+    monkeypatch.setenv("FOO_TOKEN", ENVIRON["FOO_TOKEN"])
+    monkeypatch.setenv("GITHUB_TOKEN", ENVIRON["GITHUB_TOKEN"])
+
+
+async def _local_env(policy: EnvPolicy) -> str:
+    shell = LocalShellBackend()
+    handle = await shell.create("env", Path.cwd(), env={"PAGER": "cat"}, policy=policy)
+    try:
+        await shell.wait_for_exit(handle)
+        return (await shell.output(handle)).output
+    finally:
+        await shell.release(handle)
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("secrets_set")
+async def test_a_local_command_runs_without_the_secrets() -> None:
+    printed = await _local_env(DEFAULT_POLICY)
+    assert "PAGER=cat" in printed and "PATH=" in printed
+    for name in ("ANTHROPIC_API_KEY", "FOO_TOKEN", "GITHUB_TOKEN"):
+        assert ENVIRON[name] not in printed
+    passed = await _local_env(Settings(command_env_pass=("GITHUB_TOKEN",)).env_policy())
+    assert f"GITHUB_TOKEN={ENVIRON['GITHUB_TOKEN']}" in passed
+    assert ENVIRON["FOO_TOKEN"] not in passed
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("secrets_set")
+async def test_a_hook_runs_without_the_secrets(tmp_path: Path) -> None:
+    spec = HookSpec(event="user_prompt", command="env")
+    outcome = await run_command(spec, {"event": "user_prompt"}, tmp_path, "s1")
+    assert outcome is not None
+    assert f"DEFECT_PROJECT_DIR={tmp_path}" in outcome.context
+    for name in ("ANTHROPIC_API_KEY", "FOO_TOKEN", "GITHUB_TOKEN"):
+        assert ENVIRON[name] not in outcome.context
