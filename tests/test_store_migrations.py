@@ -41,6 +41,7 @@ from defect_core.store import (
     SqliteStore,
     SubagentRecord,
     ToolCallRecord,
+    stored_mcp_server,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -714,3 +715,23 @@ def test_migration_6_scrubs_the_mcp_secrets_older_versions_stored(db: Path) -> N
     on_disk = db.read_bytes()
     for secret in (token, query, "hunter22", "pw1234"):
         assert secret.encode() not in on_disk, f"{secret} is still in the file"
+
+
+def test_the_stored_form_of_a_server_is_stable_when_written_again() -> None:
+    """A row the store wrote (or migration 6 rewrote) goes through `stored_mcp_server` again on
+    every later write (a load, a fork): it must come out the same."""
+    entry = {
+        "name": "github",
+        "transport": "stdio",
+        "command": "github-mcp-server",
+        "args": ["--token", "plain", "--key=" + "Zx9Yw8Vu7Ts6Rq5Po4Nm", "stdio"],
+        "env": ["GITHUB_TOKEN=ghp_handmade", {"name": "GITHUB_HOST", "value": "h"}],
+        "url": "https://u:p@h.example/mcp?token=abc#x",
+        "headers": {"Authorization": "Bearer abcdef123456"},
+    }
+    once = stored_mcp_server(entry)
+    assert once["args"] == ["--token", "[redacted]", "--key=[redacted]", "stdio"]
+    assert once["env"] == ["GITHUB_TOKEN", "GITHUB_HOST"]
+    assert once["headers"] == ["Authorization"]
+    assert once["url"] == "https://h.example/mcp?token=[redacted]"
+    assert stored_mcp_server(once) == once
