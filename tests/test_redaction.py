@@ -3,8 +3,12 @@ command line and out of a URL, before any of it is shown, logged or stored."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from defect_core.mcp.connection import Connection
+from defect_core.mcp.spec import McpServerSpec
 from defect_core.redaction import REDACTED, high_entropy, redact, redact_args, redact_url
 
 GITHUB = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
@@ -126,3 +130,28 @@ def test_a_path_with_a_secret_looking_word_in_it_is_not_a_secret() -> None:
         "keys: /home/ana/.ssh/id_ed25519",
     ):
         assert redact(text) == text
+
+
+@pytest.mark.anyio
+async def test_an_mcp_connection_knows_its_servers_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a connection redacts (a failure, a lost server, a failed call's error): the
+    values of defect's secret variables, and the server's own env, header and URL values."""
+    monkeypatch.setenv("FOO_TOKEN", "foo-token-value")
+    http = McpServerSpec(
+        name="docs",
+        transport="http",
+        url="https://u:urlpass1@docs.example/mcp?key=query-value-1",
+        headers=(("X-Account", "header-value-1"),),
+    )
+    stdio = McpServerSpec(
+        name="gh", transport="stdio", command="x", env=(("ACCOUNT", "acct-0042"),)
+    )
+    said = (
+        "Client error '401' for url 'https://u:urlpass1@docs.example/mcp?key=query-value-1'"
+        " (account header-value-1, acct-0042, foo-token-value)"
+    )
+    for spec, gone in ((http, "query-value-1"), (stdio, "acct-0042")):
+        redacted = Connection(spec, Path.cwd()).redact(said)
+        assert gone not in redacted and "foo-token-value" not in redacted
+    assert "header-value-1" not in Connection(http, Path.cwd()).redact(said)
+    assert "urlpass1" not in Connection(http, Path.cwd()).redact(said)
