@@ -25,16 +25,26 @@ the `terminal_shell` setting, `/bin/sh` by default). Zed, acpx and the Node SDK 
 with `args` as its argv and no shell of their own, so a whole line in `command` would be one
 program name (`spawn "echo hello world" ENOENT`); through `-c`, pipes, `&&` and quoting work
 on every client.
+
+The editor's terminal runs with the editor's environment, not defect's, and ACP's `env` field
+can only add variables. The editor usually started defect with the environment it has, so the
+secrets defect withholds from its own commands (`defect_core/child_env.py`: the provider
+credentials, secret-looking names) are likely there too: when defect's environment holds any,
+the line is run as `/usr/bin/env -u NAME … SHELL -c LINE` (GNU, BSD and busybox `env` all
+take `-u`), which removes them whether the editor's environment has them or not. Only names
+are sent, never values.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from acp import RequestError
 from acp.schema import ClientCapabilities, EnvVariable
 
+from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
 from defect_core.tools.backends import (
     FileStat,
     FsBackend,
@@ -173,12 +183,15 @@ class AcpShellBackend:
         cwd: Path,
         env: dict[str, str] | None = None,
         output_limit: int | None = None,
+        *,
+        policy: EnvPolicy = DEFAULT_POLICY,
     ) -> str:
+        program, args = terminal_command(self._shell, command, policy.withheld())
         try:
             created = await self._conn.create_terminal(
                 session_id=self._session_id,
-                command=self._shell,
-                args=["-c", command],
+                command=program,
+                args=args,
                 env=[EnvVariable(name=k, value=v) for k, v in (env or {}).items()],
                 cwd=str(cwd),
                 output_byte_limit=output_limit,
@@ -221,6 +234,19 @@ class AcpShellBackend:
             await self._conn.release_terminal(session_id=self._session_id, terminal_id=handle)
         except RequestError as exc:
             raise ClientRequestError("terminal/release", exc) from None
+
+
+ENV_PROGRAM = "/usr/bin/env"
+"""What unsets the withheld variables in front of the editor's shell (see the module)."""
+
+
+def terminal_command(shell: str, line: str, withheld: Sequence[str]) -> tuple[str, list[str]]:
+    """`terminal/create`'s `command` and `args` for `line`: `SHELL -c LINE`, behind
+    `/usr/bin/env -u NAME …` when there are variables to withhold."""
+    if not withheld:
+        return shell, ["-c", line]
+    unset = [part for name in withheld for part in ("-u", name)]
+    return ENV_PROGRAM, [*unset, shell, "-c", line]
 
 
 # --- choosing ---------------------------------------------------------------------------------

@@ -431,3 +431,36 @@ def test_a_provider_table_may_carry_its_own_hosted_search(home: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_settings(None, env={"HOME": str(home)})
     assert info.value.key == "providers.gw.capabilities.web_search.x" and info.value.line == 4
+
+
+def test_the_user_file_passes_named_variables_to_commands(home: Path, repo: Path) -> None:
+    user_file(home, '[command_environment]\npass = ["GITHUB_TOKEN", "NPM_TOKEN", "GITHUB_TOKEN"]\n')
+    settings = load_settings(repo, env={"HOME": str(home)})
+    assert settings.command_env_pass == ("GITHUB_TOKEN", "NPM_TOKEN")
+    policy = settings.env_policy()
+    assert not policy.withholds("GITHUB_TOKEN") and policy.withholds("FOO_TOKEN")
+
+
+@pytest.mark.parametrize("name", ["config.toml", "config.local.toml"])
+def test_a_project_file_cannot_pass_secrets_to_commands(home: Path, repo: Path, name: str) -> None:
+    path = write(
+        repo / ".defect" / name, '\n\n[command_environment]\npass = ["AWS_SECRET_ACCESS_KEY"]\n'
+    )
+    with pytest.raises(ConfigError, match="only your user configuration") as info:
+        load_settings(repo, env={"HOME": str(home)})
+    assert info.value.source == str(path) and info.value.line == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('[command_environment]\npass = "GITHUB_TOKEN"\n', "must be a list"),
+        ('[command_environment]\npass = ["GITHUB TOKEN"]\n', "not an environment variable name"),
+        ('[command_environment]\ndrop = ["X"]\n', "unknown key"),
+    ],
+)
+def test_bad_pass_lists_name_the_file_and_the_line(home: Path, text: str, problem: str) -> None:
+    path = user_file(home, text)
+    with pytest.raises(ConfigError, match=problem) as info:
+        load_settings(None, env={"HOME": str(home)})
+    assert info.value.source == str(path) and info.value.line == 2

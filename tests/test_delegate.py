@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +18,8 @@ from defect_acp.delegate import (
     ClientRequestError,
     select_backends,
 )
+from defect_core.child_env import DEFAULT_POLICY
+from defect_core.config.settings import Settings
 from defect_core.events import DiffDisplay, TerminalDisplay, ToolDisplay
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 from defect_core.tools.base import ToolContext, ToolError
@@ -249,7 +252,11 @@ async def test_paths_outside_are_refused_before_the_editor_hears_of_them(tmp_pat
 
 
 @pytest.mark.anyio
-async def test_bash_runs_in_the_editor_terminal_and_reports_it_at_once(tmp_path: Path) -> None:
+async def test_bash_runs_in_the_editor_terminal_and_reports_it_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in DEFAULT_POLICY.withheld():  # nothing to unset: the line goes as it is
+        monkeypatch.delenv(name)
     client = FakeClient()
     reports: list[Any] = []
     out = await BashTool().run({"command": "make test"}, make_ctx(tmp_path, client, reports))
@@ -272,6 +279,29 @@ async def test_bash_runs_in_the_editor_terminal_and_reports_it_at_once(tmp_path:
     shown = "```\nhello from the terminal\n```\n[exit code: 0]"
     assert out.display == (TerminalDisplay("term-1", output=shown),)
     assert not out.is_error
+
+
+@pytest.mark.anyio
+async def test_the_editors_terminal_unsets_the_secrets_defect_withholds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in DEFAULT_POLICY.withheld():
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-value")
+    monkeypatch.setenv("FOO_TOKEN", "foo-value")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_passed")
+    client = FakeClient()
+    policy = Settings(command_env_pass=("GITHUB_TOKEN",)).env_policy()
+    ctx = dataclasses.replace(make_ctx(tmp_path, client), env_policy=policy)
+    await BashTool().run({"command": "make test"}, ctx)
+    _, create = client.calls[0]
+    assert create["command"] == "/usr/bin/env"
+    assert create["args"] == [
+        *("-u", "ANTHROPIC_API_KEY", "-u", "FOO_TOKEN"),
+        *("/bin/sh", "-c", "make test"),
+    ]
+    sent = repr(client.calls)
+    assert "sk-ant-test-value" not in sent and "foo-value" not in sent, "names only"
 
 
 @pytest.mark.anyio

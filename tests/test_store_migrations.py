@@ -16,6 +16,7 @@ migration, a SIGKILL in the middle of a migration, two processes upgrading one f
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -40,6 +41,7 @@ from defect_core.store import (
     SqliteStore,
     SubagentRecord,
     ToolCallRecord,
+    stored_mcp_server,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -132,6 +134,7 @@ FROZEN: dict[int, str] = {
         ALTER TABLE sessions ADD COLUMN fork_of TEXT;
         ALTER TABLE sessions ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
     """,
+    6: "",  # rows only: each session's mcp_servers rewritten without secrets
 }
 
 
@@ -190,6 +193,10 @@ V1_MESSAGES = (
     '{"role":"assistant","content":[{"type":"text","text":"Added the flag."}]}',
 )
 V1_SUMMARY = '{"role":"user","content":[{"type":"text","text":"Summary: cli.py was read."}]}'
+
+
+V1_ROWS_UP_TO = 4
+"""The last version whose tables `write_v1_rows` can write into (5 added columns)."""
 
 
 def write_v1_rows(path: Path) -> None:
@@ -304,9 +311,12 @@ def test_each_shipped_migration_still_builds_its_frozen_schema(
 def test_a_database_at_any_earlier_version_upgrades_to_the_latest(
     tmp_path: Path, db: Path, version: int
 ) -> None:
-    database_at(db, version)
+    rows_at = min(version, V1_ROWS_UP_TO)
+    database_at(db, rows_at)
     if version >= 1:
         write_v1_rows(db)
+    if version > rows_at:
+        database_at(db, version)  # upgraded by that version's defect, rows and all
     with SqliteStore(db) as store:
         assert store.schema_version == SCHEMA_VERSION
         if version >= 1:
@@ -614,7 +624,7 @@ def test_migration_5_turns_each_log_into_a_branch_that_rewinds_and_forks(db: Pat
     it brings that branch back; a fork shares the prefix and outlives its origin."""
     write_v1_rows(frozen_database(db, 4))
     with SqliteStore(db) as store:
-        assert store.schema_version == 5
+        assert store.schema_version >= 5
         check_v1_rows(store)
         shop = store.load("sess_shop")
         assert shop.ids == [("sess_shop", seq) for seq in (1, 2, 3, 4)]
@@ -643,4 +653,85 @@ def test_migration_5_turns_each_log_into_a_branch_that_rewinds_and_forks(db: Pat
         assert raw.execute("SELECT COUNT(*) FROM messages").fetchone() == (1,)  # sess_blog's
         assert raw.execute("SELECT id FROM sessions").fetchall() == [("sess_blog",)]
         raw.close()
-    assert schema_of(db) == schema_of(frozen_database(db.parent / "frozen.sqlite3", 5))
+    latest = frozen_database(db.parent / "frozen.sqlite3", SCHEMA_VERSION)
+    assert schema_of(db) == schema_of(latest)
+
+
+@upgrades_to(6)
+def test_migration_6_scrubs_the_mcp_secrets_older_versions_stored(db: Path) -> None:
+    """A version-5 defect kept a stdio server's arguments and an HTTP server's URL as given:
+    a token passed as an argument or in the query string is on disk until the upgrade, and
+    nowhere in the file after it. What identifies the servers stays."""
+    token = "ghp_" + "OldRowToken0123456789abcdefXYZ"
+    query = "QueryToken" + "0123456789"
+    write_v1_rows(frozen_database(db, 4))
+    database_at(db, 5)  # the rows as a version-5 defect kept them
+    servers = [
+        {
+            "name": "github",
+            "transport": "stdio",
+            "command": "github-mcp-server",
+            "args": ["stdio", f"--token={token}", "--password", "hunter22"],
+            "env": ["GITHUB_HOST"],
+        },
+        {
+            "name": "docs",
+            "transport": "http",
+            "url": f"https://user:pw1234@docs.example/mcp?token={query}",
+            "headers": ["Authorization"],
+        },
+    ]
+    raw = sqlite3.connect(db)
+    with raw:
+        raw.execute(
+            "UPDATE sessions SET mcp_servers = ? WHERE id = 'sess_blog'", (json.dumps(servers),)
+        )
+        raw.execute("UPDATE sessions SET mcp_servers = 'not json' WHERE id = 'sess_shop'")
+    raw.close()
+    assert token.encode() in db.read_bytes()
+    with SqliteStore(db) as store:
+        assert store.schema_version >= 6
+        blog = store.load("sess_blog").record
+        assert store.load("sess_shop").record.mcp_servers == [], "unreadable: dropped"
+    assert blog.mcp_servers == [
+        {
+            "name": "github",
+            "transport": "stdio",
+            "command": "github-mcp-server",
+            "args": ["stdio", "--token=[redacted]", "--password", "[redacted]"],
+            "env": ["GITHUB_HOST"],
+        },
+        {
+            "name": "docs",
+            "transport": "http",
+            "url": "https://docs.example/mcp?token=[redacted]",
+            "headers": ["Authorization"],
+        },
+    ]
+    raw = sqlite3.connect(db)
+    raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw.execute("VACUUM")  # the old row's pages too: the bytes are gone from the file
+    raw.close()
+    on_disk = db.read_bytes()
+    for secret in (token, query, "hunter22", "pw1234"):
+        assert secret.encode() not in on_disk, f"{secret} is still in the file"
+
+
+def test_the_stored_form_of_a_server_is_stable_when_written_again() -> None:
+    """A row the store wrote (or migration 6 rewrote) goes through `stored_mcp_server` again on
+    every later write (a load, a fork): it must come out the same."""
+    entry = {
+        "name": "github",
+        "transport": "stdio",
+        "command": "github-mcp-server",
+        "args": ["--token", "plain", "--key=" + "Zx9Yw8Vu7Ts6Rq5Po4Nm", "stdio"],
+        "env": ["GITHUB_TOKEN=ghp_handmade", {"name": "GITHUB_HOST", "value": "h"}],
+        "url": "https://u:p@h.example/mcp?token=abc#x",
+        "headers": {"Authorization": "Bearer abcdef123456"},
+    }
+    once = stored_mcp_server(entry)
+    assert once["args"] == ["--token", "[redacted]", "--key=[redacted]", "stdio"]
+    assert once["env"] == ["GITHUB_TOKEN", "GITHUB_HOST"]
+    assert once["headers"] == ["Authorization"]
+    assert once["url"] == "https://h.example/mcp?token=[redacted]"
+    assert stored_mcp_server(once) == once

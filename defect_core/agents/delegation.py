@@ -97,6 +97,7 @@ class Delegation:
             [h for h in self._settings.hooks if h.trusted and h.event in TOOL_HOOK_EVENTS],
             session_id=self._session_id,
             cwd=self._cwd,
+            env=self._settings.env_policy(),
         )
         lineage = Lineage(
             session_id=self._session_id,

@@ -21,6 +21,7 @@ import anyio.to_thread
 
 from defect_core.checkpoints.capture import Checkpointer
 from defect_core.checkpoints.gitsnap import WorkTreeSnapshot
+from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
 from defect_core.tools.backends import ShellBackend, ShellExit, ShellOutput
 
 
@@ -40,9 +41,11 @@ class CheckpointingShell:
         cwd: Path,
         env: dict[str, str] | None = None,
         output_limit: int | None = None,
+        *,
+        policy: EnvPolicy = DEFAULT_POLICY,
     ) -> str:
         snap = await anyio.to_thread.run_sync(self.checkpointer.before_command)
-        handle = await self.inner.create(command, cwd, env, output_limit)
+        handle = await self.inner.create(command, cwd, env, output_limit, policy=policy)
         self._snapshots[handle] = snap
         return handle
 

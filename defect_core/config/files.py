@@ -18,7 +18,8 @@ Invariants:
   repository must not make defect read, nor hang on, a file outside it.
 - A relative `script_path` is relative to the file that names it.
 - A project's own file (`project` given) may add hooks, which stay untrusted until the
-  user's file trusts the project, and may not set `trusted_projects`.
+  user's file trusts the project, and may not set `trusted_projects` nor a table of
+  `USER_ONLY_TABLES` (`[command_environment]`: which secrets commands inherit).
 - `[mcp]` tables borrow `defect_core.mcp.spec`'s entry parser, imported only when a file has
   one: importing `defect_core.mcp.spec` runs the `defect_core.mcp` package, which the
   configuration must not load on the `initialize` path (docs/architecture.md, rule 6).
@@ -42,6 +43,7 @@ from defect_core.config.keys import (
     MODEL_PROVIDERS,
     TABLE_KEYS,
     TOP_KEYS,
+    USER_ONLY_TABLES,
     Layer,
     at_least,
     checked,
@@ -90,6 +92,10 @@ def parse_layer(
             if name == "script_path" and base_dir is not None:
                 layer[name] = str((base_dir / str(layer[name])).resolve())
         elif key in TABLE_KEYS:
+            if key in USER_ONLY_TABLES and project is not None:
+                raise ConfigError(
+                    source, key, "only your user configuration may set this (a project cannot)"
+                )
             if not isinstance(value, dict):
                 raise ConfigError(source, key, f"must be a table ([{key}]), got {type_name(value)}")
             table = TABLE_KEYS[key]

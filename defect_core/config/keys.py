@@ -68,6 +68,20 @@ Keys (every one optional; tables merge key by key across layers):
     args = ["stdio"]
     env = { GITHUB_TOKEN = "${GITHUB_TOKEN}" }   # ${VAR} / ${VAR:-default}: from the environment
 
+    [command_environment]             # user file only: what commands, hooks, MCP servers inherit
+    pass = ["GITHUB_TOKEN"]           # secret-looking variables they get all the same
+
+The environment of what defect starts (`bash` commands, locally or in the editor's terminal,
+hooks, stdio MCP servers; `defect_core/child_env.py`): defect's own, minus the provider
+credentials it reads (`ANTHROPIC_API_KEY`, `ANTHROPIC_AUTH_TOKEN`, every `api_key_env`, the
+AWS keys and tokens: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+`AWS_BEARER_TOKEN_BEDROCK`) and minus every variable whose name marks it as a secret (`*_KEY`,
+`*_SECRET`, `*_TOKEN`, `*_TOKEN_*`, `*PASSWORD*`, `*_API_KEY`, `*_ACCESS_KEY*`,
+case-insensitive). `[command_environment] pass` gives the named ones back (a `gh` that needs
+`GITHUB_TOKEN`); only the user's own file may set it, a project's file naming it is an error.
+An MCP server's own `env` (the editor's, or `${VAR}` in its entry) is an explicit choice and is
+kept as given.
+
 Environment: DEFECT_PROVIDER, DEFECT_MODEL, DEFECT_SCRIPT, DEFECT_MAX_TOKENS,
 DEFECT_MAX_TURN_REQUESTS, DEFECT_RETRIES, DEFECT_REASONING_EFFORT, DEFECT_READ_TIMEOUT,
 DEFECT_TERMINAL_SHELL, ANTHROPIC_BASE_URL, ANTHROPIC_BEDROCK_BASE_URL, AWS_REGION,
@@ -101,12 +115,14 @@ __all__ = [
     "MODEL_PROVIDERS",
     "TABLE_KEYS",
     "TOP_KEYS",
+    "USER_ONLY_TABLES",
     "Bad",
     "Check",
     "Layer",
     "at_least",
     "checked",
     "env_name",
+    "env_name_list",
     "model_list",
     "string",
     "type_name",
@@ -226,6 +242,16 @@ def _provider_name(value: object) -> str:
     return text
 
 
+def env_name_list(value: object) -> tuple[str, ...]:
+    """A list of environment variable names (`[command_environment] pass`)."""
+    if not isinstance(value, list):
+        raise Bad(f"must be a list of environment variable names, got {type_name(value)}")
+    for item in value:
+        if not isinstance(item, str) or not _ENV_NAME.match(item):
+            raise Bad(f"{item!r} is not an environment variable name")
+    return tuple(dict.fromkeys(value))
+
+
 string, url, env_name = _string, _url, _env_name
 """The checks `config/providers.py` applies to a `[providers.NAME]` table's keys."""
 
@@ -273,7 +299,11 @@ TABLE_KEYS: dict[str, dict[str, tuple[str, Check]]] = {
         "max_mb": ("checkpoint_max_mb", at_least(1)),
         "max_age_days": ("checkpoint_max_age_days", _number(positive=True)),
     },
+    "command_environment": {"pass": ("command_env_pass", env_name_list)},
 }
+USER_ONLY_TABLES = ("command_environment",)
+"""Tables only the user's own file may set: a project's file naming one is refused
+(`config/files.py`), as it is refused `trusted_projects`."""
 MODEL_PROVIDERS = ("anthropic", "bedrock", "scripted")
 
 FLAG_FIELDS: dict[str, Check] = {

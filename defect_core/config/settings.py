@@ -11,9 +11,10 @@ Invariants:
   (`api_key_env`), never the key itself.
 - A `ConfigError` names where (the file with its line, the variable or the flag), the key, and
   what is wrong: a typo must not silently run a session on defaults.
-- Cheap: the stdlib only. Every layer above (`providers`, `store`, `tools`, the session)
-  imports `Settings`, and it is on the `initialize` path (docs/architecture.md, rule 6); the
-  MCP spec type is named for type checking only.
+- Cheap: the stdlib only (and `child_env`, itself stdlib only). Every layer above
+  (`providers`, `store`, `tools`, the session) imports `Settings`, and it is on the
+  `initialize` path (docs/architecture.md, rule 6); the MCP spec type is named for type
+  checking only.
 
 Why apart from the loading: most readers need the values, not where they came from.
 """
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
+
+from defect_core.child_env import EnvPolicy
 
 if TYPE_CHECKING:
     from defect_core.hooks.spec import HookSpec
@@ -142,6 +145,9 @@ class Settings:
     entries carry `trusted=False` unless the user's file trusts that project."""
     trusted_projects: tuple[str, ...] = ()
     """Project roots whose own hooks may run (the user's file only)."""
+    command_env_pass: tuple[str, ...] = ()
+    """Secret-looking variables the commands, hooks and MCP servers defect starts get all the
+    same (`[command_environment] pass`, the user's file only; `defect_core/child_env.py`)."""
     goal_max_rounds: int = 20
     """Rounds a goal (`/goal`, `defect exec --goal`) may take before it stops; also the
     most times `before_turn_end` hooks may send one turn round again."""
@@ -163,6 +169,13 @@ class Settings:
 
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
+
+    def env_policy(self) -> EnvPolicy:
+        """What the processes a session starts inherit of defect's environment: not the
+        credentials these settings read (each `api_key_env`), nor any secret-looking variable
+        the user's file does not pass through (`defect_core/child_env.py`)."""
+        keys = {self.api_key_env, *(spec.api_key_env for spec in self.providers.values())}
+        return EnvPolicy.of(keys, self.command_env_pass)
 
     def models_for(self, provider: str) -> tuple[str, ...]:
         """The configured model ids of a provider (empty: use the provider's built-ins)."""

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import anyio
 
+from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
 from defect_core.hooks.runner import HookOutcome, run_command
 from defect_core.hooks.spec import HookEvent, HookSpec
 from defect_core.log import get_logger
@@ -64,9 +65,18 @@ class Verdict:
 class HookEngine:
     """The hooks of one session: its configured ones and the built-ins it has registered."""
 
-    def __init__(self, specs: Sequence[HookSpec], *, session_id: str, cwd: Path) -> None:
+    def __init__(
+        self,
+        specs: Sequence[HookSpec],
+        *,
+        session_id: str,
+        cwd: Path,
+        env: EnvPolicy = DEFAULT_POLICY,
+    ) -> None:
         self.session_id = session_id
         self.cwd = cwd
+        self.env = env
+        """What a hook's process does not inherit of defect's environment (`child_env.py`)."""
         self._specs = tuple(s for s in specs if s.trusted)
         self._untrusted = tuple(s for s in specs if not s.trusted)
         self._builtins: dict[HookEvent, list[BuiltinHook]] = {}
@@ -124,7 +134,7 @@ class HookEngine:
             if spec.prompt is not None:
                 outcome: HookOutcome | None = HookOutcome(context=spec.prompt)
             else:
-                outcome = await run_command(spec, payload, self.cwd, self.session_id)
+                outcome = await run_command(spec, payload, self.cwd, self.session_id, self.env)
                 log.info("hook_ran", hook=spec.label, answered=outcome is not None)
             if outcome is not None:
                 outcomes.append(outcome)

@@ -4,7 +4,8 @@ Owns `run_command` and `HookOutcome`, the answer of one hook. A command hook run
 `/bin/sh -c COMMAND` (so a hook line may use pipes, `&&` and `$VARIABLES`, as in a Makefile),
 in the session's directory, in a process group of its own, with the event described as one
 JSON object on its stdin and `DEFECT_HOOK_EVENT`, `DEFECT_SESSION_ID` and `DEFECT_PROJECT_DIR`
-in its environment. Its answer:
+in its environment — defect's own without the provider credentials and the secret-looking
+variables (`defect_core/child_env.py`: a hook is a command like any other). Its answer:
 
     exit 0, no output            nothing to say (the event goes on)
     exit 0, a JSON object        {"decision": "allow" | "deny", "reason": "…", "context": "…"}
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
 from defect_core.hooks.spec import HookSpec
 from defect_core.log import get_logger
 
@@ -58,16 +60,22 @@ class HookOutcome:
 
 
 async def run_command(
-    spec: HookSpec, payload: dict[str, Any], cwd: Path, session_id: str
+    spec: HookSpec,
+    payload: dict[str, Any],
+    cwd: Path,
+    session_id: str,
+    policy: EnvPolicy = DEFAULT_POLICY,
 ) -> HookOutcome | None:
     """Run `spec.command` with `payload` on stdin; its outcome, or None (nothing, or failed)."""
     assert spec.command is not None
-    env = {
-        **os.environ,
-        "DEFECT_HOOK_EVENT": spec.event,
-        "DEFECT_SESSION_ID": session_id,
-        "DEFECT_PROJECT_DIR": str(cwd),
-    }
+    env = policy.apply(
+        os.environ,
+        {
+            "DEFECT_HOOK_EVENT": spec.event,
+            "DEFECT_SESSION_ID": session_id,
+            "DEFECT_PROJECT_DIR": str(cwd),
+        },
+    )
     where = {"hook": spec.label, "origin": spec.origin}
     try:
         proc = await asyncio.create_subprocess_exec(

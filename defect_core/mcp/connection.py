@@ -11,6 +11,13 @@ Invariants:
 - A server that cannot start says why in `failure` (missing command, early exit with its last
   stderr line, garbage on stdout, refused connection); one that dies later says why in `lost`.
   Neither ever raises out of the connection.
+- What a server printed, and every reason built from it, is redacted before it is logged or
+  kept (`redaction.redact`: token shapes, `token=…`, `Bearer …`, and the values defect knows
+  are secrets — its own secret variables' and the server's `env`, header and URL query
+  values): a failure reaches the user and a lost server's reason reaches the model.
+- A stdio server inherits defect's environment without the provider credentials and the
+  secret-looking variables (`child_env.EnvPolicy`, the session's settings); its own `env`
+  (the editor's, or a configured entry's `${VAR}` expansions) is laid over it as given.
 - Stopping leaves no process behind: stdio processes get the SDK's shutdown (stdin closed,
   then SIGTERM/SIGKILL to the process group), then their process group is swept, so children
   a server left behind go too. The pid comes from a one-line `/bin/sh` shim that reports `$$`
@@ -31,16 +38,19 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 
 from defect_core import __version__
+from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
 from defect_core.log import get_logger
 from defect_core.mcp.spec import McpServerSpec, one_line
+from defect_core.redaction import redact
 
 if TYPE_CHECKING:
     import mcp_types
@@ -73,13 +83,14 @@ def supported_transports() -> set[str]:
 
 class _StderrTail:
     """A stdio server's stderr, read in a thread: the shim's pid line, then the server's lines,
-    logged (info) and the last few kept for failure messages."""
+    redacted, logged (info) and the last few kept for failure messages."""
 
-    def __init__(self, server: str) -> None:
+    def __init__(self, server: str, redact: Callable[[str], str]) -> None:
         read_fd, write_fd = os.pipe()
         self.writer = os.fdopen(write_fd, "w", encoding="utf-8")
         self._reader = os.fdopen(read_fd, "rb")
         self._server = server
+        self._redact = redact
         self.lines: deque[str] = deque(maxlen=20)
         self.pid: int | None = None
         self._thread = threading.Thread(target=self._pump, name=f"mcp-stderr-{server}", daemon=True)
@@ -94,6 +105,7 @@ class _StderrTail:
                         self.pid = int(line[len(_PID_MARKER) :])
                     continue
                 if line.strip():
+                    line = self._redact(line)
                     self.lines.append(line)
                     log.info("mcp_server_stderr", server=self._server, line=line[:2_000])
 
@@ -108,10 +120,12 @@ class _StderrTail:
 class Connection:
     """One server: its long-lived task owns the SDK contexts from connect to close."""
 
-    def __init__(self, spec: McpServerSpec, cwd: Path) -> None:
+    def __init__(self, spec: McpServerSpec, cwd: Path, env: EnvPolicy = DEFAULT_POLICY) -> None:
         self.spec = spec
         self.name = spec.name
         self.cwd = cwd
+        self._env = env
+        self._secrets = known_secrets(spec, env)
         self.session: ClientSession | None = None
         self.remote_tools: list[mcp_types.Tool] = []
         self.failure: str | None = None
@@ -141,7 +155,7 @@ class Connection:
         a polite exit (it has shown it will not answer)."""
         if self.failure is None:
             tail = self._stderr.tail() if self._stderr is not None else ""
-            self.failure = f"{reason}; last stderr: {tail}" if tail else reason
+            self.failure = self.redact(f"{reason}; last stderr: {tail}" if tail else reason)
         self._signal_group(signal.SIGTERM)
         self._scope.cancel()
 
@@ -162,13 +176,17 @@ class Connection:
         else:
             self.abort("closed before it started")
 
+    def redact(self, text: str) -> str:
+        """`text` without the secrets this server may have printed (see the module)."""
+        return redact(text, self._secrets)
+
     async def mark_lost(self, what: str) -> str:
         """Record that a started server is gone; the message says so, with its last words."""
         if self.lost is None:
             if self._stderr is not None:
                 await self._stderr.drained(0.3)
             tail = self._stderr.tail() if self._stderr is not None else ""
-            self.lost = f"{what}; last stderr: {tail}" if tail else what
+            self.lost = self.redact(f"{what}; last stderr: {tail}" if tail else what)
             log.warning("mcp_server_lost", server=self.name, reason=self.lost)
         return f"MCP server '{self.name}' stopped working ({self.lost}); its tools cannot be used"
 
@@ -188,9 +206,10 @@ class Connection:
                         if not self._closing.is_set() and self.lost is None:
                             await self.mark_lost(describe(exc))
                         else:
-                            log.debug("mcp_server_close_error", server=self.name, error=str(exc))
+                            error = self.redact(str(exc))
+                            log.debug("mcp_server_close_error", server=self.name, error=error)
                     elif self.failure is None:
-                        self.failure = await self._startup_failure(exc)
+                        self.failure = self.redact(await self._startup_failure(exc))
             if self.failure is None and not self.ready.is_set():
                 self.failure = "closed before it started"
         finally:
@@ -234,7 +253,7 @@ class Connection:
 
         async def on_message(message: Any) -> None:
             if isinstance(message, Exception) and self.stream_error is None:
-                self.stream_error = _describe_stream_error(message)
+                self.stream_error = self.redact(_describe_stream_error(message))
 
         return await stack.enter_async_context(
             ClientSession(
@@ -250,7 +269,7 @@ class Connection:
         from mcp.client.stdio import get_default_environment, stdio_client
 
         spec = self.spec
-        env = dict(spec.env)
+        env = self._env.apply(os.environ, dict(spec.env))
         path = env.get("PATH", get_default_environment().get("PATH", os.defpath))
         command = _resolve_command(spec.command or "", self.cwd, path)
         args = list(spec.args)
@@ -258,7 +277,7 @@ class Connection:
             args = ["-c", _SHIM, f"defect-mcp-{self.name}", command, *args]
             command = "/bin/sh"
         params = StdioServerParameters(command=command, args=args, env=env or None, cwd=self.cwd)
-        self._stderr = _StderrTail(self.name)
+        self._stderr = _StderrTail(self.name, self.redact)
         try:
             return await stack.enter_async_context(stdio_client(params, errlog=self._stderr.writer))
         finally:
@@ -295,6 +314,17 @@ class Connection:
                 await anyio.sleep(0.02)
                 if not self._signal_group(0):
                     return
+
+
+def known_secrets(spec: McpServerSpec, env: EnvPolicy) -> list[str]:
+    """The values a server's output must not show: defect's secret variables', the server's
+    own `env` and header values, and its URL's password and query values."""
+    values = [*env.secret_values(), *(v for _, v in spec.env), *(v for _, v in spec.headers)]
+    if spec.url:
+        with contextlib.suppress(ValueError):
+            parts = urlsplit(spec.url)
+            values += [parts.password or "", *(v for _, v in parse_qsl(parts.query))]
+    return values
 
 
 class _StartError(Exception):

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import anyio
 
+from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
 from defect_core.log import get_logger
 from defect_core.mcp.connection import Connection
 from defect_core.mcp.spec import McpServerSpec, merge_servers
@@ -60,8 +61,10 @@ class McpHub:
         timeout: float = DEFAULT_CONNECT_TIMEOUT,  # noqa: ASYNC109 (partial results, not a raise)
         *,
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
+        env: EnvPolicy = DEFAULT_POLICY,
     ) -> McpHub:
-        """Connect every server concurrently; return when all answered or `timeout` passed."""
+        """Connect every server concurrently; return when all answered or `timeout` passed.
+        A stdio server inherits defect's environment without what `env` withholds."""
         hub = cls(call_timeout=call_timeout)
         specs = merge_servers(specs, ())
         if not specs:
@@ -77,7 +80,7 @@ class McpHub:
             return hub
         try:
             for spec in specs:
-                conn = Connection(spec, cwd)
+                conn = Connection(spec, cwd, env)
                 hub._connections.append(conn)
                 conn.start()
             with anyio.move_on_after(timeout):

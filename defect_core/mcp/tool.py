@@ -208,9 +208,10 @@ class McpTool:
             return _failed(f"MCP server '{conn.name}': {self._remote_name} failed: {exc.message}")
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             return _failed(await conn.mark_lost(describe(exc) or "the connection is closed"))
-        except Exception as exc:
-            log.warning("mcp_call_failed", server=conn.name, tool=self._remote_name, exc_info=True)
-            return _failed(f"MCP server '{conn.name}': {self._remote_name} failed: {describe(exc)}")
+        except Exception as exc:  # an HTTP error names the URL: its query may hold a token
+            error = conn.redact(describe(exc))
+            log.warning("mcp_call_failed", server=conn.name, tool=self._remote_name, error=error)
+            return _failed(f"MCP server '{conn.name}': {self._remote_name} failed: {error}")
         return tool_output(result)
 
 

@@ -187,7 +187,8 @@ class DefaultAgentCore:
         """The session's MCP servers: the editor's, merged over the configured ones and the
         repository's `.mcp.json` (the editor's win a name clash), started concurrently."""
         configured = [*settings.mcp_servers, *load_mcp_json(cwd)]
-        return await McpHub.connect(merge_servers(requested, configured), cwd)
+        servers = merge_servers(requested, configured)
+        return await McpHub.connect(servers, cwd, env=settings.env_policy())
 
     async def load_session(
         self,

@@ -28,7 +28,7 @@ from defect_core.log import get_logger
 from defect_core.mcp.spec import McpServerSpec
 from defect_core.model import Message
 from defect_core.session.protocol import ToolCallSnapshot
-from defect_core.store import AsyncStore, ToolCallRecord
+from defect_core.store import AsyncStore, ToolCallRecord, stored_mcp_server
 
 log = get_logger("defect.agent")
 
@@ -80,8 +80,9 @@ class ReplayStateWriter:
 
 
 def server_summary(spec: McpServerSpec) -> dict[str, Any]:
-    """What the store keeps of an MCP server: enough to say which it was, no secrets (env and
-    header values are left out; the editor sends the servers again on load)."""
+    """What the store keeps of an MCP server: enough to say which it was, no secrets
+    (`store.stored_mcp_server`: env and header names only, arguments and URL redacted; the
+    editor sends the servers again on load, so nothing is restarted from it)."""
     summary: dict[str, Any] = {"name": spec.name, "transport": spec.transport}
     if spec.transport == "stdio":
         summary["command"] = spec.command
@@ -90,7 +91,7 @@ def server_summary(spec: McpServerSpec) -> dict[str, Any]:
     else:
         summary["url"] = spec.url
         summary["headers"] = [name for name, _ in spec.headers]
-    return summary
+    return stored_mcp_server(summary)
 
 
 class ToolCallSnapshots(Mapping[str, ToolCallSnapshot]):

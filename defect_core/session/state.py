@@ -172,7 +172,8 @@ class DefaultSession:
         """Built once, before the first request (`_ready_prompt`); stable for the cache."""
         self._web_search = hosted_web_search(settings, self._provider)
         self._commands = CommandBook(cwd)
-        self._hooks = HookEngine(settings.hooks, session_id=session_id, cwd=cwd)
+        env = settings.env_policy()
+        self._hooks = HookEngine(settings.hooks, session_id=session_id, cwd=cwd, env=env)
         self._start_source: str | None = "load" if stored else "new"
         """`session_start` is fired with the first prompt (off `session/new`); None: fired."""
         self._goal: GoalRun | None = None
@@ -469,6 +470,7 @@ class DefaultSession:
                 allow_read_outside=self._settings.allow_read_outside,
                 settings=self._tool_state,
                 fetch_allow=self._settings.fetch_allow_hosts,
+                env_policy=self._hooks.env,
             )
         )
 

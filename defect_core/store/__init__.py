@@ -48,6 +48,7 @@ from defect_core.store.records import (
     location_from_json,
     location_to_json,
     now_iso,
+    stored_mcp_server,
     tool_display_from_json,
     tool_display_to_json,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "location_from_json",
     "location_to_json",
     "now_iso",
+    "stored_mcp_server",
     "tool_display_from_json",
     "tool_display_to_json",
 ]

@@ -42,6 +42,7 @@ error names the migration that ran or failed.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from defect_core.errors import StorageError
 from defect_core.log import get_logger
 from defect_core.store import schema
 from defect_core.store.faults import storage_error
+from defect_core.store.records import stored_mcp_server
 
 log = get_logger("defect.store")
 
@@ -78,12 +80,33 @@ class Migration:
                 conn.execute(statement)
 
 
+def scrub_mcp_servers(conn: sqlite3.Connection) -> None:
+    """Migration 6: rewrite every session's `mcp_servers` as `records.stored_mcp_server`
+    keeps a server. Earlier versions kept a stdio server's arguments and an HTTP server's URL
+    as given, so a token passed as `--token=…` or in a `?token=` query was on disk. A value
+    that is not a JSON list of objects (hand-edited, damaged) is replaced by `[]`: it could
+    hold anything, and nothing reads it back to restart a server."""
+    found = conn.execute("SELECT id, CAST(mcp_servers AS TEXT) FROM sessions").fetchall()
+    for session_id, raw in found:
+        try:
+            servers = json.loads(raw)
+        except (TypeError, ValueError):
+            servers = []
+        if not isinstance(servers, list):
+            servers = []
+        kept = [stored_mcp_server(s) for s in servers if isinstance(s, dict)]
+        text = json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
+        if text != raw:
+            conn.execute("UPDATE sessions SET mcp_servers = ? WHERE id = ?", (text, session_id))
+
+
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "sessions, messages, checkpoints, tool calls", schema.V1),
     Migration(2, "file checkpoints", schema.V2),
     Migration(3, "subagent runs and transcripts", schema.V3),
     Migration(4, "session plans", schema.V4),
     Migration(5, "history as a tree of turns", schema.V5),
+    Migration(6, "MCP server secrets scrubbed", scrub_mcp_servers),
 )
 """Every migration defect has shipped, oldest first. Append only (see the module docstring)."""
 

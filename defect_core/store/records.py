@@ -3,13 +3,23 @@
 Owns `SessionRecord` (a session's settings), `SubagentRecord` (one subagent run and its
 messages), `ToolCallRecord` (what a replay shows of one tool
 call), `StoredSession` (a loaded session), `InvalidCursor`, `CorruptSession`, the JSON form of
-tool displays and locations, and the store's timestamps (`now_iso`).
+tool displays and locations, what the store keeps of an MCP server (`stored_mcp_server`), and
+the store's timestamps (`now_iso`).
 
 Invariants: every value here is frozen and knows nothing of SQL, so the protocol, the SQLite
 implementation and the async door all speak the same types; display and location JSON round
 trip losslessly (`tool_display_from_json(tool_display_to_json(d)) == d`), and reading JSON of a
 kind this defect does not know raises `ValueError` naming it, never a bare `KeyError` (a newer
 defect may have written it).
+
+An MCP server is kept without its secrets (`stored_mcp_server`, applied to every write of the
+`mcp_servers` column, `rows.dumps`): its name, transport and command; its arguments with
+secret-looking values replaced (`redaction.redact_args`: `--token VALUE`, `--api-key=…`,
+`ghp_…`, a long random string); the *names* of its `env` variables and headers, never their
+values; its URL without user, password, query values or fragment (`redaction.redact_url`).
+Nothing restarts a server from this record: `session/load` and `session/resume` get the
+editor's `mcpServers` again and the configured servers are read again from the configuration,
+so it is a note of which servers a session was opened with, for a person reading the database.
 
 Why a module of their own: they are the layer every other part of the store imports
 (docs/layers.md, "Inside the store package"), and callers (the runtime, the scripts) need them
@@ -20,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, get_args
 
@@ -39,6 +49,7 @@ from defect_core.events import (
 )
 from defect_core.log import get_logger
 from defect_core.model import Message, PlainMessage
+from defect_core.redaction import redact, redact_args, redact_url
 
 log = get_logger("defect.store")
 
@@ -71,8 +82,36 @@ class SessionRecord:
     config: dict[str, str] = field(default_factory=dict)
     """Config option values other than mode and model, e.g. `{"reasoning_effort": "high"}`."""
     mcp_servers: list[dict[str, Any]] = field(default_factory=list)
+    """The MCP servers the session was opened with, as `stored_mcp_server` keeps them."""
     permissions: dict[str, Any] = field(default_factory=dict)
     """Remembered "always" answers, `PermissionRules.to_dict()`: `{"allowed": [...], ...}`."""
+
+
+def stored_mcp_server(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """What the store keeps of one MCP server (`name`, `transport`, and for stdio `command`,
+    `args`, `env` names, for HTTP and SSE `url`, `headers` names): no secret of it (see the
+    module). Idempotent, so a row written by an older defect can be passed through again."""
+    kept: dict[str, Any] = {key: str(entry[key]) for key in ("name", "transport") if key in entry}
+    if isinstance(command := entry.get("command"), str):
+        kept["command"] = redact(command)
+    if isinstance(args := entry.get("args"), list):
+        kept["args"] = redact_args([str(arg) for arg in args])
+    if isinstance(url := entry.get("url"), str):
+        kept["url"] = redact_url(url)
+    for names in ("env", "headers"):
+        value = entry.get(names)
+        if isinstance(value, Mapping):  # never written so, but never kept so either
+            value = list(value)
+        if isinstance(value, list):
+            kept[names] = [_name_only(item) for item in value]
+    return kept
+
+
+def _name_only(item: object) -> str:
+    """A variable's or header's name; `NAME=value` (a hand-made row) keeps `NAME`."""
+    if isinstance(item, Mapping):
+        item = item.get("name", "")
+    return str(item).split("=", 1)[0]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

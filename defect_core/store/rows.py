@@ -31,7 +31,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ from defect_core.store.records import (
     StoredSession,
     SubagentRecord,
     ToolCallRecord,
+    stored_mcp_server,
 )
 from defect_core.stored_messages import Cell, StoredMessages, collector_paused
 
@@ -75,7 +76,10 @@ LOOKUP_BATCH = 500
 
 def dumps(value: Any, name: str) -> str:
     """`value` as the compact JSON a column holds (`mended`); `StorageError` naming `name` if
-    not JSON."""
+    not JSON. The `mcp_servers` column keeps each server as `records.stored_mcp_server` does,
+    whoever writes it: no secret of a server reaches the disk."""
+    if name == "mcp_servers" and isinstance(value, list):
+        value = [stored_mcp_server(s) for s in value if isinstance(s, Mapping)]
     try:
         return mended(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
     except (TypeError, ValueError) as exc:

@@ -8,6 +8,8 @@ Invariants:
 - Paths handed to a backend are absolute and were already checked against the workspace
   boundary by the tool (`tools.workspace`); a backend never widens access.
 - A shell handle is released exactly once; `kill` ends the whole process group.
+- A command never inherits the secrets of defect's environment: `create` takes the
+  session's `EnvPolicy` (`defect_core/child_env.py`; without one, the default policy).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Protocol, runtime_checkable
 import anyio
 import anyio.to_thread
 
+from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
 from defect_core.tools.beneath import (
     kind_of,
     open_beneath,
@@ -96,8 +99,11 @@ class ShellBackend(Protocol):
         cwd: Path,
         env: dict[str, str] | None = None,
         output_limit: int | None = None,
+        *,
+        policy: EnvPolicy = DEFAULT_POLICY,
     ) -> str:
-        """Start `command` under a shell; returns a handle (the terminal id when delegated)."""
+        """Start `command` under a shell; returns a handle (the terminal id when delegated).
+        It runs without the variables `policy` withholds, with `env` laid over the rest."""
         ...
 
     async def output(self, handle: str) -> ShellOutput: ...
@@ -492,8 +498,10 @@ class LocalShellBackend:
         cwd: Path,
         env: dict[str, str] | None = None,
         output_limit: int | None = None,
+        *,
+        policy: EnvPolicy = DEFAULT_POLICY,
     ) -> str:
-        full_env = {**os.environ, **env} if env else None
+        full_env = policy.apply(os.environ, env)
         capture = _Capture(output_limit or _DEFAULT_OUTPUT_LIMIT)
         loop = asyncio.get_running_loop()
         # The lifeline: the shell gets the read end (as stdin, moved to fd 9 by _LIFELINE);

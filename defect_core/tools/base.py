@@ -30,6 +30,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
 from defect_core.events import Location, ToolDisplay, ToolKind
 from defect_core.model import ResultPart, ToolSpec
 from defect_core.tools import shown
@@ -95,6 +96,9 @@ class ToolContext:
     fetch_allow: tuple[str, ...] = ()
     """Hosts the `fetch` tool may reach although their addresses are not public
     (`[fetch] allow`, see defect_core/tools/netguard.py)."""
+    env_policy: EnvPolicy = DEFAULT_POLICY
+    """Which of defect's variables the commands a tool starts do not inherit (the session's
+    settings, `Settings.env_policy`; defect_core/child_env.py)."""
 
 
 class Tool(Protocol):

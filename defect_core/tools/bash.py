@@ -161,7 +161,11 @@ class BashTool(ModelTool):
         shell = ctx.shell
         try:
             handle = await shell.create(
-                a.command, cwd, env=dict(COMMAND_ENV), output_limit=OUTPUT_LIMIT_BYTES
+                a.command,
+                cwd,
+                env=dict(COMMAND_ENV),
+                output_limit=OUTPUT_LIMIT_BYTES,
+                policy=ctx.env_policy,
             )
         except OSError as exc:
             raise ToolError(f"could not start the command: {exc}") from None

@@ -3,7 +3,9 @@
 Run: `python tests/mcp_servers/broken_server.py MODE` where MODE is
 - `exit`: complain on stderr and exit with status 1 at once (a missing module, a bad config);
 - `garbage`: print lines that are not JSON-RPC on stdout, then exit with status 2;
-- `silent`: read stdin but never answer (a server that hangs at start-up).
+- `silent`: read stdin but never answer (a server that hangs at start-up);
+- `leak`: print secrets on stderr (a bearer header; then, last, `token=` and a GitHub token
+  and the bare value of its `BROKEN_SECRET` variable) and exit with status 1.
 
 With `BROKEN_PID_FILE=<path>` it first writes its pid there.
 """
@@ -14,6 +16,9 @@ import os
 import sys
 import time
 
+LEAKED_TOKEN = "ghp_" + "LeakedByTheServer0123456789abcdef"
+"""What `leak` prints as `token=…`: a GitHub token no configuration names."""
+
 
 def main() -> None:
     if pid_file := os.environ.get("BROKEN_PID_FILE"):
@@ -22,6 +27,11 @@ def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "exit"
     if mode == "exit":
         sys.stderr.write("broken_server: cannot load config: no such file: settings.toml\n")
+        sys.exit(1)
+    if mode == "leak":
+        sys.stderr.write("retrying with Authorization: Bearer abcdef0123456789\n")
+        secret = os.environ.get("BROKEN_SECRET", "")
+        sys.stderr.write(f"auth failed: token={LEAKED_TOKEN}, account {secret}\n")
         sys.exit(1)
     if mode == "garbage":
         sys.stdout.write("Welcome to the server!\nthis is not json\n")

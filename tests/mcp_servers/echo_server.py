@@ -10,12 +10,14 @@ Owns the tools the MCP tests call. Each one pins down one behaviour of defect's 
 
 Run: `python tests/mcp_servers/echo_server.py` (stdio). `http_server.py` serves the same tools
 over streamable HTTP and SSE. With `ECHO_HANG_AT_START=1` the server never starts serving (a
-connect timeout); with `ECHO_PID_FILE=<path>` it writes its pid there before serving.
+connect timeout); with `ECHO_PID_FILE=<path>` it writes its pid there before serving, and
+with `ECHO_ENV_FILE=<path>` its whole environment (JSON: what it inherited).
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -130,6 +132,9 @@ def main() -> None:
     if pid_file := os.environ.get("ECHO_PID_FILE"):
         with open(pid_file, "w", encoding="utf-8") as f:
             f.write(str(os.getpid()))
+    if env_file := os.environ.get("ECHO_ENV_FILE"):
+        with open(env_file, "w", encoding="utf-8") as f:
+            json.dump(dict(os.environ), f)
     if os.environ.get("ECHO_HANG_AT_START") == "1":
         while True:
             time.sleep(3600)

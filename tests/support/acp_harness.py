@@ -37,6 +37,7 @@ from acp import schema as s
 from acp.connection import StreamDirection, StreamEvent
 from acp.stdio import spawn_agent_process
 
+from defect_core.child_env import DEFAULT_POLICY
 from tests.support.acp_schema import SchemaViolation, acp_schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -303,7 +304,13 @@ _CONFIG_DIR = tempfile.mkdtemp(prefix="defect-test-config-")
 
 
 def agent_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DEFECT_", "ANTHROPIC_"))}
+    # Nor the developer's own secrets: no agent under test needs them, and what defect sends
+    # the editor's terminal (`env -u NAME …`) would depend on them.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DEFECT_", "ANTHROPIC_")) and not DEFAULT_POLICY.withholds(k)
+    }
     env["PYTHONPATH"] = str(REPO)
     env["DEFECT_STATE_DIR"] = _STATE_DIR
     env["XDG_CONFIG_HOME"] = _CONFIG_DIR  # never the developer's own ~/.config/defect
