@@ -116,10 +116,6 @@ class PermissionRules:
             "rejected": _stored(self.rejected),
         }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> PermissionRules:
-        return restore_rules(data).rules
-
 
 @dataclass(frozen=True, slots=True)
 class RestoredRules:
@@ -147,7 +143,8 @@ def _restored(entry: Any, version: Any, allow: bool) -> RuleKey | None:
     if version == 1 and isinstance(entry, str):
         if not entry.startswith("bash:"):
             return entry
-        # A refusal may stand for more commands than it named; an allowance may not.
+        # An allowance is kept only as a rule that grants no more than the old key did; a
+        # refusal as the rule its words give (refusing fewer commands only makes defect ask).
         text = entry.removeprefix("bash:")
         return legacy_rule(text) if allow else command_key(text)
     if version != RULES_VERSION:
