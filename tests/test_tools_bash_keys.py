@@ -40,6 +40,9 @@ KEYS: list[tuple[str, CommandRule | ExactCommand]] = [
     ("cat README.md", R("cat")),
     ("head -20 a.txt", R("head")),
     ("rg -n foo src", R("rg")),
+    ("ls --color=never -1", R("ls")),
+    ("ls --some-exec-option", X("ls --some-exec-option")),  # a risky word, listed or not
+    ("cat --show-pager-x a", X("cat --show-pager-x a")),
     ("rg --pre ./x foo", X("rg --pre ./x foo")),
     ("rg --pr=./x foo", X("rg --pr=./x foo")),  # an abbreviation of --pre
     ("sort -o out.txt in.txt", X("sort -o out.txt in.txt")),
@@ -91,7 +94,9 @@ KEYS: list[tuple[str, CommandRule | ExactCommand]] = [
     ("git status --porcelain -b", R("git", "status")),
     ("git --no-pager log -5 --oneline", R("git", "log")),
     ("git log -1 --format=%H", R("git", "log")),
-    ("git log --output-indicator-new=x", R("git", "log")),  # not --output
+    ("git log --output-indicator-new=x", X("git log --output-indicator-new=x")),  # a net
+    ("git log --diff-filter=M --stat", R("git", "log")),
+    ("git status --no-renames", R("git", "status")),
     ("git diff HEAD~1 -- src", R("git", "diff")),
     ("git grep hello", R("git", "grep")),
     ("git grep -n -e hello", R("git", "grep")),

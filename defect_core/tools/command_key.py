@@ -27,7 +27,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from defect_core.tools.command_table import PLAIN, PROGRAMS, ArgRule, Program
+from defect_core.tools.command_table import PLAIN, PROGRAMS, RISKY_WORDS, ArgRule, Program
 
 _SHELL_SYNTAX = re.compile(r"[;&|<>`(){}$\\*?\[\]!#\x00-\x1f\x7f]")
 """Characters bash gives a meaning shlex does not see, or that join two commands: any of
@@ -146,7 +146,9 @@ def _option(rule: ArgRule, word: str) -> tuple[set[str], bool] | None:
     if rule.options == "deny":
         if word.startswith("--"):
             # getopt and git accept any unambiguous prefix of a long option.
-            return None if any(d.startswith(name) for d in rule.names) else ({name}, False)
+            if any(d.startswith(name) for d in rule.names) or any(w in name for w in RISKY_WORDS):
+                return None
+            return {name}, False
         if name in rule.names or any(f"-{c}" in rule.names for c in word[1:]):
             return None
         return {name}, False

@@ -21,7 +21,8 @@ How an `ArgRule` names options:
   (`-j4`; make's `-j` takes no separate word, so `make -j install` keys `install`).
 - `-name` (several letters after one dash): a whole word, as `go` spells its flags.
 - `-N`: a numeric option (`git log -5`, `head -20`).
-In a deny-list the plain names are enough: `-x` excludes every cluster holding `x`.
+In a deny-list the plain names are enough: `-x` excludes every cluster holding `x`; and a
+deny-list never admits a long option whose name holds one of `RISKY_WORDS`.
 
 Operands: `"free"` — any plain word (file names, revisions, patterns); `"key"` — each one is
 part of the key (make's targets, npm's script, a branch to delete), so allowing `make test`
@@ -85,6 +86,14 @@ def deny(*names: str, operands: Literal["free", "key"] = "free") -> ArgRule:
     """Every option but `names` (and abbreviations of the long ones)."""
     return ArgRule("deny", frozenset(names), operands)
 
+
+RISKY_WORDS = (
+    "exec", "command", "cmd", "pager", "editor", "shell", "output", "config", "template",
+    "hook", "script", "program", "upload-pack", "receive-pack",
+)  # fmt: skip
+"""A long option holding one of these is never admitted by a deny-list, listed or not: a net
+under the lists above for an option nobody thought of (`--output-indicator-new` is asked
+about too; better once too often)."""
 
 READER = deny()
 """A program that only reads and prints: any plain options and operands."""
