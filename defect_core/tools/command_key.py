@@ -157,8 +157,6 @@ def _option(rule: ArgRule, word: str) -> tuple[set[str], bool] | None:
         return ({name}, False) if spelled in rule.names else None
     if len(name) > 2 and spelled in rule.names:
         return {name}, False  # a single-dash word (`go test -race -count=1`)
-    if word[1:].isdigit():
-        return ({"-N"}, False) if "-N" in rule.names else None
     seen: set[str] = set()
     letters = word[1:]
     for at, letter in enumerate(letters):

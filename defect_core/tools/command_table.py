@@ -20,7 +20,6 @@ How an `ArgRule` names options:
   rest of its cluster or else the next word; `-x#`: a value that is only ever attached
   (`-j4`; make's `-j` takes no separate word, so `make -j install` keys `install`).
 - `-name` (several letters after one dash): a whole word, as `go` spells its flags.
-- `-N`: a numeric option (`git log -5`, `head -20`).
 In a deny-list the plain names are enough: `-x` excludes every cluster holding `x`; and a
 deny-list never admits a long option whose name holds one of `RISKY_WORDS`.
 
