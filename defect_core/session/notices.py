@@ -4,8 +4,8 @@ they would assume.
 Owns `opening_notices`. Invariant: a notice names the cause and what it means for the user
 (this session is not saved; an MCP server failed; project hooks wait for trust; stored
 "always" answers were dropped) — a silent degradation is the failure this module exists to
-prevent. Pure: the session (`state.py`)
-hands over what it knows; nothing here touches the store or the network.
+prevent. Pure: the session (`state.py`) hands over what it knows; nothing here touches the
+store or the network.
 """
 
 from __future__ import annotations
