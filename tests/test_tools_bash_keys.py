@@ -130,6 +130,9 @@ KEYS: list[tuple[str, CommandRule | ExactCommand]] = [
     ("git checkout -- main", R("git", "checkout", "--", "main")),
     ("git reset --hard", X("git reset --hard")),
     ("git commit -q -m wip", R("git", "commit")),
+    ("git commit --amend -m wip", X("git commit --amend -m wip")),
+    ("git rm --cached a.txt", X("git rm --cached a.txt")),
+    ("git restore --staged a.txt", X("git restore --staged a.txt")),
     ("git clone --template=./t url dir", X("git clone --template=./t url dir")),
     ("git --version", R("git")),
     # a path-qualified program: its path, the rule of its bare name

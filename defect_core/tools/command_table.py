@@ -127,7 +127,7 @@ GIT = Program(
         "add": deny("-p", "--patch", "-i", "--interactive", "-e", "--edit"),
         "commit": deny(
             "-c", "--reedit-message", "-e", "--edit", "--template", "-t", "--interactive",
-            "-p", "--patch",
+            "-p", "--patch", "--amend",
         ),
         "fetch": deny("--upload-pack", operands="key"),
         "pull": deny("--upload-pack", "-s", "--strategy", operands="key"),
@@ -141,7 +141,6 @@ GIT = Program(
         ),
         "checkout": deny("-f", "--force", "-p", "--patch", operands="key"),
         "switch": deny("-f", "--force", "--discard-changes", operands="key"),
-        "restore": deny("-p", "--patch", operands="key"),
         "reset": deny("--hard", "--merge", "--keep", "-p", "--patch", operands="key"),
         "merge": deny("-s", "--strategy", "-e", "--edit", operands="key"),
         "rebase": deny(
@@ -150,8 +149,6 @@ GIT = Program(
         ),
         "cherry-pick": deny("-e", "--edit", "--strategy", operands="key"),
         "revert": deny("-e", "--edit", "--strategy", operands="key"),
-        "rm": deny(operands="key"),
-        "mv": deny(operands="key"),
         "stash": deny("-p", "--patch", operands="key"),
         "branch": deny(
             "-d", "-D", "--delete", "-f", "--force", "-m", "-M", "--move", "-c", "-C", "--copy",
@@ -161,13 +158,14 @@ GIT = Program(
         "tag": deny("-d", "--delete", "-f", "--force", "-e", "--edit", operands="key"),
         "remote": deny(operands="key"),
         "init": deny("--template", "--separate-git-dir", operands="key"),
-        "reflog": deny(operands="key"),
     },
 )  # fmt: skip
 """Not here, so keyed whole: `config` (sets `core.fsmonitor`, aliases), `submodule`
 (`foreach`), `bisect` (`run`), `filter-branch`, `difftool`, `mergetool`, `archive`,
 `bundle`, `format-patch`, `worktree`, `clean`, `gc`, `send-email`, `daemon`, `instaweb`,
-`help`, and any alias (an alias is a word git does not know as a command)."""
+`help`; `rm`, `mv`, `restore` and `reflog`, whose options turn a harmless command into one
+that deletes (`git rm --cached x` and `git rm -f x` would share a key); and any alias (an
+alias is a word git does not know as a command)."""
 
 _BUILDER_OPTIONS = ("-q", "--quiet", "-v", "--verbose")
 
