@@ -15,7 +15,7 @@ backticks, braces, newlines), an assignment in front, an excluded option — is 
 exact command line, so "always" repeats exactly that command. Better to ask once too often
 than to run once unasked.
 
-A path-qualified program (`/usr/bin/git`, `./gradlew`) is checked with the rule of its bare
+A path-qualified program (`/usr/bin/git`, `../bin/ls`) is checked with the rule of its bare
 name but keyed by the path as written: allowing `git status` never allows `./git status`.
 """
 
