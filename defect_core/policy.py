@@ -20,17 +20,28 @@ docs/permissions.md describes the model as a whole.
 Invariants:
 - A remembered "reject always" wins over every mode except `read-only` (which refuses anyway);
   a remembered "allow always" never overrides `read-only`, and never covers a protected call.
-- Rules are keyed by `Tool.permission_key(args)` (the tool name, or for `bash` the command's
-  prefix), so they can be persisted with the session and restored on load.
+- Rules are keyed by `Tool.permission_key(args)` (the tool name, `tool:detail`, or for `bash`
+  a structured rule, `defect_core/tools/command_key.py`), so they can be persisted with the
+  session and restored on load. The stored form is versioned (`RULES_VERSION`); keys stored
+  by an earlier version are read only when the rule they become grants no more than they did,
+  and the others are dropped and named (`RestoredRules.dropped`), never silently widened.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from defect_core.events import PermissionOption
 from defect_core.tools.base import Safety
+from defect_core.tools.command_key import (
+    CommandKey,
+    command_key,
+    legacy_rule,
+    rule_from_json,
+    rule_to_json,
+)
 
 ModeId = Literal["ask", "accept-edits", "read-only", "yolo"]
 
@@ -104,31 +115,91 @@ class Ask:
 Decision = Allow | Deny | Ask
 
 
+RuleKey = str | CommandKey
+"""What a rule is remembered under: a tool's name or `tool:detail`, or a `bash` rule."""
+
+RULES_VERSION = 2
+"""The stored form: `{"version": 2, "allowed": [...], "rejected": [...]}`, each entry a
+string key or a `bash` rule object (`command_key.rule_to_json`). Version 1 had no
+`version` and only strings, `bash:<prefix or command>` for commands."""
+
+
 @dataclass
 class PermissionRules:
     """The "always" answers a user gave in this session."""
 
-    allowed: set[str] = field(default_factory=set)
-    rejected: set[str] = field(default_factory=set)
+    allowed: set[RuleKey] = field(default_factory=set)
+    rejected: set[RuleKey] = field(default_factory=set)
 
-    def remember(self, key: str, allow: bool) -> None:
+    def remember(self, key: RuleKey, allow: bool) -> None:
         (self.allowed if allow else self.rejected).add(key)
         (self.rejected if allow else self.allowed).discard(key)
 
-    def to_dict(self) -> dict[str, list[str]]:
-        return {"allowed": sorted(self.allowed), "rejected": sorted(self.rejected)}
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": RULES_VERSION,
+            "allowed": _stored(self.allowed),
+            "rejected": _stored(self.rejected),
+        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, list[str]] | None) -> PermissionRules:
-        data = data or {}
-        return cls(set(data.get("allowed", [])), set(data.get("rejected", [])))
+
+@dataclass(frozen=True, slots=True)
+class RestoredRules:
+    rules: PermissionRules
+    dropped: tuple[str, ...]
+    """Stored "always" answers not restored, as the user would recognise them."""
+
+
+def restore_rules(data: dict[str, Any] | None) -> RestoredRules:
+    """The rules of a stored `to_dict` of this or an earlier version."""
+    data = data if isinstance(data, dict) else {}
+    version = data.get("version", 1)
+    rules, dropped = PermissionRules(), []
+    for allow, entries in ((True, data.get("allowed")), (False, data.get("rejected"))):
+        for entry in entries if isinstance(entries, list) else ():
+            key = _restored(entry, version, allow)
+            if key is not None:
+                rules.remember(key, allow)
+            else:
+                dropped.append(_shown(entry) if allow else f"{_shown(entry)} (always reject)")
+    return RestoredRules(rules, tuple(dropped))
+
+
+def _restored(entry: Any, version: Any, allow: bool) -> RuleKey | None:
+    if version == 1 and isinstance(entry, str):
+        if not entry.startswith("bash:"):
+            return entry
+        # An allowance is kept only as a rule that grants no more than the old key did; a
+        # refusal as the rule its words give (refusing fewer commands only makes defect ask).
+        text = entry.removeprefix("bash:")
+        return legacy_rule(text) if allow else command_key(text)
+    if version != RULES_VERSION:
+        return None
+    if isinstance(entry, str):
+        return None if entry.startswith("bash:") else entry
+    return rule_from_json(entry)
+
+
+def _shown(entry: Any) -> str:
+    if isinstance(entry, str):
+        return entry.removeprefix("bash:")
+    if isinstance(entry, dict):
+        for name in ("command", "program"):
+            if isinstance(entry.get(name), str):
+                return str(entry[name])
+    return json.dumps(entry)[:80]
+
+
+def _stored(keys: set[RuleKey]) -> list[Any]:
+    entries = [k if isinstance(k, str) else rule_to_json(k) for k in keys]
+    return sorted(entries, key=lambda e: json.dumps(e, sort_keys=True))
 
 
 def decide(
     mode: str,
     safety: Safety,
     kind: str,
-    key: str,
+    key: RuleKey,
     rules: PermissionRules,
     protected: str | None = None,
 ) -> Decision:

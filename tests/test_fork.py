@@ -69,7 +69,7 @@ async def test_session_fork_diverges_survives_a_restart_and_outlives_its_origin(
     place: Place,
 ) -> None:
     write = Reply.tool_use("toolu_w", "bash", {"command": "touch a.txt"})
-    write_b = Reply.tool_use("toolu_b", "bash", {"command": "touch b.txt"})
+    write_b = Reply.tool_use("toolu_b", "bash", {"command": "touch a.txt"})  # the same again
     replies = (
         write,
         Reply.text("Written."),
@@ -103,12 +103,13 @@ async def test_session_fork_diverges_survives_a_restart_and_outlives_its_origin(
         assert agent.client.text(fork) == ""  # not replayed: the client has the history
 
         assert await say(agent, origin, "Go on here.") == "Origin on."
+        (place.work / "a.txt").unlink()
         assert await say(agent, fork, "Go on there.") == "Fork on."
         requests = accepted(fake)
         fake.assert_script_consumed()
-    # The fork ran `touch` without asking: it has the origin's "always" answer for it.
+    # The fork ran `touch a.txt` without asking: it has the origin's "always" answer for it.
     assert len(agent.client.permission_requests) == 1
-    assert (place.work / "b.txt").exists()
+    assert (place.work / "a.txt").exists()
     origin_next, fork_next = (texts(r.body["messages"]) for r in requests[2:4])
     shared = ["Make a.txt.", "tool_use:toolu_w", "tool_result:toolu_w", "Written."]
     assert origin_next == [*shared, "Go on here."]

@@ -243,7 +243,9 @@ class DefaultAgentCore:
             await session.plan.load(self._store)
             self._sessions[session_id] = session
             await self._store.update(
-                session_id, mcp_servers=[server_summary(spec) for spec in mcp_servers]
+                session_id,
+                mcp_servers=[server_summary(spec) for spec in mcp_servers],
+                permissions=session.permission_rules.to_dict(),  # in the current form
             )
             return session
         finally:

@@ -2,9 +2,10 @@
 they would assume.
 
 Owns `opening_notices`. Invariant: a notice names the cause and what it means for the user
-(this session is not saved; an MCP server failed; project hooks wait for trust) — a silent
-degradation is the failure this module exists to prevent. Pure: the session (`state.py`)
-hands over what it knows; nothing here touches the store or the network.
+(this session is not saved; an MCP server failed; project hooks wait for trust; stored
+"always" answers were dropped) — a silent degradation is the failure this module exists to
+prevent. Pure: the session (`state.py`) hands over what it knows; nothing here touches the
+store or the network.
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ from defect_core.mcp import McpHub
 
 
 def opening_notices(
-    unsaved_reason: str | None, mcp: McpHub | None, hooks: HookEngine
+    unsaved_reason: str | None,
+    mcp: McpHub | None,
+    hooks: HookEngine,
+    dropped_rules: str | None = None,
 ) -> tuple[str, ...]:
-    """The warnings a front end shows after `session/new` or a load, in order."""
+    """The warnings a front end shows after `session/new` or a load, in order
+    (`dropped_rules`: stored "always" answers a load did not restore, `permissions.py`)."""
     notices: list[str] = []
     if unsaved_reason is not None:
         notices.append(
@@ -28,4 +33,6 @@ def opening_notices(
         notices.append(notice)
     if hooks_notice := hooks.untrusted_notice():
         notices.append(hooks_notice)
+    if dropped_rules:
+        notices.append(dropped_rules)
     return tuple(notices)

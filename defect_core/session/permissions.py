@@ -1,9 +1,11 @@
 """A session's permission memory and its open questions to the user.
 
 Owns `SessionPermissions`: the session's "always" answers (`policy.PermissionRules`, restored
-from the store and saved by the session, `state.py`, whenever the turn runner changes them),
-and the hand-off of a `PermissionRequested` between the turn that asks and whoever answers it
-(the ACP bridge calls `Session.resolve_permission`).
+from the store — answers stored by an earlier version that the current rules would not grant
+are dropped and named in `dropped_notice`, read by the user when the session opens — and
+saved by the session, `state.py`, whenever the turn runner changes them), and the hand-off
+of a `PermissionRequested` between the turn that asks and whoever answers it (the ACP bridge
+calls `Session.resolve_permission`).
 
 Invariants:
 - Each question waits for exactly one answer, keyed by its tool call: an answer for a call
@@ -35,7 +37,10 @@ class SessionPermissions:
         publish: Callable[[AgentEvent], Awaitable[None]],
     ) -> None:
         self._session_id = session_id
-        self.rules = policy.PermissionRules.from_dict(stored)
+        restored = policy.restore_rules(stored)
+        self.rules = restored.rules
+        self.dropped = restored.dropped
+        """Stored answers not restored (`dropped_notice` says so when the session opens)."""
         self._publish = publish
         self._pending: dict[str, tuple[anyio.Event, list[str | None]]] = {}
 
@@ -67,3 +72,15 @@ class SessionPermissions:
         for event, answer in list(self._pending.values()):
             answer[0] = None
             event.set()
+
+    def dropped_notice(self) -> str | None:
+        """What the user reads about stored "always" answers that were not restored."""
+        if not self.dropped:
+            return None
+        shown = ", ".join(f"`{d}`" for d in self.dropped[:10])
+        more = f" and {len(self.dropped) - 10} more" if len(self.dropped) > 10 else ""
+        return (
+            f'This session remembered "always" answers that no longer apply, because defect '
+            f"now remembers only what a command showed (see docs/permissions.md): {shown}"
+            f"{more}. They were dropped; defect will ask again."
+        )

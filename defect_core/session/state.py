@@ -583,7 +583,8 @@ class DefaultSession:
 
     def notices(self) -> tuple[str, ...]:
         """What the user should read when the session opens (no saving, failed MCP servers)."""
-        return opening_notices(self._unsaved_reason, self._mcp, self._hooks)
+        dropped = self._permissions.dropped_notice()
+        return opening_notices(self._unsaved_reason, self._mcp, self._hooks, dropped)
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
 from defect_core.events import Location, ToolDisplay, ToolKind
 from defect_core.model import ResultPart, ToolSpec
 from defect_core.tools import shown
+from defect_core.tools.command_key import CommandKey
 from defect_core.tools.schema_cache import SCHEMAS
 
 if TYPE_CHECKING:
@@ -123,8 +124,9 @@ class Tool(Protocol):
         """Display content for a permission question (a diff for edits); may read, never writes."""
         ...
 
-    def permission_key(self, args: dict[str, Any]) -> str:
-        """What an "always" decision is remembered under (the tool, or a command prefix)."""
+    def permission_key(self, args: dict[str, Any]) -> str | CommandKey:
+        """What an "always" decision is remembered under: the tool, a detail of the call
+        (a host), or for a command the rule `tools/command_key.py` gives it."""
         ...
 
     def protected(self, args: dict[str, Any], ctx: ToolContext) -> str | None:
@@ -279,7 +281,7 @@ class ModelTool:
     async def preview(self, args: dict[str, Any], ctx: ToolContext) -> tuple[ToolDisplay, ...]:
         return ()
 
-    def permission_key(self, args: dict[str, Any]) -> str:
+    def permission_key(self, args: dict[str, Any]) -> str | CommandKey:
         return self.name
 
     def protected(self, args: dict[str, Any], ctx: ToolContext) -> str | None:

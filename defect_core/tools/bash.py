@@ -17,15 +17,21 @@ Invariants:
 - The model sees at most `MAX_OUTPUT_CHARS` of output (head and tail, a marker in between)
   and always the exit code, signal or timeout.
 
-Permission keys (`permission_key`), chosen so that "always allow" never grants more than the
-user saw:
-- a simple command is keyed by its program (`ls`, `pytest`), or program and subcommand for
-  tools whose subcommands do very different things (`git status`, `npm test`, `cargo build`;
-  `npm run build` and `uv run pytest` keep the script/program name too);
-- interpreters, wrappers and programs whose arguments decide everything (`python`, `sh`,
-  `sudo`, `env`, `xargs`, `rm`, `find`, …), commands with variable assignments in front, and
-  compound commands (`;`, `&&`, `|`, redirections, substitutions) are keyed by the whole
-  command, whitespace-normalised: allowing `cd x && make` always allows exactly that.
+Permission keys (`permission_key`): what an "always" answer remembers covers only commands
+that do what the user saw (the rules and the table: `tools/command_key.py`,
+`tools/command_table.py`; for users: docs/permissions.md):
+- a command of a program in the table, every word plain and every argument admitted by the
+  program's rule, is remembered as a `CommandRule`: the program as written (`git`,
+  `/usr/bin/git`), its subcommand and the operands its rule keys (`git status`,
+  `make test`, `npm run build`), with any admitted arguments — `git status --porcelain`
+  matches an "always" given to `git status`, `git log --output=x` never matches `git log`;
+- anything else is remembered as an `ExactCommand`, the command line itself: unknown
+  programs, interpreters, wrappers and editors (`python`, `sudo`, `env`, `xargs`, `vim`,
+  `find`, `zip`, ...), options known to run code or write files (`git -c`, `--git-dir`,
+  `sed -i` or a script with `e`/`w`, `tar` other than listing, `make VAR=x` or `-f`),
+  quoting that hides spaces or metacharacters, variable assignments in front, and compound
+  commands (`;`, `&&`, `|`, redirections, `$(...)`, backticks, newlines, braces): allowing
+  `cd x && make` always allows exactly that line, and no other spacing of it.
 
 Safety is `MUTATING` for every command (kind `execute`): the `Tool` protocol gives safety per
 tool, not per call, and the policy asks for every command outside yolo mode anyway.
@@ -36,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +59,7 @@ from defect_core.tools.base import (
     ToolOutput,
     clip_title,
 )
+from defect_core.tools.command_key import CommandKey, command_key
 from defect_core.tools.command_paths import protected_in_command
 from defect_core.tools.shown import fenced, visible
 from defect_core.tools.workspace import ToolArgs, display_path, parse_args, resolve_path
@@ -130,7 +136,7 @@ class BashTool(ModelTool):
         """The whole command for the permission question, however long or oddly spaced."""
         return whole_command(args)
 
-    def permission_key(self, args: dict[str, Any]) -> str:
+    def permission_key(self, args: dict[str, Any]) -> str | CommandKey:
         command = args.get("command") if isinstance(args, dict) else None
         return command_key(command) if isinstance(command, str) else self.name
 
@@ -261,56 +267,3 @@ def _fenced(text: str) -> str:
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}\n{text}\n{fence}"
-
-
-# --- permission keys --------------------------------------------------------------------------
-
-_COMPOUND = re.compile(r"[;&|<>`\n(){}]|\$\(")
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_SUBCOMMAND_TOOLS = frozenset(
-    {
-        "apt", "apt-get", "brew", "bun", "bundle", "cargo", "composer", "conda", "deno",
-        "docker", "dotnet", "gh", "git", "go", "gradle", "./gradlew", "hatch", "helm", "just",
-        "kubectl", "make", "mix", "mvn", "./mvnw", "nix", "nox", "npm", "pdm", "pip", "pip3",
-        "pnpm", "podman", "poetry", "rustup", "swift", "systemctl", "terraform", "tox", "uv",
-        "yarn",
-    }
-)  # fmt: skip
-_RUN_WORDS = frozenset({"run", "exec", "x", "dlx", "tool"})
-_WHOLE_COMMAND = frozenset(
-    {
-        "bash", "busybox", "chmod", "chown", "command", "dash", "dd", "doas", "env", "eval",
-        "exec", "fish", "find", "kill", "killall", "ksh", "mkfs", "nice", "node", "nohup",
-        "npx", "perl", "php", "pkill", "pnpx", "python", "python2", "python3", "rm", "rmdir",
-        "ruby", "sh", "shred", "ssh", "su", "sudo", "time", "timeout", "truncate", "uvx",
-        "watch", "xargs", "zsh", "bunx",
-    }
-)  # fmt: skip
-
-
-def command_key(command: str) -> str:
-    """What an "always" answer about `command` is remembered under (see the module doc)."""
-    whole = " ".join(command.split())
-    if not whole:
-        return "bash"
-    if _COMPOUND.search(command):
-        return whole
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return whole
-    if not words or _ASSIGNMENT.match(words[0]):
-        return whole
-    program = words[0]
-    name = os.path.basename(program)
-    if name in _WHOLE_COMMAND or name.startswith("python"):
-        return whole
-    if program not in _SUBCOMMAND_TOOLS:
-        return program
-    rest = [w for w in words[1:] if not w.startswith("-")]
-    if not rest:
-        return program
-    key = f"{program} {rest[0]}"
-    if rest[0] in _RUN_WORDS and len(rest) > 1:
-        key += f" {rest[1]}"
-    return key

@@ -321,13 +321,16 @@ def _protected(tool: Tool, args: dict[str, Any], ctx: ToolContext) -> str | None
         return "its arguments could not be checked for protected paths: asked every time"
 
 
-def _permission_key(tool: Tool, args: dict[str, Any]) -> str:
-    """The key an "always" answer is remembered under: the tool's name, or `tool:detail`
-    (e.g. `bash:git status`) so details of different tools never collide."""
+def _permission_key(tool: Tool, args: dict[str, Any]) -> policy.RuleKey:
+    """The key an "always" answer is remembered under: the tool's name, `tool:detail`
+    (e.g. `fetch:example.com`) so details of different tools never collide, or the
+    structured rule of a `bash` command (`tools/command_key.py`), which only `bash` gives."""
     try:
         key = tool.permission_key(args)
     except Exception:
         return tool.name
+    if not isinstance(key, str):
+        return key
     return key if key == tool.name else f"{tool.name}:{key}"
 
 
