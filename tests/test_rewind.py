@@ -278,3 +278,45 @@ async def test_a_kill_during_the_checkpoint_leaves_the_previous_one_whole(place:
         assert await say(agent, sid, "Still here?") == "Still here."
         (request,) = accepted(fake)
     assert request.body["messages"][-1]["content"][-1]["text"] == "Still here?"
+
+
+def write(call_id: str, path: str, content: str) -> Reply:
+    return Reply.tool_use(call_id, "write_file", {"path": path, "content": content})
+
+
+async def test_a_files_only_rewind_is_what_defect_left_for_the_next_rewind(place: Place) -> None:
+    """`/rewind 2 files` puts a.txt back to A1; that restore is defect's own doing, so
+    `/rewind 1` (and `/rewind undo`) find the file as defect left it: no conflict. A change
+    made outside defect after the restore is still a conflict, and is kept."""
+    (place.work / "a.txt").write_text("A0\n")
+    replies = (
+        write("toolu_1", "a.txt", "A1\n"),
+        Reply.text("One."),
+        write("toolu_2", "a.txt", "A2\n"),
+        Reply.text("Two."),
+    )
+    async with running(place, *replies) as (agent, fake):
+        sid = await new_session(agent, place)
+        await say(agent, sid, "Write A1.")
+        await say(agent, sid, "Write A2.")
+        answer = await say(agent, sid, "/rewind 2 files")
+        assert "Files restored to before prompt 2: a.txt." in answer
+        assert (place.work / "a.txt").read_text() == "A1\n"
+        answer = await say(agent, sid, "/rewind 1")
+        assert "conflict" not in answer, answer
+        assert "Files restored to before prompt 1: a.txt." in answer
+        assert (place.work / "a.txt").read_text() == "A0\n"
+        answer = await say(agent, sid, "/rewind undo")
+        assert "conflict" not in answer and "as before the rewind: a.txt." in answer, answer
+        assert (place.work / "a.txt").read_text() == "A1\n"
+        accepted(fake)
+
+    # After a restart, a files-only rewind, then a change outside defect: a conflict.
+    async with running(place) as (agent, _fake):
+        await load(agent, place, sid)
+        answer = await say(agent, sid, "/rewind 2 files")
+        assert "conflict" not in answer, answer
+        (place.work / "a.txt").write_text("the user's own edit\n")
+        answer = await say(agent, sid, "/rewind 1 files")
+        assert "conflict: a.txt: changed since defect changed it" in answer
+        assert (place.work / "a.txt").read_text() == "the user's own edit\n"

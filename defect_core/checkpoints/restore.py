@@ -5,9 +5,11 @@ Owns `plan_restore` (which state each path returns to, and what defect left in i
 
 Rewinding to before prompt N applies the checkpoints from the newest back to N: a path's
 target is its `before` in the OLDEST of them that touched it (its state before prompt N's
-range began), and the state it must still be in is the `after` of the NEWEST that touched it
-(what defect left). A path whose present content differs from that is a conflict: someone
-changed it since defect did.
+range began), and the state it must still be in is what defect left there last: the `after`
+of the newest checkpoint of the session that touched it — one of those, or a later one,
+a restore's own record included (a `/rewind N files` puts back a state that a later rewind
+or an undo must find, not call a conflict). A path whose present content differs from that is
+a conflict: someone outside defect changed it since defect did.
 
 Invariants:
 - With a conflict, or a file that cannot be restored (its blob pruned or damaged), nothing is
@@ -87,16 +89,26 @@ class RestoreReport:
         return bool(self.conflicts or self.failed)
 
 
-def plan_restore(checkpoints: Sequence[Checkpoint]) -> RestorePlan:
-    """`checkpoints` newest first: the ones to undo, from the newest back to the target."""
+def plan_restore(
+    checkpoints: Sequence[Checkpoint], known: Sequence[Checkpoint] = ()
+) -> RestorePlan:
+    """`checkpoints` newest first: the ones to undo, from the newest back to the target.
+
+    `known`: the session's other checkpoints (any order, those above may be among them); a
+    path's expected state is the `after` of the newest one, of either, that touched it."""
     plan = RestorePlan()
-    for checkpoint in checkpoints:  # newest first: the first seen is the expected state
+    last_left: dict[str, tuple[float, FileState | None]] = {}
+    for checkpoint in (*checkpoints, *known):
+        for entry in checkpoint.entries:
+            seen = last_left.get(entry.path)
+            if seen is None or checkpoint.created_at > seen[0]:
+                last_left[entry.path] = (checkpoint.created_at, entry.after)
+    for checkpoint in checkpoints:  # newest first: the last seen is the oldest, the target
         for note in checkpoint.notes:
             if note not in plan.notes:
                 plan.notes.append(note)
         for entry in checkpoint.entries:
-            seen = plan.files.get(entry.path)
-            expected = seen.expected if seen is not None else entry.after
+            expected = last_left[entry.path][1]
             plan.files[entry.path] = PlannedFile(entry.path, entry.before, expected)
     plan.files = dict(sorted(plan.files.items()))
     return plan
@@ -175,11 +187,13 @@ def restore(
     *,
     force: bool = False,
     recorder: Checkpointer | None = None,
+    known: Sequence[Checkpoint] = (),
 ) -> RestoreReport:
     """Restore every path the checkpoints (newest first) touched to its state before the
-    oldest of them. Without `force`, a conflict or an unrestorable file stops it whole."""
+    oldest of them. Without `force`, a conflict or an unrestorable file stops it whole.
+    `known`: the session's other checkpoints, for what defect left last (`plan_restore`)."""
     root = Path(os.path.realpath(root))
-    plan = plan_restore(checkpoints)
+    plan = plan_restore(checkpoints, known)
     report, contents = inspect(root, plan, blobs)
     if report.blocked and not force:
         return report
