@@ -11,7 +11,9 @@ Owns `SessionCheckpoints`, the session's side of `defect_core/checkpoints/`:
 answered (before the next batch runs), and `end` finishes the checkpoint, saves it, and
   prunes the state directory to the configured budget (saying so when it drops anything);
 - `records` reads them back for `/rewind` (`rewind.py`); `forget_session` deletes a session
-  with the blobs only its checkpoints used.
+  with the blobs only its checkpoints used; `sweep_leftovers`, when a session is loaded,
+  removes the temporaries a killed write or restore left where its checkpoints say defect
+  wrote (`tools.beneath.sweep_temporaries`: only defect's own, of a process that is gone).
 
 Invariants:
 - Crash-safe: each save is one transaction (`SqliteStore.save_file_checkpoint`), and a blob
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
+import posixpath
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -52,6 +56,7 @@ from defect_core.model import Message, ToolResultBlock
 from defect_core.store import AsyncStore, FileCheckpointRecord
 from defect_core.store.paths import default_state_dir
 from defect_core.tools.base import ToolContext
+from defect_core.tools.beneath import sweep_temporaries
 
 log = get_logger("defect.checkpoints")
 
@@ -277,3 +282,30 @@ async def _referenced(store: AsyncStore, session_id: str | None = None) -> set[s
         except ValueError:
             continue
     return digests
+
+
+async def sweep_leftovers(store: AsyncStore, session_id: str, cwd: Path) -> None:
+    """Remove the temporaries killed writes left in the workspace root and in every directory
+    the session's checkpoints name (a restore killed midway, a write of a turn cut short);
+    run when the session is loaded. A failure is logged, never raised: it stops no load."""
+    try:
+        records = await store.file_checkpoints(session_id)
+        removed = await anyio.to_thread.run_sync(_sweep, cwd, records)
+    except (OSError, StorageError) as exc:
+        log.warning("temporaries_not_swept", session_id=session_id, error=str(exc))
+        return
+    if removed:
+        log.info("temporaries_swept", session_id=session_id, paths=removed)
+
+
+def _sweep(cwd: Path, records: list[FileCheckpointRecord]) -> list[str]:
+    root = os.path.realpath(cwd)
+    directories = {""}
+    for record in records:
+        try:
+            checkpoint = Checkpoint.from_json(record.body)
+        except ValueError:
+            continue
+        if os.path.realpath(checkpoint.root) == root:
+            directories |= {posixpath.dirname(path) for path in checkpoint.paths()}
+    return sweep_temporaries(root, directories)
