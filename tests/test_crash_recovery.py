@@ -617,6 +617,34 @@ async def test_an_interrupted_call_is_final_after_load_resume_and_the_resume_fla
     assert rig.tool_call_status(sid) == {orphan: "pending"}  # the store is left as it was
 
 
+async def test_a_temporary_a_killed_write_left_is_swept_when_the_session_loads(
+    rig: Rig,
+) -> None:
+    """A write killed before its rename leaves its temporary beside its file, in a directory
+    no checkpoint names yet (planted here, named as the killed process names them: the kill
+    cannot be made to land between the write and the rename). Loading the session sweeps it,
+    found through the interrupted call's location; the user's look-alike stays."""
+    orphan = tool_id("WriteDeep")
+    write = Reply.tool_use(orphan, "write_file", {"path": "deep/er/notes.txt", "content": "x\n"})
+    async with running(rig, write) as (agent, _fake):
+        sid = await new_session(agent, rig)
+        agent.client.permission_gate = asyncio.Event()
+        turn = start_turn(agent, sid, "Write the notes.")
+        await until(lambda: bool(agent.client.permission_requests), "the permission question")
+        await kill_mid_turn(agent, turn)
+        killed = agent.process.pid
+    where = rig.work / "deep" / "er"
+    where.mkdir(parents=True)
+    left = where / f".defect.{killed}.00c0ffee00c0ffee.tmp"
+    left.write_text("a whole copy\n")
+    mine = where / ".notes.txt.00c0ffee.tmp"
+    mine.write_text("the user's\n")
+    async with running(rig) as (agent, _fake):
+        await agent.conn.load_session(cwd=str(rig.work), session_id=sid, mcp_servers=[])
+    assert not left.exists(), "the killed write's temporary outlived the load"
+    assert mine.read_text() == "the user's\n"
+
+
 async def test_a_session_killed_twice_recovers_with_both_orphans(rig: Rig) -> None:
     """Two kills in one session: an orphan deep in history and a fresh one, both repaired on
     the way out on every request, both kept as they are in the store."""

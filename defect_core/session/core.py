@@ -240,7 +240,7 @@ class DefaultAgentCore:
             )
             await session.delegation.load(runs)
             await session.plan.load(self._store)
-            await sweep_leftovers(self._store, session_id, where)
+            await sweep_leftovers(self._store, session_id, where, stored.transcript)
             self._sessions[session_id] = session
             await self._store.update(
                 session_id, mcp_servers=[server_summary(spec) for spec in mcp_servers]
