@@ -345,9 +345,10 @@ def _process_start(pid: int) -> float | None:
 
 
 def _left_behind(pid: int, made: float) -> bool:
-    """Whether a temporary of process `pid`, last changed at `made`, outlived its process."""
+    """Whether a temporary of process `pid`, last changed at `made`, outlived its process
+    (a second of margin: a file's time comes from a coarser clock than `time.time`)."""
     if pid == os.getpid():
-        return made < _STARTED
+        return made < _STARTED - 1
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
