@@ -31,7 +31,7 @@ from typing import Any
 from pydantic_core import to_json
 
 from defect_acp import project, replay_walk
-from defect_acp.replayed import ReplayedCall, replayed_status, result_text
+from defect_acp.replayed import INTERRUPTED, ReplayedCall, replayed_status, result_text
 from defect_core import events as ev
 from defect_core.model import ImageBlock, ToolResultBlock
 from defect_core.store import ToolCallRecord
@@ -136,6 +136,8 @@ def _stored_update(
         content.append(display)
     if shown is not None:
         content = [{"content": _text(shown), "type": "content"}]
+    if result is None:  # `replayed.interrupted_tail`
+        content.append({"content": _text(INTERRUPTED.text), "type": "content"})
     if content:
         update["content"] = content
     if record.locations:

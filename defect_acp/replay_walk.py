@@ -15,7 +15,6 @@ walk over a stored conversation, with its own ordering rule (a card waits for it
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -36,7 +35,6 @@ from defect_acp.replayed import (
     result_block,
     stored_terminal,
 )
-from defect_core import events as ev
 from defect_core.model import (
     ImageBlock,
     Message,
@@ -158,8 +156,8 @@ def iter_replay(
     User text and images, agent text and thoughts, every tool call with its title, kind,
     last known status and content (diffs included), and every search the provider ran (from
     its blocks: query, hits or error). A call that never got a result (the
-    process was killed while it ran) keeps its last recorded status — pending or
-    in_progress — so the client shows it as not completed, which is the truth. A
+    process was killed while it ran) is shown `failed`, saying it was interrupted and no
+    result was recorded (`replayed.py`): final, as the model is told, never a spinner. A
     `spawn_agent` call shows what its subagent did, from the subagent's own stored transcript
     (`subagents`: its view by call id), also when the process died while it worked. An
     `update_plan` call shows no card (`SHOWN_BY_THEIR_EVENT`) unless it was refused; the plan
@@ -320,10 +318,7 @@ class ReplayWalk(Generic[T]):
         """The call as a replay shows it, from its snapshot (looked up when not given)."""
         if snap is None:
             snap = self._tool_calls.get(call_id)
-        call = replayed_call(call_id, name, tool_input, snap, result)
-        if shown is not None:  # a subagent's view: what it did
-            call = dataclasses.replace(call, content=(ev.TextDisplay(shown),))
-        return call
+        return replayed_call(call_id, name, tool_input, snap, result, shown)
 
 
 class _Hidden:

@@ -9,10 +9,13 @@ model per call). A result is a `ToolResultBlock`, or
 a plain tool result's JSON value when the replay read its message without the model
 (`defect_core.model.is_plain_message`): both read the same.
 
-Invariant: a call's card is what the client saw live, as far as the store knows it: its last
-recorded status (a call that finished but whose result never reached history is shown as
-still running, as the model will be told it was interrupted), and a terminal released long
-ago by what it printed.
+Invariant: a call's card is what the client saw live, as far as the store knows it, and
+final: its last recorded status and content (a terminal released long ago shown by what it
+printed) when its result is in the history; when it is not (the process died while the call
+ran, or before its result was committed), `failed`, its content followed by the words the
+model is told (`integrity.rules.INTERRUPTED_RESULT_TEXT`) — never `pending` or
+`in_progress`, which an editor would show as running forever. The stored history stays as it
+is: the call has no result there.
 
 Why apart from `replay_walk.py`: the replay walk (`replay_walk.ReplayWalk`) and the two views
 that write its pieces share these.
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from defect_core import events as ev
 from defect_core.hosted import search_outcome, search_title
+from defect_core.integrity.rules import INTERRUPTED_RESULT_TEXT
 from defect_core.model import (
     ServerToolUseBlock,
     ToolResultBlock,
@@ -65,6 +69,9 @@ class StoredCalls(Protocol):
     def record(self, call_id: str) -> ToolCallRecord | None: ...
 
 
+INTERRUPTED = ev.TextDisplay(INTERRUPTED_RESULT_TEXT)
+"""What ends the card of a call that has no result: what the model is told of it."""
+
 SPENT = {e: ToolResultBlock(tool_use_id="", is_error=e) for e in (False, True)}
 """What a replay keeps of a result once its call is shown: whether it failed."""
 
@@ -101,21 +108,33 @@ def replayed_call(
     tool_input: dict[str, Any],
     snap: ToolCallSnapshot | None,
     result: ToolResultBlock | None,
+    shown: str | None = None,
 ) -> ReplayedCall:
-    """The call `call_id` (named `name`, made with `tool_input`) as a replay shows it."""
+    """The call `call_id` (named `name`, made with `tool_input`) as a replay shows it
+    (`shown`: a subagent's view, the card's content in place of the stored one)."""
     if snap is None:
-        status: ev.ToolStatus = "pending"
-        if result is not None:
-            status = "failed" if result.is_error else "completed"
+        status: ev.ToolStatus = "failed"
+        if result is not None and not result.is_error:
+            status = "completed"
+        content: tuple[ev.ToolDisplay, ...] = () if shown is None else (ev.TextDisplay(shown),)
         return ReplayedCall(
-            tool_call_id=call_id, title=name, kind="other", status=status, raw_input=tool_input
+            tool_call_id=call_id,
+            title=name,
+            kind="other",
+            status=status,
+            content=content + interrupted_tail(result),
+            raw_input=tool_input,
         )
+    if shown is None:
+        content = _replayed_displays(snap.content, result)
+    else:
+        content = (ev.TextDisplay(shown),)
     return ReplayedCall(
         tool_call_id=call_id,
         title=snap.title,
         kind=snap.kind,
         status=replayed_status(snap.status, result),
-        content=_replayed_displays(snap.content, result),
+        content=content + interrupted_tail(result),
         locations=tuple(snap.locations),
         raw_input=snap.raw_input or tool_input,
         raw_output=snap.raw_output,
@@ -123,12 +142,15 @@ def replayed_call(
 
 
 def replayed_status(status: ev.ToolStatus, result: ToolResultBlock | None) -> ev.ToolStatus:
-    """A stored call's status as a replay shows it."""
-    if result is None and status in ("completed", "failed"):
-        # It finished, but the process died before its result reached history: the model
-        # will be told it was interrupted, so the user must not see it as closed either.
-        return "in_progress"
-    return status
+    """A stored call's status as a replay shows it: without a result in the history (the
+    process died while it ran, or before its result was committed), `failed`, as the model is
+    told it was interrupted; whatever was recorded last, a card must not spin forever."""
+    return "failed" if result is None else status
+
+
+def interrupted_tail(result: ToolResultBlock | None) -> tuple[ev.ToolDisplay, ...]:
+    """What follows a card's content: `INTERRUPTED` when its call has no result."""
+    return (INTERRUPTED,) if result is None else ()
 
 
 def has_terminal(content: Sequence[ev.ToolDisplay]) -> bool:

@@ -261,3 +261,38 @@ async def test_a_file_name_that_is_not_utf8_never_fails_the_turn(tmp_path: Path)
     results = _results(tmp_path)
     assert [err for err, _ in results] == [False, False], results
     assert "bad\ufffd.txt" in results[0][1] and "bad\ufffd.txt:1: needle" in results[1][1]
+
+
+async def test_a_path_longer_than_the_system_allows_is_refused_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """A 10,000-character path (50 names of 200) and a name of 300 characters: every tool
+    that takes a path refuses each with the same one line, relative to the workspace, before
+    anything is created; no directory is left behind."""
+    work = tmp_path / "work"
+    work.mkdir()
+    deep = "/".join(f"{i:02}" + "d" * 198 for i in range(50)) + "/f.txt"
+    wide = "n" * 300 + ".txt"
+    replies = _calls(
+        ("write_file", {"path": deep, "content": "x\n"}),
+        ("write_file", {"path": wide, "content": "x\n"}),
+        ("read_file", {"path": deep}),
+        ("edit_file", {"path": deep, "old_string": "x", "new_string": "y"}),
+        ("search", {"path": deep, "pattern": "x"}),
+        ("search", {"path": wide, "glob": "*"}),
+        ("bash", {"command": "touch made-here", "workdir": deep}),
+    )
+    await _run(tmp_path, work, replies, mode="yolo")
+    assert sorted(os.listdir(work)) == []
+    results = _results(tmp_path)
+    size = len(os.fsencode(work)) + 1 + len(deep)
+    most, most_name = os.pathconf(work, "PC_PATH_MAX") - 1, os.pathconf(work, "PC_NAME_MAX")
+    too_long = f"path is too long for this system: {deep[:60]}…{deep[-16:]} ({size} bytes"
+    too_wide = f"path is too long for this system: {'n' * 60}…{'n' * 12}.txt (a name of 304 bytes"
+    assert results == [
+        (True, f"{too_long}, the limit is {most})"),
+        (True, f"{too_wide}, the limit is {most_name})"),
+        *[(True, f"{too_long}, the limit is {most})")] * 3,
+        (True, f"{too_wide}, the limit is {most_name})"),
+        (True, f"{too_long}, the limit is {most})"),
+    ], results

@@ -143,7 +143,7 @@ def test_capture_records_prior_states_first_capture_wins(root: Path, blobs: Blob
     assert blobs.get(by_path["a.txt"].before.digest or "") == b"one\n"
     assert by_path["a.txt"].after == FileState("file", digest_of(b"three\n"), 6, 0o644)
     assert blobs.get(by_path["bin.dat"].before.digest or "") == BINARY
-    assert by_path["new/created.txt"].before == FileState.absent()
+    assert by_path["new/created.txt"].before == FileState.absent(dirs=1)  # "new" made by the write
     assert by_path["tool.sh"].before.mode == 0o755
     assert checkpoint.finished and checkpoint.notes == ()
     assert Checkpoint.from_json(checkpoint.to_json()) == checkpoint

@@ -23,7 +23,7 @@ from defect_core.checkpoints import (
 )
 from defect_core.checkpoints.shell import CheckpointingShell
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
-from defect_core.tools.beneath import replace_beneath
+from defect_core.tools.beneath import TEMPORARY, replace_beneath
 
 BINARY = bytes(range(256)) * 8
 
@@ -306,6 +306,7 @@ def test_a_write_names_its_temporary_by_its_real_path_before_making_it(tmp_path:
     )
     ((path, existed),) = told
     assert os.path.dirname(path) == os.path.realpath(root / "real")
-    assert os.path.basename(path).startswith(".a.txt.") and path.endswith(".tmp")
+    assert TEMPORARY.fullmatch(os.path.basename(path)), path
+    assert os.path.basename(path).startswith(f".defect.{os.getpid()}.")
     assert not existed and not os.path.lexists(path)
     assert (root / "real" / "a.txt").read_bytes() == b"x\n"

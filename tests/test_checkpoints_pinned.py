@@ -17,6 +17,7 @@ from defect_core.checkpoints.blobs import digest_of
 from defect_core.checkpoints.capture import LEADS_OUT, NOT_STORED
 from defect_core.checkpoints.model import Entry, FileState
 from defect_core.checkpoints.restore import current_state
+from defect_core.tools import beneath
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 from defect_core.tools.base import ToolContext
 from defect_core.tools.beneath import replace_beneath
@@ -108,10 +109,12 @@ def test_past_the_pinned_budget_prior_contents_are_read_at_once(
 
 
 def test_a_failed_replace_reads_the_prior_content_before_anything_else_changes_it(
-    root: Path, blobs: BlobStore
+    root: Path, blobs: BlobStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A name so long that the write's temporary file cannot be created: the write fails,
-    the file stays where later tools may change it in place, so it is read at once."""
+    """The write's temporary file cannot be created (its name too long for the directory):
+    the write fails, the file stays where later tools may change it in place, so it is read
+    at once."""
+    monkeypatch.setattr(beneath, "temporary_name", lambda: "t" * 300)
     name = "n" * 250
     (root / name).write_bytes(b"prior\n")
     cp = Checkpointer(root, blobs, turn_id="t1")

@@ -9,7 +9,9 @@ committed and its permission question pending; while the tool runs; right after 
 result is reported — then starts a new process on the same state directory and checks:
 
 - `session/load` replays what was committed, and nothing else: the user's prompt, no partial
-  agent text, each tool call with its title and its last recorded (not completed) status;
+  agent text, each tool call with its title, shown final — `failed`, saying it was
+  interrupted and no result was recorded, never a `pending` or `in_progress` card an editor
+  would spin on forever;
 - the next `session/prompt` ends `end_turn` and every request the fake saw after the restart
   was accepted, with the orphan `tool_use` answered by the synthetic error result
   "tool call interrupted; no result was recorded" in the request body;
@@ -20,7 +22,7 @@ A session killed twice (an orphan deep in history, then a fresh one) must recove
 way. A call killed between its `completed` report and the commit of its batch's results is
 covered twice: as it happens (either state, checked for consistency between store, request and
 replay) and deterministically (a batch whose other call still runs): the replay must show such
-a call as not completed, since the model is told it was interrupted.
+a call as interrupted, not completed, since that is what the model is told.
 
 A command the agent started leads its own process group; its lifeline (see
 `defect_core/tools/backends.py`) kills that group when the agent dies, which the kill-while-
@@ -65,13 +67,6 @@ RECOVERED = "Back again, nothing lost."
 TIMEOUT = 15.0
 """Upper bound for any single wait; a healthy run needs a fraction of it."""
 
-UNCLOSED = ("pending", "in_progress")
-"""How a replay may show a tool call that has no result in history (docs/architecture.md,
-Integrity)."""
-REPLAY_CLOSES_ORPHANS = (
-    "a tool call whose result never reached history must replay unclosed (its tool_calls row "
-    "says completed, but the model is told it was interrupted)"
-)
 
 Json = dict[str, Any]
 
@@ -192,6 +187,16 @@ def assert_synthetic_answer(body: Json, tool_use_id: str) -> None:
     result = answer_to(body["messages"], tool_use_id)
     assert result.get("is_error") is True, result
     assert result_text(result) == INTERRUPTED, result
+
+
+def assert_replayed_interrupted(call: Json) -> None:
+    """A replayed card of a call with no result in history: final (`failed`, whatever its
+    tool_calls row says), ending with the words the model is told."""
+    assert call["status"] == "failed", call
+    assert call["content"][-1] == {
+        "type": "content",
+        "content": {"type": "text", "text": INTERRUPTED},
+    }
 
 
 def assert_all_accepted(requests: list[RequestRecord]) -> None:
@@ -413,7 +418,7 @@ async def test_kill_while_a_permission_question_is_pending(rig: Rig) -> None:
     assert recovery.user_text() == "Please touch a file."
     call = recovery.tool_call(orphan)
     assert call["title"] == command
-    assert call["status"] == "pending"
+    assert_replayed_interrupted(call)
 
     for request in model_calls(recovery.requests):
         assert_synthetic_answer(request.body, orphan)
@@ -457,7 +462,7 @@ async def test_kill_while_the_tool_runs(rig: Rig) -> None:
     assert [u["sessionUpdate"] for u in recovery.replay] == ["user_message_chunk", "tool_call"]
     call = recovery.tool_call(orphan)
     assert call["title"] == announced.title == command
-    assert call["status"] == "in_progress"
+    assert_replayed_interrupted(call)
     for request in model_calls(recovery.requests):
         assert_synthetic_answer(request.body, orphan)
     assert_orphan_kept(rig, sid, [orphan])
@@ -511,16 +516,16 @@ async def test_kill_while_the_result_is_being_committed(rig: Rig) -> None:
     else:
         assert_synthetic_answer(request.body, used)
         assert_orphan_kept(rig, sid, [used])
-        assert call["status"] in UNCLOSED, REPLAY_CLOSES_ORPHANS
+        assert_replayed_interrupted(call)
 
 
-async def test_a_completed_call_whose_result_was_never_committed_replays_unclosed(
+async def test_a_completed_call_whose_result_was_never_committed_replays_interrupted(
     rig: Rig,
 ) -> None:
     """The deterministic form of the uncommitted case above: two calls in one batch, the read
     has completed, the command still runs, so their results (committed together) cannot be
     in the store at the kill. Everything recovers; the replay must show the completed-but-
-    unrecorded read as not completed, as the model is told it was interrupted."""
+    unrecorded read as interrupted, as the model is told, not as completed."""
     (rig.work / "README.md").write_text("# Demo\n")
     pid_file = rig.work / "child.pid"
     read, wait = tool_id("BatchRead"), tool_id("BatchWait")
@@ -552,10 +557,92 @@ async def test_a_completed_call_whose_result_was_never_committed_replays_unclose
     assert_synthetic_answer(request.body, read)
     assert_synthetic_answer(request.body, wait)
     assert_orphan_kept(rig, sid, [read, wait])
-    assert recovery.tool_call(wait)["status"] == "in_progress"
-    # The bug: the replay shows the read as "completed" (its tool_calls row), though no
-    # result was recorded and the model was just told it was interrupted.
-    assert recovery.tool_call(read)["status"] in UNCLOSED, REPLAY_CLOSES_ORPHANS
+    assert_replayed_interrupted(recovery.tool_call(wait))
+    # Not "completed" (its tool_calls row), though no result was recorded and the model was
+    # just told it was interrupted.
+    assert_replayed_interrupted(recovery.tool_call(read))
+
+
+def cards_of(client: RecordingClient, session_id: str, call_id: str) -> list[Json]:
+    """Every `tool_call` / `tool_call_update` the client was sent for `call_id`, as JSON."""
+    return [
+        u.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for sid, u in client.updates
+        if sid == session_id
+        and u.session_update in ("tool_call", "tool_call_update")
+        and u.tool_call_id == call_id
+    ]
+
+
+async def test_an_interrupted_call_is_final_after_load_resume_and_the_resume_flag(
+    rig: Rig,
+) -> None:
+    """Killed while a write's call runs (its permission question open): whichever way a new
+    process opens the session — `session/load`, `defect acp --resume ID` (which replays it
+    after the answer), `session/resume` (which replays nothing) — the editor is never sent the
+    call as pending or in progress: only its final card, failed, interrupted."""
+    orphan = tool_id("WriteKilled")
+    write = Reply.tool_use(orphan, "write_file", {"path": "notes.txt", "content": "x\n"})
+    async with running(rig, write) as (agent, _fake):
+        sid = await new_session(agent, rig)  # mode "ask": the write asks first
+        agent.client.permission_gate = asyncio.Event()  # never answered
+        turn = start_turn(agent, sid, "Write the notes.")
+        await until(lambda: bool(agent.client.permission_requests), "the permission question")
+        await kill_mid_turn(agent, turn)
+    assert rig.tool_call_status(sid) == {orphan: "pending"}
+
+    async with running(rig) as (agent, _fake):
+        await agent.conn.load_session(cwd=str(rig.work), session_id=sid, mcp_servers=[])
+        (card,) = cards_of(agent.client, sid, orphan)
+        assert card["sessionUpdate"] == "tool_call" and card["title"] == "Write notes.txt"
+        assert_replayed_interrupted(card)
+        agent.assert_schema_clean()
+
+    async with FakeProvider() as fake:
+        client = RecordingClient()
+        async with spawn_defect("--resume", sid, env=rig.env(fake), client=client) as agent:
+            await agent.initialize()
+            assert await agent.new_session(rig.work) == sid
+            await client.wait_for(lambda: bool(cards_of(client, sid, orphan)), TIMEOUT)
+            (card,) = cards_of(client, sid, orphan)
+            assert_replayed_interrupted(card)
+            await agent.conn.resume_session(cwd=str(rig.work), session_id=sid, mcp_servers=[])
+            agent.assert_schema_clean()
+        assert cards_of(client, sid, orphan) == [card]  # the resume sent nothing of it
+
+    async with running(rig) as (agent, _fake):
+        await agent.conn.resume_session(cwd=str(rig.work), session_id=sid, mcp_servers=[])
+        assert cards_of(agent.client, sid, orphan) == []
+    assert not (rig.work / "notes.txt").exists()
+    assert rig.tool_call_status(sid) == {orphan: "pending"}  # the store is left as it was
+
+
+async def test_a_temporary_a_killed_write_left_is_swept_when_the_session_loads(
+    rig: Rig,
+) -> None:
+    """A write killed before its rename leaves its temporary beside its file, in a directory
+    no checkpoint names yet (planted here, named as the killed process names them: the kill
+    cannot be made to land between the write and the rename). Loading the session sweeps it,
+    found through the interrupted call's location; the user's look-alike stays."""
+    orphan = tool_id("WriteDeep")
+    write = Reply.tool_use(orphan, "write_file", {"path": "deep/er/notes.txt", "content": "x\n"})
+    async with running(rig, write) as (agent, _fake):
+        sid = await new_session(agent, rig)
+        agent.client.permission_gate = asyncio.Event()
+        turn = start_turn(agent, sid, "Write the notes.")
+        await until(lambda: bool(agent.client.permission_requests), "the permission question")
+        await kill_mid_turn(agent, turn)
+        killed = agent.process.pid
+    where = rig.work / "deep" / "er"
+    where.mkdir(parents=True)
+    left = where / f".defect.{killed}.00c0ffee00c0ffee.tmp"
+    left.write_text("a whole copy\n")
+    mine = where / ".notes.txt.00c0ffee.tmp"
+    mine.write_text("the user's\n")
+    async with running(rig) as (agent, _fake):
+        await agent.conn.load_session(cwd=str(rig.work), session_id=sid, mcp_servers=[])
+    assert not left.exists(), "the killed write's temporary outlived the load"
+    assert mine.read_text() == "the user's\n"
 
 
 async def test_a_session_killed_twice_recovers_with_both_orphans(rig: Rig) -> None:
@@ -603,8 +690,8 @@ async def test_a_session_killed_twice_recovers_with_both_orphans(rig: Rig) -> No
     recovery = await restart_and_prompt(rig, sid, "Fourth try.")
     replay_kinds = [u["sessionUpdate"] for u in recovery.replay]
     assert replay_kinds.count("tool_call") == 2
-    assert recovery.tool_call(first)["status"] == "pending"
-    assert recovery.tool_call(second)["status"] == "pending"
+    assert_replayed_interrupted(recovery.tool_call(first))
+    assert_replayed_interrupted(recovery.tool_call(second))
     assert recovery.user_text() == "First try.Second try.Third try."
     (request,) = model_calls(recovery.requests)
     assert_synthetic_answer(request.body, first)

@@ -10,6 +10,7 @@ from typing import Any
 from defect_acp import project, replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_core import events as ev
+from defect_core.integrity.rules import INTERRUPTED_RESULT_TEXT
 from defect_core.model import (
     ImageBlock,
     JsonPart,
@@ -161,7 +162,12 @@ def test_pieces_the_writer_refuses_go_through_the_models() -> None:
     last = json.loads(lines[-1] or b"{}")["params"]["update"]
     assert last["content"]["text"] == "Half \ufffd a pair."
     assert by_id["t_term"]["content"][0]["content"]["text"] == "out\n"  # what it printed
-    assert by_id["t_term_cut"]["status"] == "in_progress"  # no result: not shown as closed
+    cut = by_id["t_term_cut"]  # no result: final, failed, saying it was interrupted
+    assert cut["status"] == "failed"
+    assert [c["content"]["text"] for c in cut["content"]] == [
+        "(the command did not finish: its output was not recorded)",
+        INTERRUPTED_RESULT_TEXT,
+    ]
     assert "line" not in by_id["t_text"]["locations"][2]  # a negative line is dropped
 
 

@@ -16,6 +16,7 @@ import pytest
 from defect_acp import project, replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_acp.replayed import ReplayedCall
+from defect_core.integrity.rules import INTERRUPTED_RESULT_TEXT
 from defect_core.model import (
     JsonPart,
     Message,
@@ -210,10 +211,14 @@ def test_a_card_written_from_its_record_is_the_line_the_models_give() -> None:
         cards["c_term_parts"]["content"][0]["content"]["text"] == "one\n\ntwo"
     )  # a JSON part has no text
     assert cards["c_term_out"]["content"][0]["content"]["text"] == "/w\n"
-    assert cards["c_term_open"]["status"] == "in_progress"  # no result: not shown as closed
+    # No result in the history: final, failed, ending with what the model is told.
+    for open_call in ("c_term_open", "c_failed_open", "c_pending"):
+        assert cards[open_call]["status"] == "failed", open_call
+        assert cards[open_call]["content"][-1] == {
+            "type": "content",
+            "content": {"type": "text", "text": INTERRUPTED_RESULT_TEXT},
+        }
     assert "did not finish" in cards["c_term_open"]["content"][0]["content"]["text"]
-    assert cards["c_failed_open"]["status"] == "in_progress"
-    assert cards["c_pending"]["status"] == "pending"
     assert cards["c_declined"]["status"] == "failed"
     assert cards["c_failed"]["rawInput"] == {"path": "from the call"}
     assert cards["c_empty_input"]["rawInput"] == {}

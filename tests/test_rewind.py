@@ -278,3 +278,144 @@ async def test_a_kill_during_the_checkpoint_leaves_the_previous_one_whole(place:
         assert await say(agent, sid, "Still here?") == "Still here."
         (request,) = accepted(fake)
     assert request.body["messages"][-1]["content"][-1]["text"] == "Still here?"
+
+
+def write(call_id: str, path: str, content: str) -> Reply:
+    return Reply.tool_use(call_id, "write_file", {"path": path, "content": content})
+
+
+async def test_a_files_only_rewind_is_what_defect_left_for_the_next_rewind(place: Place) -> None:
+    """`/rewind 2 files` puts a.txt back to A1; that restore is defect's own doing, so
+    `/rewind 1` (and `/rewind undo`) find the file as defect left it: no conflict. A change
+    made outside defect after the restore is still a conflict, and is kept."""
+    (place.work / "a.txt").write_text("A0\n")
+    replies = (
+        write("toolu_1", "a.txt", "A1\n"),
+        Reply.text("One."),
+        write("toolu_2", "a.txt", "A2\n"),
+        Reply.text("Two."),
+    )
+    async with running(place, *replies) as (agent, fake):
+        sid = await new_session(agent, place)
+        await say(agent, sid, "Write A1.")
+        await say(agent, sid, "Write A2.")
+        answer = await say(agent, sid, "/rewind 2 files")
+        assert "Files restored to before prompt 2: a.txt." in answer
+        assert (place.work / "a.txt").read_text() == "A1\n"
+        answer = await say(agent, sid, "/rewind 1")
+        assert "conflict" not in answer, answer
+        assert "Files restored to before prompt 1: a.txt." in answer
+        assert (place.work / "a.txt").read_text() == "A0\n"
+        answer = await say(agent, sid, "/rewind undo")
+        assert "conflict" not in answer and "as before the rewind: a.txt." in answer, answer
+        assert (place.work / "a.txt").read_text() == "A1\n"
+        accepted(fake)
+
+    # After a restart, a files-only rewind, then a change outside defect: a conflict.
+    async with running(place) as (agent, _fake):
+        await load(agent, place, sid)
+        answer = await say(agent, sid, "/rewind 2 files")
+        assert "conflict" not in answer, answer
+        (place.work / "a.txt").write_text("the user's own edit\n")
+        answer = await say(agent, sid, "/rewind 1 files")
+        assert "conflict: a.txt: changed since defect changed it" in answer
+        assert (place.work / "a.txt").read_text() == "the user's own edit\n"
+
+
+async def test_a_rewound_file_takes_only_the_directories_defect_made_for_it(
+    place: Place,
+) -> None:
+    """Files written into new directories: the rewind removes each directory defect made for
+    them once it is empty again, and nothing else: not a directory that existed before
+    (empty or not), not a new one that now holds the user's file. Undo makes them again."""
+    (place.work / "existed").mkdir()
+    (place.work / "keep").mkdir()
+    (place.work / "keep" / "note.txt").write_text("the user's\n")
+    replies = (
+        Reply.of(
+            [
+                ToolUseBlock("toolu_1", "write_file", {"path": "made/deep/a.txt", "content": "a"}),
+                ToolUseBlock("toolu_2", "write_file", {"path": "made/b.txt", "content": "b"}),
+                ToolUseBlock("toolu_3", "write_file", {"path": "existed/c.txt", "content": "c"}),
+                ToolUseBlock("toolu_4", "write_file", {"path": "keep/new/d.txt", "content": "d"}),
+                ToolUseBlock("toolu_5", "write_file", {"path": "shared/e.txt", "content": "e"}),
+            ]
+        ),
+        Reply.text("Written."),
+    )
+    async with running(place, *replies) as (agent, fake):
+        sid = await new_session(agent, place)
+        await say(agent, sid, "Write them.")
+        made = snapshot(place.work)
+        (place.work / "shared" / "mine.txt").write_text("the user's own file\n")
+        answer = await say(agent, sid, "/rewind 1 files")
+        assert "conflict" not in answer, answer
+        dirs = sorted(str(p.relative_to(place.work)) for p in place.work.rglob("*") if p.is_dir())
+        assert dirs == ["existed", "keep", "shared"]
+        assert snapshot(place.work) == {
+            "keep/note.txt": b"the user's\n",
+            "shared/mine.txt": b"the user's own file\n",
+        }
+        answer = await say(agent, sid, "/rewind undo")
+        assert "conflict" not in answer, answer
+        assert snapshot(place.work) == {**made, "shared/mine.txt": b"the user's own file\n"}
+        accepted(fake)
+
+
+async def test_temporaries_a_killed_restore_left_are_swept_on_load_and_rewind(
+    place: Place,
+) -> None:
+    """SIGKILL a `/rewind` midway: the temporary its atomic write may leave (a whole copy of
+    old content, named as the killed process names them, planted here because the kill
+    cannot be made to land between its write and its rename) is gone once the session is
+    loaded again, and one planted after the load is gone once the next rewind has run. The
+    user's files that merely look like one, and a temporary of a process still alive, stay."""
+    many = place.work / "many"
+    many.mkdir()
+    originals = {f"many/f{i:03}.txt": f"original {i}\n".encode() * 2000 for i in range(6)}
+    for name, data in originals.items():
+        (place.work / name).write_bytes(data)
+    edit = Reply.of(
+        [
+            ToolUseBlock(f"toolu_{i}", "write_file", {"path": name, "content": f"edited {i}\n"})
+            for i, name in enumerate(originals)
+        ]
+    )
+    pause = {"DEFECT_TEST_RESTORE_PAUSE": "0.5"}
+    async with running(place, edit, Reply.text("Edited."), env=pause) as (agent, fake):
+        sid = await new_session(agent, place)
+        await say(agent, sid, "Edit them.")
+        accepted(fake)
+        rewind = asyncio.create_task(agent.prompt(sid, "/rewind 1 files"))
+        async with asyncio.timeout(TIMEOUT):
+            while (many / "f000.txt").read_bytes() != originals["many/f000.txt"]:
+                await asyncio.sleep(0.01)
+        agent.process.kill()
+        await asyncio.wait_for(agent.process.wait(), TIMEOUT)
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(rewind, TIMEOUT)
+        killed = agent.process.pid
+    left = many / f".defect.{killed}.59d02ef859d02ef8.tmp"
+    left.write_bytes(originals["many/f004.txt"])
+    alive = many / f".defect.{os.getpid()}.0123456789abcdef.tmp"  # this test's own: alive
+    alive.write_text("in flight\n")
+    lookalikes = {
+        "many/.f041.txt.59d02ef8.tmp": b"the user's\n",
+        f"many/.defect.{killed}.59d02ef859d02ef8.tmp.bak": b"the user's backup\n",
+        "many/.defect.notes.tmp": b"the user's notes\n",
+        f".defect.{killed}.abc.tmp": b"the user's, at the root\n",
+    }
+    for name, data in lookalikes.items():
+        (place.work / name).write_bytes(data)
+
+    async with running(place) as (agent, _fake):
+        await load(agent, place, sid)
+        assert not left.exists(), "the killed restore's temporary outlived the load"
+        assert alive.read_text() == "in flight\n"
+        assert all((place.work / n).read_bytes() == d for n, d in lookalikes.items())
+        left.write_bytes(b"left by another kill\n")
+        answer = await say(agent, sid, "/rewind 1 files")
+        assert "Files restored to before prompt 1" in answer and "conflict" not in answer
+        assert not left.exists(), "a temporary outlived the rewind"
+    alive.unlink()
+    assert snapshot(place.work) == {**originals, **lookalikes}

@@ -38,6 +38,8 @@ Invariants:
   compared after it is known; a user's file that merely looks like one is still covered.
 - A file that cannot be captured (too large, unreadable, not a regular file, a failed blob
   write) becomes an "uncovered" entry with the reason, never a silent gap.
+- An absent file's state says how many directories on its way were absent too
+  (`FileState.dirs`): the ones its write makes, and the only ones a restore may remove.
 - Paths are resolved like the tools resolve them (links followed, within the root); a path
   outside the root is never recorded. The file itself is then reached beneath the root
   (`tools.beneath.parent_beneath`: its directory opened one component at a time, never
@@ -209,7 +211,10 @@ class Checkpointer:
             return rel
         try:
             dir_fd, name = parent_beneath(self._root_str, f"{self._root_str}/{rel}")
-        except (FileNotFoundError, NotADirectoryError):
+        except FileNotFoundError:
+            slot.before = FileState.absent(self._absent_dirs(rel))
+            return rel
+        except NotADirectoryError:
             slot.before = FileState.absent()
             return rel
         except Escape:
@@ -223,6 +228,15 @@ class Checkpointer:
         finally:
             os.close(dir_fd)
         return rel
+
+    def _absent_dirs(self, rel: str) -> int:
+        """How many of the directories on the way to `rel` are absent (the write will make
+        them; a restore to "absent" may remove them again once they are empty)."""
+        parts = rel.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            if not os.path.lexists(f"{self._root_str}/{'/'.join(parts[:depth])}"):
+                return len(parts) - depth + 1
+        return 0
 
     def _capture(self, slot: _Slot, dir_fd: int, name: str, *, replacing: bool) -> None:
         """Secure the prior state of `name` in the directory `dir_fd` (reached beneath the

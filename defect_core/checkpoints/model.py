@@ -1,9 +1,11 @@
 """What a checkpoint is: the prior state of every file one prompt changed, and its state after.
 
-Owns `FileState` (a file's content by blob name and mode, a symbolic link's target, "absent",
-or "uncovered" with the reason it could not be captured), `Entry` (one path: its state before
-the turn, and the state defect left after it), `Checkpoint` (one prompt of one session), and
-their JSON form, which is what the store persists beside the session.
+Owns `FileState` (a file's content by blob name and mode, a symbolic link's target, "absent"
+— with how many directories on its way were absent too, which defect then made and a restore
+may remove again —, or "uncovered" with the reason it could not be captured), `Entry` (one
+path: its state before the turn, and the state defect left after it), `Checkpoint` (one
+prompt of one session), and their JSON form, which is what the store persists beside the
+session.
 
 Invariants:
 - Paths are relative to the checkpoint's workspace root, POSIX-style, never `..`-escaping: a
@@ -28,7 +30,9 @@ FORMAT = 1
 @dataclass(frozen=True, slots=True)
 class FileState:
     """One path's state. `digest` names the content (a blob, for a `before` state; only a
-    hash, for an `after` state); `mode` is the permission bits of a file."""
+    hash, for an `after` state); `mode` is the permission bits of a file; `dirs`, for an
+    absent path, how many of the directories just above it were absent too (None: unknown,
+    a record from before it was kept)."""
 
     kind: StateKind
     digest: str | None = None
@@ -36,10 +40,11 @@ class FileState:
     mode: int | None = None
     target: str | None = None
     reason: str | None = None
+    dirs: int | None = None
 
     @staticmethod
-    def absent() -> FileState:
-        return FileState("absent")
+    def absent(dirs: int | None = None) -> FileState:
+        return FileState("absent", dirs=dirs or None)
 
     @staticmethod
     def uncovered(reason: str) -> FileState:
@@ -55,7 +60,7 @@ class FileState:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
-        for key in ("digest", "size", "mode", "target", "reason"):
+        for key in ("digest", "size", "mode", "target", "reason", "dirs"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
@@ -77,11 +82,14 @@ class FileState:
             mode=_opt(raw, "mode", int),
             target=_opt(raw, "target", str),
             reason=_opt(raw, "reason", str),
+            dirs=_opt(raw, "dirs", int),
         )
         if state.kind == "file" and state.digest is None:
             raise ValueError("a file state needs a digest")
         if state.kind == "symlink" and state.target is None:
             raise ValueError("a symlink state needs a target")
+        if state.dirs is not None and (state.kind != "absent" or state.dirs < 1):
+            raise ValueError(f"absent directories only for an absent path: {raw!r}")
         return state
 
 

@@ -5,9 +5,11 @@ Owns `plan_restore` (which state each path returns to, and what defect left in i
 
 Rewinding to before prompt N applies the checkpoints from the newest back to N: a path's
 target is its `before` in the OLDEST of them that touched it (its state before prompt N's
-range began), and the state it must still be in is the `after` of the NEWEST that touched it
-(what defect left). A path whose present content differs from that is a conflict: someone
-changed it since defect did.
+range began), and the state it must still be in is what defect left there last: the `after`
+of the newest checkpoint of the session that touched it — one of those, or a later one,
+a restore's own record included (a `/rewind N files` puts back a state that a later rewind
+or an undo must find, not call a conflict). A path whose present content differs from that is
+a conflict: someone outside defect changed it since defect did.
 
 Invariants:
 - With a conflict, or a file that cannot be restored (its blob pruned or damaged), nothing is
@@ -18,9 +20,16 @@ Invariants:
 - Blobs are read (and their hashes checked) before the first write.
 - With a `recorder` (a `Checkpointer`), each path's present state is captured before it is
   overwritten, so the rewind itself can be undone.
+- A path restored to "absent" takes with it the directories its write made
+  (`FileState.dirs`), each only if it is empty again: never one that existed before, never
+  one that holds anything.
+- A restore first sweeps the temporaries a killed write or restore left in the directories
+  it restores (`tools.beneath.sweep_temporaries`: only defect's own, of a process that is
+  gone), so none outlives the next rewind.
 
 A kill -9 in the middle of a restore leaves each file with its old content or its restored
-one (never half: the rename is the only step a reader sees), and the conversation as it was
+one (never half: the rename is the only step a reader sees; the temporary it may leave is
+swept when the session is next loaded or a rewind runs), and the conversation as it was
 (`defect_core/session/rewind.py` moves it only after the files); the same `/rewind` run again
 finds the restored files already right and finishes the rest. `DEFECT_TEST_RESTORE_PAUSE`
 (seconds, unset in use) waits after each restored file, so `tests/test_rewind.py` can kill a
@@ -30,9 +39,10 @@ restore midway.
 from __future__ import annotations
 
 import os
+import posixpath
 import stat as stat_mod
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +53,9 @@ from defect_core.checkpoints.pinned import read_regular
 from defect_core.tools.beneath import (
     Escape,
     parent_beneath,
+    remove_empty_directories,
     replace_beneath,
+    sweep_temporaries,
     symlink_beneath,
     unlink_beneath,
 )
@@ -87,19 +99,34 @@ class RestoreReport:
         return bool(self.conflicts or self.failed)
 
 
-def plan_restore(checkpoints: Sequence[Checkpoint]) -> RestorePlan:
-    """`checkpoints` newest first: the ones to undo, from the newest back to the target."""
+def plan_restore(
+    checkpoints: Sequence[Checkpoint], known: Sequence[Checkpoint] = ()
+) -> RestorePlan:
+    """`checkpoints` newest first: the ones to undo, from the newest back to the target.
+
+    `known`: the session's other checkpoints (any order, those above may be among them); a
+    path's expected state is the `after` of the newest one, of either, that touched it."""
     plan = RestorePlan()
-    for checkpoint in checkpoints:  # newest first: the first seen is the expected state
+    last_left: dict[str, tuple[float, FileState | None]] = {}
+    for checkpoint in (*checkpoints, *known):
+        for entry in checkpoint.entries:
+            seen = last_left.get(entry.path)
+            if seen is None or checkpoint.created_at > seen[0]:
+                last_left[entry.path] = (checkpoint.created_at, entry.after)
+    for checkpoint in checkpoints:  # newest first: the last seen is the oldest, the target
         for note in checkpoint.notes:
             if note not in plan.notes:
                 plan.notes.append(note)
         for entry in checkpoint.entries:
-            seen = plan.files.get(entry.path)
-            expected = seen.expected if seen is not None else entry.after
+            expected = last_left[entry.path][1]
             plan.files[entry.path] = PlannedFile(entry.path, entry.before, expected)
     plan.files = dict(sorted(plan.files.items()))
     return plan
+
+
+def directories_of(paths: Iterable[str]) -> set[str]:
+    """The directories (relative to the root, "" for the root) holding `paths`."""
+    return {posixpath.dirname(rel) for rel in paths}
 
 
 def current_state(root: Path, rel: str) -> FileState:
@@ -175,25 +202,32 @@ def restore(
     *,
     force: bool = False,
     recorder: Checkpointer | None = None,
+    known: Sequence[Checkpoint] = (),
 ) -> RestoreReport:
     """Restore every path the checkpoints (newest first) touched to its state before the
-    oldest of them. Without `force`, a conflict or an unrestorable file stops it whole."""
+    oldest of them. Without `force`, a conflict or an unrestorable file stops it whole.
+    `known`: the session's other checkpoints, for what defect left last (`plan_restore`)."""
     root = Path(os.path.realpath(root))
-    plan = plan_restore(checkpoints)
+    plan = plan_restore(checkpoints, known)
+    sweep_temporaries(root, directories_of(plan.files))
     report, contents = inspect(root, plan, blobs)
     if report.blocked and not force:
         return report
     skip = {n.path for n in (*report.failed, *report.uncovered)} | set(report.unchanged)
     pause = float(os.environ.get(TEST_PAUSE_ENV) or 0)
     for rel, planned in plan.files.items():
-        if rel in skip:
-            continue
         target = planned.target
+        if rel in skip:
+            if rel in report.unchanged and target.kind == "absent" and target.dirs:
+                remove_empty_directories(root, root / rel, target.dirs)  # a rerun's
+            continue
         try:
             if recorder is not None:
                 recorder.before_write(rel)
             if target.kind == "absent":
                 unlink_beneath(root, root / rel)
+                if target.dirs:
+                    remove_empty_directories(root, root / rel, target.dirs)
             elif target.kind == "symlink" and target.target is not None:
                 symlink_beneath(root, root / rel, target.target)
             elif target.kind == "file" and target.digest is not None:

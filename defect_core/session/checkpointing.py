@@ -11,7 +11,10 @@ Owns `SessionCheckpoints`, the session's side of `defect_core/checkpoints/`:
 answered (before the next batch runs), and `end` finishes the checkpoint, saves it, and
   prunes the state directory to the configured budget (saying so when it drops anything);
 - `records` reads them back for `/rewind` (`rewind.py`); `forget_session` deletes a session
-  with the blobs only its checkpoints used.
+  with the blobs only its checkpoints used; `sweep_leftovers`, when a session is loaded,
+  removes the temporaries a killed write or restore left where its checkpoints say defect
+  wrote and where its interrupted calls were writing (`tools.beneath.sweep_temporaries`:
+  only defect's own, of a process that is gone).
 
 Invariants:
 - Crash-safe: each save is one transaction (`SqliteStore.save_file_checkpoint`), and a blob
@@ -27,9 +30,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
+import posixpath
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +57,7 @@ from defect_core.model import Message, ToolResultBlock
 from defect_core.store import AsyncStore, FileCheckpointRecord
 from defect_core.store.paths import default_state_dir
 from defect_core.tools.base import ToolContext
+from defect_core.tools.beneath import sweep_temporaries
 
 log = get_logger("defect.checkpoints")
 
@@ -277,3 +283,49 @@ async def _referenced(store: AsyncStore, session_id: str | None = None) -> set[s
         except ValueError:
             continue
     return digests
+
+
+async def sweep_leftovers(
+    store: AsyncStore, session_id: str, cwd: Path, transcript: Sequence[Message]
+) -> None:
+    """Remove the temporaries killed writes left in the workspace root, in every directory
+    the session's checkpoints name (a restore killed midway, a write of an earlier tool call),
+    and in those of the calls the transcript's last message left without a result (a write
+    killed midway: its record's locations); run when the session is loaded. A failure is
+    logged, never raised: it stops no load."""
+    last = transcript[-1] if transcript else None
+    cut = [] if last is None or last.role != "assistant" else last.tool_uses()
+    try:
+        records = await store.file_checkpoints(session_id)
+        calls = await store.tool_calls(session_id, [use.id for use in cut]) if cut else {}
+        paths = [
+            place["path"]
+            for call in calls.values()
+            for place in call.locations
+            if isinstance(place.get("path"), str)
+        ]
+        removed = await anyio.to_thread.run_sync(_sweep, cwd, records, paths)
+    except (OSError, StorageError) as exc:
+        log.warning("temporaries_not_swept", session_id=session_id, error=str(exc))
+        return
+    if removed:
+        log.info("temporaries_swept", session_id=session_id, paths=removed)
+
+
+def _sweep(cwd: Path, records: list[FileCheckpointRecord], paths: list[str]) -> list[str]:
+    root = os.path.realpath(cwd)
+    directories = {""}
+    for record in records:
+        try:
+            checkpoint = Checkpoint.from_json(record.body)
+        except ValueError:
+            continue
+        if os.path.realpath(checkpoint.root) == root:
+            directories |= {posixpath.dirname(path) for path in checkpoint.paths()}
+    bases = {root.rstrip("/") + "/", os.path.abspath(cwd).rstrip("/") + "/"}
+    for path in paths:
+        directory = os.path.dirname(os.path.normpath(os.path.join(cwd, path)))
+        for base in bases:
+            if f"{directory}/".startswith(base):
+                directories.add(directory[len(base) :])
+    return sweep_temporaries(root, directories)

@@ -36,7 +36,7 @@ from defect_core.mcp import McpHub, load_mcp_json, merge_servers
 from defect_core.providers.base import LlmProvider
 from defect_core.providers.live import ModelCatalog, ProviderSet
 from defect_core.providers.registry import build_named
-from defect_core.session.checkpointing import forget_session, state_dir_of
+from defect_core.session.checkpointing import forget_session, state_dir_of, sweep_leftovers
 from defect_core.session.fork import fork_stored
 from defect_core.session.persistence import ToolCallSnapshots, server_summary
 from defect_core.session.protocol import (
@@ -241,6 +241,7 @@ class DefaultAgentCore:
             )
             await session.delegation.load(runs)
             await session.plan.load(self._store)
+            await sweep_leftovers(self._store, session_id, where, stored.transcript)
             self._sessions[session_id] = session
             await self._store.update(
                 session_id,

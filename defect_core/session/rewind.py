@@ -12,6 +12,9 @@ Invariants:
 - Files first: when the files cannot be restored without `force` (a file changed since defect
   changed it — the user's edit — or a stored content is missing), nothing changes, neither
   files nor conversation, and the answer lists the conflicts.
+- What defect left in a file is the last state any of the session's checkpoints recorded
+  there, a restore's own included: `/rewind 2 files` then `/rewind 1` (or `/rewind undo`)
+  finds the file as the first restore left it, which is no conflict.
 - A restore records what it overwrites (`restore(recorder=...)`, saved as a checkpoint of its
   own), and the conversation rewind only moves the session's head in the store's tree of
   turns: `/rewind undo` brings both back.
@@ -173,7 +176,7 @@ class Rewinder:
             undone = self._prompts[request.number - 1 :]
             mine = [c for p in undone for c in of_prompt(found, p)]
             newest_first = sorted(mine, key=lambda c: c.created_at, reverse=True)
-            report = await self._restore(newest_first, request.force)
+            report = await self._restore(newest_first, request.force, found)
             out.append(describe(report, request.number))
             if not report.applied:
                 if request.half == "both":
@@ -189,14 +192,20 @@ class Rewinder:
             )
         return "\n".join(out)
 
-    async def _restore(self, newest_first: list[Checkpoint], force: bool) -> RestoreReport:
+    async def _restore(
+        self, newest_first: list[Checkpoint], force: bool, found: list[Checkpoint]
+    ) -> RestoreReport:
+        """Restore `newest_first`; `found` (every checkpoint of the session, the restores'
+        own records included) says what defect left in each file last."""
         blobs = self._checkpoints.blobs
         assert blobs is not None
         recorder = Checkpointer(self._cwd, blobs, turn_id=f"rewind-{uuid.uuid4().hex}")
 
         def run() -> tuple[RestoreReport, Checkpoint]:
             try:
-                report = restore(self._cwd, newest_first, blobs, force=force, recorder=recorder)
+                report = restore(
+                    self._cwd, newest_first, blobs, force=force, recorder=recorder, known=found
+                )
             finally:
                 undo = recorder.finish()
             return report, undo
@@ -213,7 +222,7 @@ class Rewinder:
         rewinds = [c for c in found if c.meta.get("rewind")]
         if rewinds:
             last = max(rewinds, key=lambda c: c.created_at)
-            report = await self._restore([last], force=False)
+            report = await self._restore([last], False, found)
             out.append(describe(report, 0).replace("before prompt 0", "as before the rewind"))
             if not report.applied:
                 return "\n".join(out)

@@ -2,7 +2,8 @@
 
 Owns `open_beneath` (a file descriptor for reading) and `replace_beneath` (an atomic write),
 both of which reach the file from a descriptor of the workspace root, one path component at a
-time, with `O_NOFOLLOW`.
+time, with `O_NOFOLLOW`; and the temporaries of its atomic writes: their names
+(`temporary_name`) and the sweep of the ones a killed process left (`sweep_temporaries`).
 
 Invariant: the file opened or replaced lies inside the root at the moment it is opened — not
 merely when the path was checked. `tools.workspace.resolve_path` checks a path once; a
@@ -13,6 +14,13 @@ inside itself) is read with `readlink` and its target walked the same way from t
 refused if it would leave the root, at most `MAX_HOPS` times. The last component is opened
 with `O_NOFOLLOW` too, so a link swapped in at the very end fails instead of being followed.
 
+Temporaries: an atomic write (or link) is made under `.defect.<pid>.<16 hex>.tmp` beside its
+file, then renamed over it. A SIGKILL between the two leaves that file behind, a whole copy of
+some content in the user's tree. The name says whose it is: `sweep_temporaries` removes, in
+the directories it is given, only regular files and links named exactly so whose process is
+gone (its pid is dead, or the pid's present process started after the file was made: a
+reused pid) - never a user's file, never a write in flight of a live process.
+
 Why not `openat2(RESOLVE_BENEATH)`: it is Linux-only and not in Python's standard library;
 this walk gives the same guarantee with `os.open(..., dir_fd=...)`, on every POSIX system.
 """
@@ -22,16 +30,30 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import stat as stat_mod
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 MAX_HOPS = 40
 """Symbolic links followed (inside the root) for one path, as the kernel's own limit."""
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+TEMPORARY = re.compile(r"\.defect\.([1-9][0-9]{0,9})\.[0-9a-f]{16}\.tmp")
+"""The whole name of an atomic write's temporary: its process id, then a random part."""
+
+_STARTED = time.time()
+"""No earlier than this process's start: a temporary of its pid made before was another's."""
+
+
+def temporary_name() -> str:
+    """A fresh name for a temporary of this process (`TEMPORARY`); short, whatever the
+    file's own name, so it fits the directory wherever the file does."""
+    return f".defect.{os.getpid()}.{secrets.token_hex(8)}.tmp"
 
 
 class Escape(PermissionError):
@@ -230,7 +252,7 @@ def replace_beneath(
                 mode = stat_mod.S_IMODE(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
             except FileNotFoundError:
                 mode = None
-        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        tmp = temporary_name()
         if on_temporary is not None:
             on_temporary(os.path.join(directory, tmp))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=dir_fd)
@@ -297,7 +319,7 @@ def symlink_beneath(root: str | Path, path: str | Path, target: str) -> None:
     followed, so its target may point anywhere: following it is the reader's walk's job."""
     dir_fd, name = _resolve_name(root, path, create=True)
     try:
-        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        tmp = temporary_name()
         os.symlink(target, tmp, dir_fd=dir_fd)
         try:
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -307,3 +329,99 @@ def symlink_beneath(root: str | Path, path: str | Path, target: str) -> None:
             raise
     finally:
         os.close(dir_fd)
+
+
+def _process_start(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch, never later than the truth), if
+    the system says (`/proc`); None when it does not."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _left_behind(pid: int, made: float) -> bool:
+    """Whether a temporary of process `pid`, last changed at `made`, outlived its process
+    (a second of margin: a file's time comes from a coarser clock than `time.time`)."""
+    if pid == os.getpid():
+        return made < _STARTED - 1
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # alive (another user's: EPERM), or unknown: left alone
+    started = _process_start(pid)
+    return started is not None and made < started - 1
+
+
+def sweep_temporaries(root: str | Path, directories: Iterable[str]) -> list[str]:
+    """Remove the temporaries killed writes left in `directories` (relative to `root`, ""
+    for the root itself, each reached beneath it; one that is absent or leads out is
+    skipped); the paths removed, relative to `root`. Only names `TEMPORARY` matches whole,
+    regular files or links, of a process that is gone (module docstring)."""
+    removed: list[str] = []
+    root = os.path.realpath(root)
+    for rel in sorted(set(directories)):
+        try:
+            fd = _open_directory(root, rel)
+        except OSError:
+            continue
+        try:
+            for name in os.listdir(fd):
+                match = TEMPORARY.fullmatch(name)
+                if match is None:
+                    continue
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if not (stat_mod.S_ISREG(st.st_mode) or stat_mod.S_ISLNK(st.st_mode)):
+                        continue
+                    if _left_behind(int(match.group(1)), st.st_mtime):
+                        os.unlink(name, dir_fd=fd)
+                        removed.append(f"{rel}/{name}" if rel else name)
+                except OSError:
+                    continue
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _open_directory(root: str, rel: str) -> int:
+    """A descriptor of the directory `rel` beneath `root` (links inside the root followed)."""
+    if rel in ("", "."):
+        return os.open(root, _DIR_FLAGS)
+    dir_fd, name, _ = _resolve_final(root, os.path.join(root, rel), create=False)
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_empty_directories(root: str | Path, path: str | Path, levels: int) -> list[str]:
+    """Remove the directory holding `path` (beneath `root`) and up to `levels - 1` above it,
+    innermost first, each only while it is empty (`rmdir`: never a link, never one holding
+    anything; the root is never one of them). Stops at the first that stays; the paths
+    removed, relative to `root`."""
+    root = os.path.realpath(root)
+    parts = _relative_parts(root, os.fspath(path))[:-1]
+    removed: list[str] = []
+    for _ in range(levels):
+        if not parts:
+            break
+        try:
+            dir_fd, name = _resolve_name(root, os.path.join(root, *parts), create=False)
+        except OSError:
+            break
+        try:
+            os.rmdir(name, dir_fd=dir_fd)
+        except OSError:
+            break
+        finally:
+            os.close(dir_fd)
+        removed.append("/".join(parts))
+        parts = parts[:-1]
+    return removed

@@ -12,6 +12,10 @@ Invariants:
   (`ToolContext.allow_read_outside`); writes and working directories never do.
 - The path returned keeps the workspace's own spelling (the cwd as the editor gave it), so
   locations and `fs/*` calls name files the way the editor knows them.
+- A path longer than the system allows (`PATH_MAX`, or a name longer than `NAME_MAX`, as
+  `os.pathconf` gives them for the workspace) is refused here, with one line, before anything
+  is created: a write could otherwise make its directories one at a time beneath the root,
+  then fail on the whole path and report a failure for something it did.
 
 Why here and not in each tool: one boundary, one set of messages. The refusal names the path
 as the model wrote it, relative to the project, and the workspace, so the model can correct
@@ -20,6 +24,7 @@ itself ("path is outside the workspace: ../x (workspace: /home/me/proj)").
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,6 +55,42 @@ def display_path(path: str | Path, cwd: Path) -> str:
     return full
 
 
+class PathTooLong(ToolError):
+    """The path is longer than the system allows."""
+
+
+@functools.lru_cache(maxsize=64)
+def path_limits(base: str) -> tuple[int, int]:
+    """(the longest path, the longest name), in bytes, on the file system of `base`."""
+    limits = []
+    for name, default in (("PC_PATH_MAX", 4096), ("PC_NAME_MAX", 255)):
+        try:
+            value = os.pathconf(base, name)
+        except (OSError, ValueError, AttributeError):
+            value = default
+        limits.append(value if value > 0 else default)
+    return limits[0] - 1, limits[1]  # PATH_MAX counts the terminating NUL
+
+
+def check_length(raw: str, path: str, cwd: Path) -> None:
+    """`PathTooLong` when the absolute `path` (what `raw` names) is longer than the system
+    allows, worded relative to the workspace and shortened to one line."""
+    longest, longest_name = path_limits(os.path.abspath(cwd))
+    size = len(os.fsencode(path))
+    if size > longest:
+        problem = f"{size} bytes, the limit is {longest}"
+    else:
+        name = max(path.split(os.sep), key=lambda part: len(os.fsencode(part)))
+        named = len(os.fsencode(name))
+        if named <= longest_name:
+            return
+        problem = f"a name of {named} bytes, the limit is {longest_name}"
+    shown = " ".join(display_path(raw, cwd).split())
+    if len(shown) > 80:
+        shown = f"{shown[:60]}…{shown[-16:]}"
+    raise PathTooLong(f"path is too long for this system: {shown} ({problem})")
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
@@ -61,7 +102,8 @@ def resolve_path(
     write: bool,
     allow_read_outside: bool = False,
 ) -> Path:
-    """The absolute path `raw` names, if the tool may touch it; else `OutsideWorkspace`.
+    """The absolute path `raw` names, if the tool may touch it; else `OutsideWorkspace` (or
+    `PathTooLong`, past what the system allows: `check_length`).
 
     `write=True` for anything that changes the file system or runs there (writes, edits, a
     command's working directory): those never leave the workspace.
@@ -72,6 +114,7 @@ def resolve_path(
         raise ToolError("path contains a NUL character")
     base = os.path.abspath(cwd)
     lexical = os.path.normpath(os.path.join(base, os.path.expanduser(raw)))
+    check_length(raw, lexical, cwd)
     if not write and allow_read_outside:
         return Path(lexical)
     real_base = os.path.realpath(base)
@@ -80,6 +123,7 @@ def resolve_path(
         return Path(lexical)
     if _inside(real, real_base):
         # Spelled through another name of the workspace (e.g. /private/tmp vs /tmp): fine.
+        check_length(raw, real, cwd)
         return Path(real)
     shown = raw
     if _inside(lexical, base) or _inside(lexical, real_base):
