@@ -576,8 +576,8 @@ class DefaultSession:
             await self._publish(CommandsChanged(self._commands.offered()))
 
     def notices(self) -> tuple[str, ...]:
-        """What the user should read when the session opens (no saving, failed MCP servers)."""
-        return opening_notices(self._unsaved_reason, self._mcp, self._hooks)
+        """What the user reads when the session opens (`notices.py`)."""
+        return opening_notices(self._unsaved_reason, self._mcp, self._settings.project)
 
     # --- lifecycle --------------------------------------------------------------------------
 
