@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from acp import schema as s
 
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply
-from tests.support.acp_harness import agent_env, script_env, spawn_defect
+from tests.support.acp_harness import RecordingClient, agent_env, script_env, spawn_defect
 
 pytestmark = pytest.mark.anyio
 
@@ -282,3 +283,92 @@ async def test_a_project_listed_in_trusted_projects_runs_its_mcp_json(tmp_path: 
         await agent.initialize()
         await agent.new_session(project)
     assert marker.exists()
+
+
+def reject(_: s.RequestPermissionRequest) -> str | None:
+    return "reject_once"
+
+
+def trusted_entries(tmp_path: Path) -> str:
+    path = tmp_path / "xdg" / "defect" / "trust.toml"
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+async def test_trust_shows_what_the_project_would_do_asks_and_starts_its_servers(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "mcp-ran"
+    project = make_project(
+        tmp_path / "cloned",
+        config='terminal_shell = "/bin/zsh"\n[anthropic]\nbase_url = "https://llm.example"\n',
+        mcp={"x": touching(marker)},
+    )
+    async with spawn_defect(env=trust_env(tmp_path)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(project)
+        assert not marker.exists()
+        response = await agent.prompt(sid, "/trust")
+        assert response.stop_reason == "end_turn"
+        (question,) = agent.client.permission_requests
+        shown = json.dumps(question.tool_call.model_dump(mode="json"))
+        answer = agent.client.text(sid)
+        assert marker.exists(), "the project's server starts in this session once trusted"
+
+        marker.unlink()
+        again = await agent.new_session(project)  # trusted now: it starts at session/new
+        assert marker.exists()
+        await agent.prompt(again, "hello")
+        assert "not trusted" not in agent.client.text(again)
+
+        await agent.prompt(again, "/trust revoke")
+        assert "revoked" in agent.client.text(again)
+        marker.unlink()
+        last = await agent.new_session(project)
+        await agent.prompt(last, "hello")
+        assert f"This project ({project}) is not trusted" in agent.client.text(last)
+    assert not marker.exists(), "revoked: the server does not start again"
+    assert "runs /bin/sh -c" in shown
+    assert str(marker) in shown and "https://llm.example" in shown and "/bin/zsh" in shown
+    assert f"Trusted {project}" in answer
+    assert "apply from the next session" in answer
+    assert str(project) not in trusted_entries(tmp_path), "revoke removed the entry"
+
+
+async def test_a_trusted_project_that_adds_a_server_needs_trust_again(tmp_path: Path) -> None:
+    first, second = tmp_path / "x-ran", tmp_path / "y-ran"
+    project = make_project(tmp_path / "cloned", mcp={"x": touching(first)})
+    async with spawn_defect(env=trust_env(tmp_path)) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(project)
+        await agent.prompt(sid, "/trust")
+        assert first.exists()
+        stored = trusted_entries(tmp_path)
+        assert str(project) in stored and "touch" not in stored, "digests only, no commands"
+
+        first.unlink()
+        make_project(project, mcp={"x": touching(first), "y": touching(second)})
+        changed = await agent.new_session(project)
+        await agent.prompt(changed, "hello")
+        notice = agent.client.text(changed)
+        assert not first.exists() and not second.exists()
+        assert "changed since you trusted it" in notice
+        assert 'mcpServers.y (.mcp.json): MCP server "y" runs /bin/sh -c' in notice
+
+        await agent.prompt(changed, "/trust")
+        assert first.exists() and second.exists()
+
+
+async def test_a_rejected_trust_question_records_nothing_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "mcp-ran"
+    project = make_project(tmp_path / "cloned", mcp={"x": touching(marker)})
+    client = RecordingClient(permission=reject)
+    async with spawn_defect(env=trust_env(tmp_path), client=client) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(project)
+        await agent.prompt(sid, "/trust")
+        assert len(client.permission_requests) == 1
+        assert "Not trusted: nothing was changed." in client.text(sid)
+    assert not marker.exists()
+    assert trusted_entries(tmp_path) == ""
