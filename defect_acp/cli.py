@@ -9,8 +9,9 @@ Invariants:
   JSON-RPC stream. Only `defect_acp.transport` writes to the protocol descriptor.
 - `defect fake-api` serves the strict fake Anthropic/Bedrock API (`defect_fakeapi`), for
   `provider_fake` transcripts and offline runs; it is imported only for that command.
-- `defect exec [--goal G] [--mode M] [--output text|json|stream-json] "prompt"` runs one turn
-  (or a goal) without an editor (`defect_acp/headless.py`: its output and exit codes).
+- `defect exec [--goal G] [--mode M] [--output text|json|stream-json] [--trust-project]
+  "prompt"` runs one turn (or a goal) without an editor (`defect_acp/headless.py`: its output,
+  exit codes and project trust).
 - `defect transcript run|record` plays or records scripted JSON-RPC sessions
   (`defect_transcript`, a client of `defect acp` over stdio that imports nothing of the
   server); it keeps stdout for its report.
@@ -160,6 +161,13 @@ def _add_exec_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="permission mode (default: ask; what it would ask about is denied)",
     )
     run.add_argument("--output", choices=("text", "json", "stream-json"), default="text")
+    run.add_argument(
+        "--trust-project",
+        action="store_true",
+        help="apply this project's own settings that need trust for this run (its .mcp.json "
+        "and [mcp.servers], hooks, hosts, [fetch] allow...): for CI on a repository you "
+        "control; without it they are not applied and stderr lists them (docs/security.md)",
+    )
     run.add_argument("--provider", help="model provider")
     run.add_argument("--model", help="model id for the provider")
     run.add_argument("--log-level", type=_log_level, help=", ".join(LOG_LEVELS))
@@ -182,6 +190,7 @@ def run_exec(args: argparse.Namespace) -> int:
         mode=args.mode,
         output=args.output,
         flags={"provider": args.provider, "model": args.model},
+        trust_project=args.trust_project,
     )
     return run(request, out, store, problem)
 

@@ -70,22 +70,24 @@ Keys (every one optional; tables merge key by key across layers):
 
 Trust (the `Key.trust` column; `config/trust.py` applies it). A repository is untrusted
 input, so a project's own files (`<repo>/.defect/config.toml`, `config.local.toml`) may set,
-untrusted, only what changes how defect talks to the model the user already chose:
+untrusted, only what changes how defect talks to the model the user already chose (and a
+stricter rule it can only be refused by):
 
     model                             # among the models your [models] / [providers] offer
     max_tokens                        # at most your own max_tokens
     reasoning_effort
     [context_windows]
     [checkpoints] max_mb, max_age_days
+    require_persistence               # it can only refuse to run unsaved
 
 Everything else takes effect from a project's file only once the user trusts the project:
 what starts a process (`[mcp.servers]`, `.mcp.json`, `[hooks]`, `terminal_shell`,
 `script_path`), what chooses where requests and credentials go (`provider`, `[anthropic]`,
 `[bedrock]`, `[providers.*]`, `[models]`), what widens reach (`allow_read_outside`,
 `[fetch] allow`, `[capabilities]`, `subagent_max_depth`, `background_max_tasks`,
-`goal_max_rounds`, `max_turn_requests`), and the rest (`retries`, timeouts,
-`require_persistence`). `trusted_projects` is the user's file's alone. A key that is not
-applied is listed in the session's opening notice, never silently dropped.
+`goal_max_rounds`, `max_turn_requests`), and the rest (`retries`, timeouts).
+`trusted_projects` is the user's file's alone. A key that is not applied is listed in the
+session's opening notice, never silently dropped.
 
 Environment: DEFECT_PROVIDER, DEFECT_MODEL, DEFECT_SCRIPT, DEFECT_MAX_TOKENS,
 DEFECT_MAX_TURN_REQUESTS, DEFECT_RETRIES, DEFECT_REASONING_EFFORT, DEFECT_READ_TIMEOUT,
@@ -296,7 +298,7 @@ TOP_KEYS: dict[str, Key] = {
     "read_timeout": Key("read_timeout", _number(positive=True), TRUSTED),
     "connect_timeout": Key("connect_timeout", _number(positive=True), TRUSTED),
     "allow_read_outside": Key("allow_read_outside", _bool, TRUSTED),
-    "require_persistence": Key("require_persistence", _bool, TRUSTED),
+    "require_persistence": Key("require_persistence", _bool, PROJECT),
     "script_path": Key("script_path", _string, TRUSTED),
     "terminal_shell": Key("terminal_shell", _string, TRUSTED),
     "goal_max_rounds": Key("goal_max_rounds", at_least(1), TRUSTED),
