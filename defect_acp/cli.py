@@ -319,6 +319,9 @@ def _serve(
             protocol_fd,
             resume=resume,
             stop=stop,
+            # The process's settings (the user's file, environment, flags), never a project's:
+            # a repository must not choose the program the editor's terminal runs
+            # (docs/security.md).
             terminal_shell=settings.terminal_shell,
         )
 
