@@ -73,7 +73,7 @@ class ProjectTrusting:
     async def _trust(self) -> str:
         project = self._project
         if project is None or not project.items:
-            return "This project sets nothing that needs trust: all of its settings apply."
+            return "This project sets nothing that needs trust."
         if project.trusted and project.confirmed:
             return (
                 f"This project ({project.root}) is already trusted ({project.how}). "
