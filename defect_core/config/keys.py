@@ -73,7 +73,7 @@ input, so a project's own files (`<repo>/.defect/config.toml`, `config.local.tom
 untrusted, only what changes how defect talks to the model the user already chose (and a
 stricter rule it can only be refused by):
 
-    model                             # among the models your [models] / [providers] offer
+    model                             # one your [models] / [providers] list, if they list any
     max_tokens                        # at most your own max_tokens
     reasoning_effort
     [context_windows]
