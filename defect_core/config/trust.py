@@ -152,21 +152,13 @@ def gated_items(data: Mapping[str, Any], source: str) -> list[Gated]:
 
 def mcp_json_items(cwd: Path, root: Path) -> tuple[list[Gated], list[McpServerSpec]]:
     """The servers of `<cwd>/.mcp.json`, read once: what each would run, and their specs
-    (a file or an entry that cannot be used is logged and skipped, as `mcp/spec.py` does)."""
+    (a file or an entry that cannot be used is logged and skipped, `mcp/spec.py`)."""
     path = cwd / ".mcp.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return [], []
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        log.warning("mcp_json_ignored", path=str(path), error=str(exc)[:400])
-        return [], []
-    servers = data.get("mcpServers") if isinstance(data, dict) else None
-    if not isinstance(servers, dict):
-        log.warning("mcp_json_ignored", path=str(path), error='expected {"mcpServers": {...}}')
-        return [], []
-    from defect_core.mcp.spec import parse_server_table
+    if not path.exists() and not path.is_symlink():
+        return [], []  # most projects: no import of the MCP spec module at all
+    from defect_core.mcp.spec import parse_server_table, read_mcp_json
 
+    servers = read_mcp_json(cwd)
     specs = parse_server_table(servers, source=str(path))
     try:
         source = str(path.resolve().relative_to(root))
