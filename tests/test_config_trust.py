@@ -199,3 +199,20 @@ def test_the_trust_file_is_written_whole_private_and_holds_digests_only(tmp_path
     with pytest.raises(TrustFileError):
         record_trust(store, "/src/b", frozenset({"d4"}))
     assert store.read_text(encoding="utf-8") == "[[project]\nbroken", "never overwritten"
+
+
+def test_a_project_may_name_the_providers_own_host(home: Path, repo: Path) -> None:
+    user_file(home, f'trusted_projects = ["{repo}"]\n')
+    write(
+        repo / ".defect" / "config.toml",
+        '[anthropic]\nbase_url = "https://api.anthropic.com"\n'
+        '[bedrock]\nbase_url = "https://bedrock-runtime.eu-west-1.amazonaws.com"\n',
+    )
+    settings = load_settings(repo, env={"HOME": str(home)})
+    assert settings.base_url == "https://api.anthropic.com"
+    assert settings.bedrock_base_url == "https://bedrock-runtime.eu-west-1.amazonaws.com"
+    write(
+        repo / ".defect" / "config.toml",
+        '[anthropic]\nbase_url = "https://api.anthropic.com.evil"\n',
+    )
+    assert load_settings(repo, env={"HOME": str(home)}).base_url is None

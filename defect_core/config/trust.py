@@ -20,8 +20,9 @@ module owns that decision for one project, as one mechanism for everything a pro
   may only name a variable the user's configuration or the default names.
 
 Invariants:
-- Nothing a project sets takes effect silently withheld: every setting not applied is listed
-  in `ProjectTrust.notice` (shown once when a session opens, and logged), with how to trust.
+- Nothing a project sets is withheld silently: every setting not applied is listed in
+  `ProjectTrust.notice` (shown once when a session opens, and logged), with how to trust; what
+  was withheld is recorded by `finish` once every project layer is split.
 - A project never trusts itself: `trusted_projects` and the trust file are read from the
   user's configuration directory only (a project file setting `trusted_projects` is a
   `ConfigError`, `files.py`), and every path is compared as a real path (a project reached
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -329,6 +331,14 @@ def _beyond_user(name: str, value: Any, user: Settings) -> str:
     return ""
 
 
+_DEFAULT_HOST = {
+    "anthropic": re.compile(r"https://api\.anthropic\.com"),
+    "bedrock": re.compile(r"https://bedrock-runtime\.[a-z0-9-]+\.amazonaws\.com"),
+}
+"""Each kind's own host (what the provider reaches when no base URL is set): a project may
+name it, since credentials go there anyway."""
+
+
 def _credentials(
     kind: str, key_env: str | None, url: str | None, user: Settings, trust: ProjectTrust
 ) -> str:
@@ -345,7 +355,7 @@ def _credentials(
         return ""
     hosts = {user.base_url if kind == "anthropic" else user.bedrock_base_url}
     hosts |= {spec.base_url for spec in mine}
-    if url in hosts or trust.confirmed:
+    if url in hosts or _DEFAULT_HOST[kind].fullmatch(url) or trust.confirmed:
         return ""
     return (
         f"would send your {kind} credentials to {url}, which your configuration does not name: "
