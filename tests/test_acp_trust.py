@@ -328,7 +328,10 @@ async def test_trust_shows_what_the_project_would_do_asks_and_starts_its_servers
         assert f"This project ({project}) is not trusted" in agent.client.text(last)
     assert not marker.exists(), "revoked: the server does not start again"
     assert "runs /bin/sh -c" in shown
-    assert str(marker) in shown and "https://llm.example" in shown and "/bin/zsh" in shown
+    assert str(marker) in shown and "/bin/zsh" in shown
+    assert '"https://llm.example" (model requests, with your credentials, go to this host)' in (
+        shown.replace('\\"', '"')
+    )
     assert f"Trusted {project}" in answer
     assert "apply from the next session" in answer
     assert str(project) not in trusted_entries(tmp_path), "revoke removed the entry"

@@ -120,6 +120,15 @@ def _server_text(entry: Mapping[str, Any]) -> str:
     return text
 
 
+_WHAT = {
+    "base_url": " (model requests, with your credentials, go to this host)",
+    "api_key_env": " (the API key is read from this variable)",
+    "region": " (your AWS credentials sign requests for this region)",
+    "profile": " (your AWS credentials are taken from this profile)",
+}
+"""What a provider table's key means for the user's credentials, said where it is shown."""
+
+
 def gated_items(data: Mapping[str, Any], source: str) -> list[Gated]:
     """What a project's (already validated) config file sets that needs trust."""
     items: list[Gated] = []
@@ -135,13 +144,15 @@ def gated_items(data: Mapping[str, Any], source: str) -> list[Gated]:
             table = TABLE_KEYS.get(key, {})
             for sub, sub_value in value.items():
                 if sub == "capabilities" or table[sub].trust != PROJECT:
-                    add(f"{key}.{sub}", f"{key}.{sub} = {_shown(sub_value)}")
+                    what = _WHAT.get(sub, "")
+                    add(f"{key}.{sub}", f"{key}.{sub} = {_shown(sub_value)}{what}")
         elif key == "mcp":
             for name, entry in value.get("servers", {}).items():
                 add(f"mcp.servers.{name}", f'MCP server "{name}" {_server_text(entry)}')
         elif key == "providers":
             for name, table in value.items():
-                add(f"providers.{name}", f"provider {name} = {_shown(table)}")
+                said = "".join(_WHAT[k] for k in ("base_url", "api_key_env") if k in table)
+                add(f"providers.{name}", f"provider {name} = {_shown(table)}{said}")
         elif key == "hooks":
             for event, entries in value.items():
                 for entry in entries:
