@@ -9,11 +9,12 @@ Invariants:
   JSON-RPC stream. Only `defect_acp.transport` writes to the protocol descriptor.
 - `defect fake-api` serves the strict fake Anthropic/Bedrock API (`defect_fakeapi`), for
   `provider_fake` transcripts and offline runs; it is imported only for that command.
-- `defect exec [--goal G] [--mode M] [--output text|json|stream-json] "prompt"` runs one turn
-  (or a goal) without an editor (`defect_acp/headless.py`: its output and exit codes). The
-  prompt may come from stdin (`-`, or a pipe and no prompt argument). Its stderr is read by
-  a person: logs there are plain lines, at `error` unless a level is asked for, so what the
-  run reports itself is not said twice; `--log-format json` gives the JSON lines instead.
+- `defect exec [--goal G] [--mode M] [--output text|json|stream-json] [--trust-project]
+  "prompt"` runs one turn (or a goal) without an editor (`defect_acp/headless.py`: its output,
+  exit codes and project trust). The prompt may come from stdin (`-`, or a pipe and no prompt
+  argument). Its stderr is read by a person: logs there are plain lines, at `error` unless a
+  level is asked for, so what the run reports itself is not said twice; `--log-format json`
+  gives the JSON lines instead.
 - `defect transcript run|record` plays or records scripted JSON-RPC sessions
   (`defect_transcript`, a client of `defect acp` over stdio that imports nothing of the
   server); it keeps stdout for its report.
@@ -172,6 +173,13 @@ def _add_exec_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "there to approve it)",
     )
     run.add_argument("--output", choices=("text", "json", "stream-json"), default="text")
+    run.add_argument(
+        "--trust-project",
+        action="store_true",
+        help="apply this project's own settings that need trust for this run (its .mcp.json "
+        "and [mcp.servers], hooks, hosts, [fetch] allow...): for CI on a repository you "
+        "control; without it they are not applied and stderr lists them (docs/security.md)",
+    )
     run.add_argument("--provider", help="model provider")
     run.add_argument("--model", help="a model the provider offers (else refused)")
     run.add_argument(
@@ -214,6 +222,7 @@ def run_exec(args: argparse.Namespace) -> int:
         output=args.output,
         flags={"provider": args.provider},
         model=args.model,
+        trust_project=args.trust_project,
     )
     return run(request, out, store, problem)
 
@@ -384,6 +393,9 @@ def _serve(
             protocol_fd,
             resume=resume,
             stop=stop,
+            # The process's settings (the user's file, environment, flags), never a project's:
+            # a repository must not choose the program the editor's terminal runs
+            # (docs/security.md).
             terminal_shell=settings.terminal_shell,
         )
 

@@ -37,6 +37,12 @@ Invariants:
   not offer is refused (exit 2), never sent to the provider as if it were configured.
 - The session is saved like an editor's (same store, same cwd), so `session/load` and
   `defect acp --resume` can continue it.
+- A project is trusted by the same rules as in an editor (`defect_core/config/trust.py`), with
+  nobody to ask: without `--trust-project`, what an untrusted project sets that needs trust
+  (its MCP servers, hooks, hosts, widened reach) is not applied and the session's notice on
+  stderr lists it; a host the user's configuration does not name for a key is refused. With
+  `--trust-project` (CI on a repository the pipeline controls) all of it applies for the run;
+  nothing is recorded.
 """
 
 from __future__ import annotations
@@ -89,6 +95,8 @@ class ExecRequest:
     model: str | None = None
     """`--model`: chosen as `session/set_config_option` chooses it, so a model the provider
     does not offer is refused (the configuration's flags would take any id)."""
+    trust_project: bool = False
+    """`--trust-project`: the project's own settings that need trust apply for this run."""
 
 
 def run_exec(
@@ -97,7 +105,7 @@ def run_exec(
     """Run the request to its end; the exit status."""
     cwd = Path.cwd()
     try:
-        settings = load_settings(cwd, cli=request.flags)
+        settings = load_settings(cwd, cli=request.flags, trust_project=request.trust_project)
     except ConfigError as exc:
         sys.stderr.write(f"defect exec: {exc}\n")
         return EXIT_CODES["usage"]

@@ -38,9 +38,14 @@ def other_web() -> Iterator[WebServer]:
 
 
 def workspace(tmp_path: Path, *allow: str) -> Path:
+    """A workspace whose own `[fetch] allow` lists `allow`, trusted by the user's file
+    (`tmp_path/xdg`: `script_env(..., XDG_CONFIG_HOME=...)` points there)."""
     work = tmp_path / "work"
     (work / ".defect").mkdir(parents=True)
     (work / ".defect" / "config.toml").write_text(f"[fetch]\nallow = {json.dumps(list(allow))}\n")
+    user = tmp_path / "xdg" / "defect" / "config.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text(f'trusted_projects = ["{work}"]\n')
     return work
 
 
@@ -77,7 +82,9 @@ async def test_fetch_asks_and_always_allow_is_remembered_per_host(
         return "allow_always" if web.netloc in (request.tool_call.title or "") else "reject_once"
 
     client = RecordingClient(permission=answer)
-    async with spawn_defect(env=script_env(tmp_path, replies), client=client) as agent:
+    async with spawn_defect(
+        env=script_env(tmp_path, replies, XDG_CONFIG_HOME=str(tmp_path / "xdg")), client=client
+    ) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
         assert (await agent.prompt(sid, "read the docs")).stop_reason == "end_turn"
@@ -106,7 +113,9 @@ async def test_read_only_mode_refuses_fetch_without_asking_or_connecting(
     work = workspace(tmp_path, web.netloc)
     replies = [fetch_call(web.url("/page.html")), {"text": "could not fetch"}]
     client = RecordingClient()
-    async with spawn_defect(env=script_env(tmp_path, replies), client=client) as agent:
+    async with spawn_defect(
+        env=script_env(tmp_path, replies, XDG_CONFIG_HOME=str(tmp_path / "xdg")), client=client
+    ) as agent:
         await agent.initialize()
         sid = await agent.new_session(work)
         await agent.conn.set_session_mode(session_id=sid, mode_id="read-only")
@@ -128,6 +137,7 @@ async def test_a_completed_fetch_returns_markdown_to_the_model(
         Reply.text("Read it."),
     )
     env = agent_env(
+        XDG_CONFIG_HOME=str(tmp_path / "xdg"),
         DEFECT_PROVIDER="anthropic",
         ANTHROPIC_BASE_URL=fake_provider.url,
         ANTHROPIC_API_KEY=DEFAULT_API_KEY,

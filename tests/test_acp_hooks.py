@@ -153,8 +153,9 @@ async def test_a_project_hook_runs_only_once_the_user_trusts_the_project(
         notices = agent.client.text(sid)
         stderr = agent.stderr()
     assert not marker.exists() and not (project / "prompt-marker").exists()
-    assert "2 hook(s) from this project's configuration" in notices
-    assert "trusted_projects" in notices and "hook_untrusted" in stderr
+    assert "hooks.session_start: touch started-marker (.defect/config.toml)" in notices
+    assert "hooks.user_prompt: touch prompt-marker (.defect/config.toml)" in notices
+    assert "trusted_projects" in notices and "project_setting_not_applied" in stderr
 
     trusted = f'trusted_projects = ["{project}"]\n'
     fake_provider.enqueue(Reply.text("Hello again."))
@@ -163,7 +164,7 @@ async def test_a_project_hook_runs_only_once_the_user_trusts_the_project(
         sid = await agent.new_session(project)
         assert not marker.exists(), "session_start runs with the first prompt, not session/new"
         await agent.prompt(sid, "hi")
-        assert "were not run" not in agent.client.text(sid)
+        assert "were not applied" not in agent.client.text(sid)
     assert marker.exists() and (project / "prompt-marker").exists()
 
 

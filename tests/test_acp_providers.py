@@ -51,10 +51,18 @@ def beta() -> Any:
         yield fake
 
 
-def project(tmp_path: Path, config: str) -> Path:
+def project(tmp_path: Path, config: str, *, own: bool = False) -> Path:
+    """A workspace, with `config` as the user's own configuration (`env_for` points there) —
+    or, `own`, as the workspace's `.defect/config.toml`, the user trusting the workspace."""
     work = tmp_path / "work"
     (work / ".defect").mkdir(parents=True, exist_ok=True)
-    (work / ".defect" / "config.toml").write_text(config)
+    user = tmp_path / "xdg" / "defect" / "config.toml"
+    user.parent.mkdir(parents=True, exist_ok=True)
+    if own:
+        (work / ".defect" / "config.toml").write_text(config)
+        user.write_text(f'trusted_projects = ["{work}"]\n')
+    else:
+        user.write_text(config)
     (work / "notes.txt").write_text("remember the milk\n")
     return work
 
@@ -79,6 +87,7 @@ def env_for(tmp_path: Path, **extra: str) -> dict[str, str]:
         AWS_EC2_METADATA_DISABLED="true",
         DEFECT_REASONING_EFFORT="medium",
         DEFECT_STATE_DIR=str(tmp_path / "state"),
+        XDG_CONFIG_HOME=str(tmp_path / "xdg"),
         **extra,
     )
 
@@ -323,7 +332,7 @@ async def test_unauthorised_or_offline_providers_keep_their_configured_lists(
 async def test_a_bad_provider_table_fails_its_projects_sessions_naming_file_and_line(
     tmp_path: Path, table: str, line: int, words: str
 ) -> None:
-    work = project(tmp_path, table)
+    work = project(tmp_path, table, own=True)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     async with spawn_defect(env=env_for(tmp_path)) as agent:

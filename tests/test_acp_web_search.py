@@ -32,10 +32,15 @@ HITS = [
 
 
 def workspace(tmp_path: Path, config: str | None = DELEGATE) -> Path:
+    """A workspace with `config` as its own `.defect/config.toml`, trusted by the user's file
+    (`tmp_path/xdg`, where `env_for` points)."""
     work = tmp_path / "work"
     (work / ".defect").mkdir(parents=True)
     if config is not None:
         (work / ".defect" / "config.toml").write_text(config)
+    user = tmp_path / "xdg" / "defect" / "config.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text(f'trusted_projects = ["{work}"]\n')
     return work
 
 
@@ -46,6 +51,7 @@ def env_for(fake: FakeProvider, tmp_path: Path, **extra: str) -> dict[str, str]:
         ANTHROPIC_API_KEY=DEFAULT_API_KEY,
         DEFECT_REASONING_EFFORT="off",
         DEFECT_STATE_DIR=str(tmp_path / "state"),
+        XDG_CONFIG_HOME=str(tmp_path / "xdg"),
         **extra,
     )
 

@@ -40,7 +40,7 @@ def user_file(home: Path, text: str) -> Path:
 
 
 def test_without_files_env_or_flags_the_built_in_defaults_apply(home: Path, repo: Path) -> None:
-    settings = load_settings(repo, env={"HOME": str(home)})
+    settings = load_settings(repo, env={"HOME": str(home)}, trust_project=True)
     assert settings == Settings()
     assert settings.sources == ()
 
@@ -58,7 +58,9 @@ def test_each_layer_overrides_the_one_below(home: Path, repo: Path) -> None:
     local = write(repo / ".defect" / "config.local.toml", "max_tokens = 3000\nretries = 3\n")
     env = {"HOME": str(home), "DEFECT_RETRIES": "5", "DEFECT_MAX_TOKENS": "4000"}
 
-    settings = load_settings(repo / "src" / "pkg", env=env, cli={"max_tokens": 5000})
+    settings = load_settings(
+        repo / "src" / "pkg", env=env, cli={"max_tokens": 5000}, trust_project=True
+    )
 
     assert settings.provider == "bedrock"  # user file only
     assert settings.read_timeout == 5.0  # user file only, int accepted for a float
@@ -88,7 +90,7 @@ def test_provider_tables_and_model_lists_merge_key_by_key(home: Path, repo: Path
         '[bedrock]\nregion = "us-west-2"\nbase_url = "https://bedrock.example.com/"\n'
         '[models]\nbedrock = ["us.anthropic.x-v1:0"]\n',
     )
-    settings = load_settings(repo, env={"HOME": str(home)})
+    settings = load_settings(repo, env={"HOME": str(home)}, trust_project=True)
     assert settings.api_key_env == "MY_CLAUDE_KEY"
     assert settings.aws_profile == "work"
     assert settings.aws_region == "us-west-2"
@@ -103,11 +105,11 @@ def test_provider_tables_and_model_lists_merge_key_by_key(home: Path, repo: Path
 def test_context_windows_are_a_table_of_token_counts(home: Path, repo: Path) -> None:
     user_file(home, '[context_windows]\n"claude-a" = 200000\n"claude-b" = 100000\n')
     write(repo / ".defect" / "config.toml", '[context_windows]\n"claude-b" = 1000000\n')
-    settings = load_settings(repo, env={"HOME": str(home)})
+    settings = load_settings(repo, env={"HOME": str(home)}, trust_project=True)
     assert settings.context_windows == {"claude-a": 200_000, "claude-b": 1_000_000}
     write(repo / ".defect" / "config.local.toml", '[context_windows]\n"claude-c" = "big"\n')
     with pytest.raises(ConfigError) as info:
-        load_settings(repo, env={"HOME": str(home)})
+        load_settings(repo, env={"HOME": str(home)}, trust_project=True)
     assert info.value.key == "context_windows.claude-c"
 
 
@@ -124,7 +126,7 @@ def test_mcp_servers_are_read_merged_by_name_and_expand_env_references(
         repo / ".defect" / "config.toml",
         '[mcp.servers.search]\ntype = "sse"\nurl = "https://repo.example/sse"\n',
     )
-    settings = load_settings(repo, env={"HOME": str(home), "DOCS_TOKEN": "t0k"})
+    settings = load_settings(repo, env={"HOME": str(home), "DOCS_TOKEN": "t0k"}, trust_project=True)
     by_name = {spec.name: spec for spec in settings.mcp_servers}
     assert set(by_name) == {"docs", "search"}
     assert by_name["docs"].command == "docs-server" and by_name["docs"].args == ("--stdio",)
@@ -163,7 +165,7 @@ def test_environment_sets_urls_region_and_profile(home: Path, repo: Path) -> Non
         "DEFECT_MODEL": "claude-x",
         "DEFECT_REASONING_EFFORT": "off",
     }
-    settings = load_settings(repo, env=env)
+    settings = load_settings(repo, env=env, trust_project=True)
     assert settings.base_url == "http://127.0.0.1:9999"
     assert settings.bedrock_base_url == "http://127.0.0.1:9998"
     assert settings.aws_region == "ap-south-1"
@@ -177,7 +179,9 @@ def test_environment_sets_urls_region_and_profile(home: Path, repo: Path) -> Non
 
 def test_aws_default_region_does_not_override_a_configured_region(home: Path, repo: Path) -> None:
     write(repo / ".defect" / "config.toml", '[bedrock]\nregion = "eu-west-1"\n')
-    settings = load_settings(repo, env={"HOME": str(home), "AWS_DEFAULT_REGION": "us-east-1"})
+    settings = load_settings(
+        repo, env={"HOME": str(home), "AWS_DEFAULT_REGION": "us-east-1"}, trust_project=True
+    )
     assert settings.aws_region == "eu-west-1"
 
 
@@ -196,7 +200,7 @@ def test_cli_flags_win_and_none_means_not_given(home: Path, repo: Path) -> None:
 def test_unknown_key_fails_naming_the_file_and_the_key(home: Path, repo: Path) -> None:
     path = write(repo / ".defect" / "config.toml", 'modle = "claude"\n')
     with pytest.raises(ConfigError) as info:
-        load_settings(repo, env={"HOME": str(home)})
+        load_settings(repo, env={"HOME": str(home)}, trust_project=True)
     assert str(path) in str(info.value)
     assert "modle" in str(info.value)
     assert info.value.key == "modle" and info.value.source == str(path)
@@ -212,7 +216,7 @@ def test_unknown_key_inside_a_table_is_named_with_its_table(home: Path) -> None:
 def test_wrong_type_fails_naming_the_file_the_key_and_the_type(home: Path, repo: Path) -> None:
     path = write(repo / ".defect" / "config.local.toml", 'max_tokens = "lots"\n')
     with pytest.raises(ConfigError) as info:
-        load_settings(repo, env={"HOME": str(home)})
+        load_settings(repo, env={"HOME": str(home)}, trust_project=True)
     message = str(info.value)
     assert str(path) in message and "max_tokens" in message and "integer" in message
 
@@ -274,7 +278,7 @@ def test_unknown_cli_flag_is_refused(home: Path) -> None:
 
 def test_script_path_in_a_file_is_relative_to_that_file(home: Path, repo: Path) -> None:
     write(repo / ".defect" / "config.toml", 'script_path = "replies.json"\n')
-    settings = load_settings(repo, env={"HOME": str(home)})
+    settings = load_settings(repo, env={"HOME": str(home)}, trust_project=True)
     assert settings.script_path == str((repo / ".defect" / "replies.json").resolve())
 
 
@@ -283,9 +287,15 @@ def test_repo_files_are_found_from_a_subdirectory_but_not_above_the_repo(
 ) -> None:
     write(tmp_path / ".defect" / "config.toml", 'model = "outside"\n')
     write(repo / ".defect" / "config.toml", 'model = "inside"\n')
-    assert load_settings(repo / "src" / "pkg", env={"HOME": str(home)}).model == "inside"
+    assert (
+        load_settings(repo / "src" / "pkg", env={"HOME": str(home)}, trust_project=True).model
+        == "inside"
+    )
     (repo / ".defect" / "config.toml").unlink()
-    assert load_settings(repo / "src" / "pkg", env={"HOME": str(home)}).model is None
+    assert (
+        load_settings(repo / "src" / "pkg", env={"HOME": str(home)}, trust_project=True).model
+        is None
+    )
 
 
 def test_importing_config_loads_no_heavy_module() -> None:
@@ -332,7 +342,7 @@ def test_provider_tables_are_providers_beside_the_implied_ones(home: Path, repo:
         '[providers.personal]\nkind = "anthropic"\napi_key_env = "MY_KEY"\n'
         'base_url = "http://127.0.0.1:9/"\n\n[models]\nscripted = ["offline"]\n',
     )
-    settings = load_settings(repo, env={"HOME": str(home)})
+    settings = load_settings(repo, env={"HOME": str(home)}, trust_project=True)
     specs = provider_specs(settings)
     assert [(s.name, s.kind) for s in specs] == [
         ("work", "bedrock"),
@@ -352,7 +362,7 @@ def test_the_plain_keys_are_the_implied_default_provider(home: Path, repo: Path)
     from defect_core.config import provider_settings, provider_specs
 
     user_file(home, 'provider = "anthropic"\n[anthropic]\napi_key_env = "K"\n')
-    settings = load_settings(repo, env={"HOME": str(home)})
+    settings = load_settings(repo, env={"HOME": str(home)}, trust_project=True)
     (only,) = provider_specs(settings)
     assert (only.name, only.kind, only.api_key_env) == ("anthropic", "anthropic", "K")
     built = provider_settings(settings, only)
@@ -362,7 +372,7 @@ def test_the_plain_keys_are_the_implied_default_provider(home: Path, repo: Path)
 def test_a_later_layer_replaces_a_provider_table_whole(home: Path, repo: Path) -> None:
     user_file(home, '[providers.gw]\nkind = "anthropic"\napi_key_env = "A"\n')
     write(repo / ".defect" / "config.toml", '[providers.gw]\nkind = "scripted"\n')
-    settings = load_settings(repo, env={"HOME": str(home)})
+    settings = load_settings(repo, env={"HOME": str(home)}, trust_project=True)
     assert settings.providers["gw"].kind == "scripted"
     assert settings.providers["gw"].api_key_env == "ANTHROPIC_API_KEY"
 
@@ -407,10 +417,10 @@ def test_bad_provider_tables_name_the_file_line_and_key(
 def test_provider_may_name_a_table_of_another_layer(home: Path, repo: Path) -> None:
     user_file(home, '[providers.team]\nkind = "scripted"\n')
     write(repo / ".defect" / "config.toml", 'provider = "team"\n')
-    assert load_settings(repo, env={"HOME": str(home)}).provider == "team"
+    assert load_settings(repo, env={"HOME": str(home)}, trust_project=True).provider == "team"
     env = {"HOME": str(home), "DEFECT_PROVIDER": "elsewhere"}
     with pytest.raises(ConfigError) as info:
-        load_settings(repo, env=env)
+        load_settings(repo, env=env, trust_project=True)
     assert info.value.source == "DEFECT_PROVIDER" and "team" in str(info.value)
 
 

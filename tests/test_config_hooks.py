@@ -52,7 +52,7 @@ def test_hook_arrays_of_every_layer_are_appended_in_layer_order(home: Path, repo
         repo / ".defect" / "config.local.toml",
         '[hooks]\nuser_prompt = [{ prompt = "Be brief." }]\n',
     )
-    settings = load_settings(repo / "src", env={"HOME": str(home)})
+    settings = load_settings(repo / "src", env={"HOME": str(home)}, trust_project=True)
     assert [(h.event, h.command or h.prompt, h.origin) for h in settings.hooks] == [
         ("before_tool", "./user.sh", str(user)),
         ("before_tool", "./team.sh", str(shared)),
@@ -61,9 +61,17 @@ def test_hook_arrays_of_every_layer_are_appended_in_layer_order(home: Path, repo
     first = settings.hooks[0]
     assert first.tool == "bash" and first.timeout == 2.0 and first.trusted and first.project is None
     assert first.matches("bash") and not first.matches("read_file")
-    assert [h.trusted for h in settings.hooks[1:]] == [False, False]
+    assert [h.trusted for h in settings.hooks[1:]] == [True, True]
     assert {h.project for h in settings.hooks[1:]} == {str(repo)}
     assert settings.goal_max_rounds == 3
+
+    untrusted = load_settings(repo / "src", env={"HOME": str(home)})
+    assert [h.origin for h in untrusted.hooks] == [str(user)], "a project's hooks wait for trust"
+    assert untrusted.project is not None
+    assert [line.split(" (")[0] for line in untrusted.project.withheld] == [
+        "hooks.before_tool: ./team.sh",
+        "hooks.user_prompt: Be brief.",
+    ]
 
 
 def test_a_trusted_project_or_one_below_a_trusted_directory_runs_its_hooks(
@@ -73,7 +81,7 @@ def test_a_trusted_project_or_one_below_a_trusted_directory_runs_its_hooks(
     user_file(home, f'trusted_projects = ["{repo.parent}"]\n')
     assert [h.trusted for h in load_settings(repo, env={"HOME": str(home)}).hooks] == [True]
     user_file(home, f'trusted_projects = ["{repo.parent / "elsewhere"}"]\n')
-    assert [h.trusted for h in load_settings(repo, env={"HOME": str(home)}).hooks] == [False]
+    assert load_settings(repo, env={"HOME": str(home)}).hooks == ()
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ def settings_from(
     work = tmp_path / "work"
     (work / ".defect").mkdir(parents=True)
     (work / ".defect" / "config.toml").write_text(project)
-    settings = load_settings(work, env={"XDG_CONFIG_HOME": str(home)})
+    settings = load_settings(work, env={"XDG_CONFIG_HOME": str(home)}, trust_project=True)
     return {
         p: web_search_for(settings.capabilities, p) for p in ("anthropic", "bedrock", "scripted")
     }

@@ -428,3 +428,27 @@ def test_a_reader_that_goes_away_cancels_the_run_without_a_traceback(tmp_path: P
         proc.kill()
     assert proc.returncode == 130
     assert "Traceback" not in errors and "BrokenPipeError" not in errors
+
+
+def test_trust_project_applies_the_projects_settings_and_without_it_stderr_says_what_not(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "work"
+    (work / ".defect").mkdir(parents=True)
+    marker = tmp_path / "mcp-ran"
+    server = {"command": "/bin/sh", "args": ["-c", f"touch '{marker}'"]}
+    (work / ".mcp.json").write_text(json.dumps({"mcpServers": {"x": server}}))
+    (work / ".defect" / "config.toml").write_text("allow_read_outside = true\n")
+
+    run = defect_exec(tmp_path, [{"text": "ok"}], "hi")
+    assert run.returncode == 0, run.stderr
+    assert not marker.exists(), "an untrusted project's server ran under exec"
+    assert "mcpServers.x (.mcp.json): the project is not trusted" in run.stderr
+    assert "allow_read_outside (.defect/config.toml): the project is not trusted" in run.stderr
+    assert "--trust-project" in run.stderr
+
+    run = defect_exec(tmp_path, [{"text": "ok"}], "--trust-project", "hi")
+    assert run.returncode == 0, run.stderr
+    assert marker.exists(), "--trust-project starts the project's servers"
+    assert "not trusted" not in run.stderr
+    assert not (tmp_path / "xdg" / "defect" / "trust.toml").exists(), "nothing is recorded"

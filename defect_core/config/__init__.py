@@ -12,8 +12,10 @@ One room per job, lowest first (each module's docstring states its invariants):
 - `overrides.py`  the environment and the command-line flags, each read into a layer
 - `capabilities.py` the hosted-capability tables (`[capabilities.web_search]`, per provider
                   `[<provider>.capabilities.web_search]`) and how they merge
-- `hooks.py`      the `[hooks]` table and `trusted_projects`: which hooks a layer adds, and
-                  which may run (a project's own only when the user's file trusts it)
+- `hooks.py`      the `[hooks]` table and `trusted_projects`: which hooks a layer adds
+- `trust_store.py` the user's `/trust` decisions (`trust.toml` beside `config.toml`)
+- `trust.py`      project trust: what a project's own files set that needs it, whether the
+                  project is trusted, which of its settings apply, where credentials may go
 - `resolve.py`    the layers in order over the defaults: `load_settings`
 
 Invariants:

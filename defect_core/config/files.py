@@ -17,9 +17,10 @@ Invariants:
   is itself a link out, a FIFO, a device, a directory) is no layer, logged once: a
   repository must not make defect read, nor hang on, a file outside it.
 - A relative `script_path` is relative to the file that names it.
-- A project's own file (`project` given) may add hooks, which stay untrusted until the
-  user's file trusts the project, and may not set `trusted_projects` nor a table of
-  `USER_ONLY_TABLES` (`[command_environment]`: which secrets commands inherit).
+- A project's own file (`project` given) is read whole and checked like any other, and may not
+  set `trusted_projects` nor a table of `USER_ONLY_TABLES` (`[command_environment]`: which
+  secrets commands inherit); what it sets that needs trust is listed beside its layer
+  (`read_project_file`, `trust.gated_items`) and applied only as `trust.py` decides.
 - `[mcp]` tables borrow `defect_core.mcp.spec`'s entry parser, imported only when a file has
   one: importing `defect_core.mcp.spec` runs the `defect_core.mcp` package, which the
   configuration must not load on the `initialize` path (docs/architecture.md, rule 6).
@@ -41,6 +42,7 @@ from defect_core.config.capabilities import CAPABILITY_SCOPES, parse_capabilitie
 from defect_core.config.hooks import parse_hooks, trusted_list
 from defect_core.config.keys import (
     MODEL_PROVIDERS,
+    SHAPED_KEYS,
     TABLE_KEYS,
     TOP_KEYS,
     USER_ONLY_TABLES,
@@ -53,9 +55,17 @@ from defect_core.config.keys import (
 )
 from defect_core.config.providers import parse_providers
 from defect_core.config.settings import ConfigError
+from defect_core.config.trust import Gated, gated_items
 from defect_core.confined import project_root, read_confined
 
-__all__ = ["config_paths", "key_line", "parse_layer", "read_file", "repo_root"]
+__all__ = [
+    "config_paths",
+    "key_line",
+    "parse_layer",
+    "read_file",
+    "read_project_file",
+    "repo_root",
+]
 
 MAX_CONFIG_BYTES = 1024 * 1024
 """A configuration file larger than this is refused (no layer), not read."""
@@ -73,21 +83,11 @@ def parse_layer(
     `env` resolves `${VAR}` in MCP server entries (default: `os.environ`); `project` is the
     project root when the file is one of that project's own (`<repo>/.defect/`)."""
     layer: Layer = {}
-    known_top = [
-        *TOP_KEYS,
-        *TABLE_KEYS,
-        "models",
-        "context_windows",
-        "providers",
-        "mcp",
-        "capabilities",
-        "hooks",
-        "trusted_projects",
-    ]
+    known_top = [*TOP_KEYS, *TABLE_KEYS, *SHAPED_KEYS]
     capabilities: dict[str, dict[str, Any]] = {}
     for key, value in data.items():
         if key in TOP_KEYS:
-            name, check = TOP_KEYS[key]
+            name, check, _ = TOP_KEYS[key]
             layer[name] = checked(source, key, check, value)
             if name == "script_path" and base_dir is not None:
                 layer[name] = str((base_dir / str(layer[name])).resolve())
@@ -106,7 +106,7 @@ def parse_layer(
                     continue
                 if sub not in table:
                     raise unknown_key(source, dotted, list(table))
-                name, check = table[sub]
+                name, check, _ = table[sub]
                 layer[name] = checked(source, dotted, check, sub_value)
         elif key == "models":
             if not isinstance(value, dict):
@@ -194,6 +194,28 @@ def read_file(path: Path, env: Mapping[str, str], project: str | None = None) ->
     """The layer of the file at `path`, or None when there is no such file, or one that must
     not be read (`project`: the project root when the file is one of that project's own, and
     the boundary it must lie in; else the user's file, bounded by its own directory)."""
+    read = _read(path, env, project)
+    return None if read is None else read[0]
+
+
+def read_project_file(
+    path: Path, env: Mapping[str, str], project: Path
+) -> tuple[Layer, list[Gated]] | None:
+    """A project's own file: its layer, and what it sets that needs trust (`trust.py`)."""
+    read = _read(path, env, str(project))
+    if read is None:
+        return None
+    layer, data = read
+    try:
+        source = str(path.relative_to(project))
+    except ValueError:
+        source = str(path)
+    return layer, gated_items(data, source)
+
+
+def _read(
+    path: Path, env: Mapping[str, str], project: str | None
+) -> tuple[Layer, dict[str, Any]] | None:
     boundary = Path(project) if project is not None else path.parent
     try:
         raw = read_confined(path, boundary, MAX_CONFIG_BYTES)
@@ -209,12 +231,13 @@ def read_file(path: Path, env: Mapping[str, str], project: str | None = None) ->
         # tomllib's message ends with "(at line L, column C)": the line is in the text.
         raise ConfigError(str(path), None, f"is not valid TOML: {exc}") from None
     try:
-        return parse_layer(data, str(path), base_dir=path.parent, env=env, project=project)
+        layer = parse_layer(data, str(path), base_dir=path.parent, env=env, project=project)
     except ConfigError as exc:
         if exc.line is not None or exc.key is None:
             raise
         line = key_line(raw.decode("utf-8"), exc.key)
         raise ConfigError(exc.source, exc.key, exc.problem, line) from None
+    return layer, data
 
 
 def key_line(text: str, key: str) -> int | None:

@@ -1,11 +1,11 @@
 """The `[hooks]` table and `trusted_projects`: which hooks a layer adds, and which may run.
 
-Owns the parsing of a file's `[hooks]` table into `HookSpec`s (`parse_hooks`), the check of
-`trusted_projects` (`trusted_list`), and the trust decision once every layer is in
-(`settle_trust`). The table, in any layer:
+Owns the parsing of a file's `[hooks]` table into `HookSpec`s (`parse_hooks`) and the check of
+`trusted_projects` (`trusted_list`); whether a project's hooks apply is the project's trust
+(`trust.py`). The table, in any layer:
 
     trusted_projects = ["~/src/myapp"]          # the user's file only: projects whose own
-                                                # .defect/config*.toml hooks may run
+                                                # settings (hooks too) apply
     [[hooks.before_tool]]
     matcher = { tool = "bash" }                 # tool events only; "a|b", "*" patterns
     command = "./scripts/check-command.sh"      # /bin/sh -c, in the session's directory
@@ -20,20 +20,19 @@ Invariants:
   end) is a `ConfigError` naming the file and the key (the line is found by `files.py`).
 - Hooks of every layer are kept, in layer order (`resolve.py` appends them).
 - Only the user's own file may trust a project: `trusted_projects` in a project's file is a
-  `ConfigError`, so a repository can never vouch for itself. A project's hooks are trusted
-  when its root is a trusted path or lies inside one.
+  `ConfigError`, so a repository can never vouch for itself. A project's hooks apply only
+  when the project is trusted (`trust.py`), and are then marked `trusted`.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from defect_core.config.keys import Bad, type_name
 from defect_core.config.settings import ConfigError
 from defect_core.hooks.spec import HOOK_EVENTS, TOOL_EVENTS, HookSpec
 
-__all__ = ["parse_hooks", "settle_trust", "trusted_list"]
+__all__ = ["parse_hooks", "trusted_list"]
 
 _ENTRY_KEYS = ("matcher", "command", "prompt", "timeout")
 
@@ -109,17 +108,3 @@ def trusted_list(value: object) -> tuple[str, ...]:
             raise Bad(f"{item!r} is not an absolute path (or ~/...)")
         paths.append(str(path.resolve()))
     return tuple(paths)
-
-
-def settle_trust(hooks: tuple[HookSpec, ...], trusted: tuple[str, ...]) -> tuple[HookSpec, ...]:
-    """Mark each project hook trusted when its project is (or lies inside) a trusted path."""
-    roots = [Path(t) for t in trusted]
-
-    def is_trusted(project: str) -> bool:
-        path = Path(project).resolve()
-        return any(path == root or path.is_relative_to(root) for root in roots)
-
-    return tuple(
-        replace(spec, trusted=is_trusted(spec.project)) if spec.project is not None else spec
-        for spec in hooks
-    )

@@ -1,9 +1,9 @@
 """Every configuration key, and what each accepts, in files, the environment and flags.
 
-Owns the key tables (`TOP_KEYS`, `TABLE_KEYS`, `MODEL_PROVIDERS`, `ENV_VARIABLES`,
-`FLAG_FIELDS`: a key → the `Settings` field it sets and the check its value must pass), the
-value checks themselves, and the two errors every layer raises from them (`unknown_key`,
-`checked`).
+Owns the key tables (`TOP_KEYS`, `TABLE_KEYS`, `SHAPED_KEYS`, `MODEL_PROVIDERS`,
+`ENV_VARIABLES`, `FLAG_FIELDS`: a key → the `Settings` field it sets, the check its value must
+pass and who may set it, `FIELD_TRUST`), the value checks themselves, and the two errors every
+layer raises from them (`unknown_key`, `checked`).
 
 Keys (every one optional; tables merge key by key across layers):
 
@@ -24,7 +24,7 @@ Keys (every one optional; tables merge key by key across layers):
     goal_max_rounds = 20              # rounds a goal may take (/goal, defect exec --goal)
     subagent_max_depth = 1            # how deep spawn_agent may nest (0: no subagents)
     background_max_tasks = 4          # background tasks one session runs at once
-    trusted_projects = ["~/src/app"]  # user file only: projects whose own hooks may run
+    trusted_projects = ["~/src/app"]  # user file only: projects whose own settings apply
 
     [[hooks.before_tool]]             # hooks: event -> entries (config/hooks.py has them all)
     matcher = { tool = "bash" }
@@ -82,6 +82,27 @@ case-insensitive). `[command_environment] pass` gives the named ones back (a `gh
 An MCP server's own `env` (the editor's, or `${VAR}` in its entry) is an explicit choice and is
 kept as given.
 
+Trust (the `Key.trust` column; `config/trust.py` applies it). A repository is untrusted
+input, so a project's own files (`<repo>/.defect/config.toml`, `config.local.toml`) may set,
+untrusted, only what changes how defect talks to the model the user already chose (and a
+stricter rule it can only be refused by):
+
+    model                             # one your [models] / [providers] list, if they list any
+    max_tokens                        # at most your own max_tokens
+    reasoning_effort
+    [context_windows]
+    [checkpoints] max_mb, max_age_days
+    require_persistence               # it can only refuse to run unsaved
+
+Everything else takes effect from a project's file only once the user trusts the project:
+what starts a process (`[mcp.servers]`, `.mcp.json`, `[hooks]`, `terminal_shell`,
+`script_path`), what chooses where requests and credentials go (`provider`, `[anthropic]`,
+`[bedrock]`, `[providers.*]`, `[models]`), what widens reach (`allow_read_outside`,
+`[fetch] allow`, `[capabilities]`, `subagent_max_depth`, `background_max_tasks`,
+`goal_max_rounds`, `max_turn_requests`), and the rest (`retries`, timeouts).
+`trusted_projects` is the user's file's alone. A key that is not applied is listed in the
+session's opening notice, never silently dropped.
+
 Environment: DEFECT_PROVIDER, DEFECT_MODEL, DEFECT_SCRIPT, DEFECT_MAX_TOKENS,
 DEFECT_MAX_TURN_REQUESTS, DEFECT_RETRIES, DEFECT_REASONING_EFFORT, DEFECT_READ_TIMEOUT,
 DEFECT_TERMINAL_SHELL, ANTHROPIC_BASE_URL, ANTHROPIC_BEDROCK_BASE_URL, AWS_REGION,
@@ -105,20 +126,27 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from defect_core.config.settings import EFFORT_LEVELS, ConfigError
 
 __all__ = [
     "ENV_VARIABLES",
+    "FIELD_TRUST",
     "FLAG_FIELDS",
     "MODEL_PROVIDERS",
+    "PROJECT",
+    "SHAPED_KEYS",
     "TABLE_KEYS",
     "TOP_KEYS",
+    "TRUSTED",
+    "USER",
     "USER_ONLY_TABLES",
     "Bad",
     "Check",
+    "Key",
     "Layer",
+    "Trust",
     "at_least",
     "checked",
     "env_name",
@@ -140,6 +168,25 @@ Layer = dict[str, Any]
 
 Check = Callable[[object], object]
 """Validates one value; returns it (normalised) or raises `Bad` with the problem."""
+
+
+Trust = Literal["project", "trusted", "user"]
+"""Who may set a key: `project` — any file, a project's own too, trusted or not (it only
+changes how defect talks to the model the user chose); `trusted` — the user's own file, the
+environment, the flags, and a project's file once the user trusts that project
+(`config/trust.py`); `user` — the user's own file alone (`trusted_projects`)."""
+PROJECT: Trust = "project"
+TRUSTED: Trust = "trusted"
+USER: Trust = "user"
+
+
+class Key(NamedTuple):
+    """One row of a key table: the `Settings` field a key sets, the check its value must
+    pass, and who may set it (`Trust`)."""
+
+    field: str
+    check: Check
+    trust: Trust
 
 
 class Bad(Exception):
@@ -265,60 +312,78 @@ def host_list(value: object) -> tuple[str, ...]:
     return tuple(v.strip() for v in value)
 
 
-TOP_KEYS: dict[str, tuple[str, Check]] = {
-    "provider": ("provider", _provider_name),
-    "model": ("model", _string),
-    "max_tokens": ("max_tokens", at_least(1)),
-    "max_turn_requests": ("max_turn_requests", at_least(1)),
-    "reasoning_effort": ("reasoning_effort", _one_of(*EFFORT_LEVELS)),
-    "retries": ("retries", at_least(0)),
-    "retry_base_delay": ("retry_base_delay", _number(positive=False)),
-    "retry_max_delay": ("retry_max_delay", _number(positive=False)),
-    "read_timeout": ("read_timeout", _number(positive=True)),
-    "connect_timeout": ("connect_timeout", _number(positive=True)),
-    "allow_read_outside": ("allow_read_outside", _bool),
-    "require_persistence": ("require_persistence", _bool),
-    "script_path": ("script_path", _string),
-    "terminal_shell": ("terminal_shell", _string),
-    "goal_max_rounds": ("goal_max_rounds", at_least(1)),
-    "subagent_max_depth": ("subagent_max_depth", at_least(0)),
-    "background_max_tasks": ("background_max_tasks", at_least(1)),
+TOP_KEYS: dict[str, Key] = {
+    "provider": Key("provider", _provider_name, TRUSTED),
+    "model": Key("model", _string, PROJECT),
+    "max_tokens": Key("max_tokens", at_least(1), PROJECT),
+    "max_turn_requests": Key("max_turn_requests", at_least(1), TRUSTED),
+    "reasoning_effort": Key("reasoning_effort", _one_of(*EFFORT_LEVELS), PROJECT),
+    "retries": Key("retries", at_least(0), TRUSTED),
+    "retry_base_delay": Key("retry_base_delay", _number(positive=False), TRUSTED),
+    "retry_max_delay": Key("retry_max_delay", _number(positive=False), TRUSTED),
+    "read_timeout": Key("read_timeout", _number(positive=True), TRUSTED),
+    "connect_timeout": Key("connect_timeout", _number(positive=True), TRUSTED),
+    "allow_read_outside": Key("allow_read_outside", _bool, TRUSTED),
+    "require_persistence": Key("require_persistence", _bool, PROJECT),
+    "script_path": Key("script_path", _string, TRUSTED),
+    "terminal_shell": Key("terminal_shell", _string, TRUSTED),
+    "goal_max_rounds": Key("goal_max_rounds", at_least(1), TRUSTED),
+    "subagent_max_depth": Key("subagent_max_depth", at_least(0), TRUSTED),
+    "background_max_tasks": Key("background_max_tasks", at_least(1), TRUSTED),
 }
-TABLE_KEYS: dict[str, dict[str, tuple[str, Check]]] = {
+TABLE_KEYS: dict[str, dict[str, Key]] = {
     "anthropic": {
-        "api_key_env": ("api_key_env", _env_name),
-        "base_url": ("base_url", _url),
+        "api_key_env": Key("api_key_env", _env_name, TRUSTED),
+        "base_url": Key("base_url", _url, TRUSTED),
     },
     "bedrock": {
-        "region": ("aws_region", _string),
-        "profile": ("aws_profile", _string),
-        "base_url": ("bedrock_base_url", _url),
+        "region": Key("aws_region", _string, TRUSTED),
+        "profile": Key("aws_profile", _string, TRUSTED),
+        "base_url": Key("bedrock_base_url", _url, TRUSTED),
     },
-    "fetch": {"allow": ("fetch_allow_hosts", host_list)},
+    "fetch": {"allow": Key("fetch_allow_hosts", host_list, TRUSTED)},
     "checkpoints": {
-        "max_mb": ("checkpoint_max_mb", at_least(1)),
-        "max_age_days": ("checkpoint_max_age_days", _number(positive=True)),
+        "max_mb": Key("checkpoint_max_mb", at_least(1), PROJECT),
+        "max_age_days": Key("checkpoint_max_age_days", _number(positive=True), PROJECT),
     },
-    "command_environment": {"pass": ("command_env_pass", env_name_list)},
+    "command_environment": {"pass": Key("command_env_pass", env_name_list, USER)},
 }
 USER_ONLY_TABLES = ("command_environment",)
 """Tables only the user's own file may set: a project's file naming one is refused
 (`config/files.py`), as it is refused `trusted_projects`."""
+SHAPED_KEYS: dict[str, tuple[str, Trust]] = {
+    "models": ("models", TRUSTED),
+    "context_windows": ("context_windows", PROJECT),
+    "providers": ("providers", TRUSTED),
+    "mcp": ("mcp_servers", TRUSTED),
+    "capabilities": ("capabilities", TRUSTED),
+    "hooks": ("hooks", TRUSTED),
+    "trusted_projects": ("trusted_projects", USER),
+}
+"""The table-shaped keys (read by `files.py` and the rooms it borrows from): key → the
+`Settings` field it sets and its trust. A provider's own `[<kind>.capabilities]` table is the
+`capabilities` field too."""
+FIELD_TRUST: dict[str, Trust] = {
+    **{key.field: key.trust for key in TOP_KEYS.values()},
+    **{key.field: key.trust for table in TABLE_KEYS.values() for key in table.values()},
+    **dict(SHAPED_KEYS.values()),
+}
+"""`Settings` field → who may set it: what `config/trust.py` filters a project's layer by."""
 MODEL_PROVIDERS = ("anthropic", "bedrock", "scripted")
 
 FLAG_FIELDS: dict[str, Check] = {
-    **{name: check for name, check in TOP_KEYS.values()},
-    **{name: check for table in TABLE_KEYS.values() for name, check in table.values()},
+    **{key.field: key.check for key in TOP_KEYS.values()},
+    **{key.field: key.check for table in TABLE_KEYS.values() for key in table.values()},
 }
 
 ENV_VARIABLES: dict[str, tuple[str, Callable[[str], object], Check]] = {
-    "DEFECT_PROVIDER": ("provider", str, TOP_KEYS["provider"][1]),
+    "DEFECT_PROVIDER": ("provider", str, TOP_KEYS["provider"].check),
     "DEFECT_MODEL": ("model", str, _string),
     "DEFECT_SCRIPT": ("script_path", str, _string),
     "DEFECT_MAX_TOKENS": ("max_tokens", int, at_least(1)),
     "DEFECT_MAX_TURN_REQUESTS": ("max_turn_requests", int, at_least(1)),
     "DEFECT_RETRIES": ("retries", int, at_least(0)),
-    "DEFECT_REASONING_EFFORT": ("reasoning_effort", str, TOP_KEYS["reasoning_effort"][1]),
+    "DEFECT_REASONING_EFFORT": ("reasoning_effort", str, TOP_KEYS["reasoning_effort"].check),
     "DEFECT_READ_TIMEOUT": ("read_timeout", float, _number(positive=True)),
     "DEFECT_TERMINAL_SHELL": ("terminal_shell", str, _string),
     "ANTHROPIC_BASE_URL": ("base_url", str, _url),

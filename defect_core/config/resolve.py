@@ -21,8 +21,10 @@ Invariants:
   `[providers.NAME]` table of any layer), else a `ConfigError` at the line that chose it.
 - `provider_origin` names the layer that chose the provider, so a missing-credentials message
   sends the user to the right place.
-- Hooks of every layer are appended, in layer order; a project's own hooks are trusted only
-  when the user's file lists the project in `trusted_projects` (`hooks.settle_trust`).
+- Hooks of every layer are appended, in layer order.
+- A project's own files (`<repo>/.defect/config*.toml`, and `.mcp.json`'s servers) apply only
+  as far as the project is trusted (`trust.py`: the key table's trust column, the rule on
+  credentials); `Settings.project` says what was not applied, for the session's notice.
 - A broken file fails the sessions it applies to, never the process: the editor must still see
   the agent to show the error (the front end then runs on `settings_without_files`).
 
@@ -36,6 +38,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from defect_core.config.capabilities import merge_capabilities
 from defect_core.config.files import (
@@ -43,14 +46,19 @@ from defect_core.config.files import (
     config_paths,
     key_line,
     read_file,
+    read_project_file,
     repo_root,
 )
-from defect_core.config.hooks import settle_trust
 from defect_core.config.keys import Layer
 from defect_core.config.overrides import env_layer, flag_layer
 from defect_core.config.providers import check_default_provider
 from defect_core.config.settings import ConfigError, Settings
+from defect_core.config.trust import ProjectTrust, decide, finish, mcp_json_items
+from defect_core.config.trust_store import trust_file
 from defect_core.confined import Refused, read_within
+
+if TYPE_CHECKING:
+    from defect_core.mcp.spec import McpServerSpec
 
 __all__ = ["apply_layer", "load_settings", "settings_from_env", "settings_without_files"]
 
@@ -78,24 +86,31 @@ def load_settings(
     cwd: Path | None,
     env: Mapping[str, str] | None = None,
     cli: Mapping[str, object] | None = None,
+    *,
+    trust_project: bool = False,
 ) -> Settings:
     """Resolve the settings from every layer (see the module docstring).
 
     `cwd` None skips the repository's files; `env` defaults to `os.environ`; `cli` maps
-    Settings field names to flag values (None: the flag was not given).
+    Settings field names to flag values (None: the flag was not given); `trust_project` trusts
+    the project for this resolution (`defect exec --trust-project`).
     Raises `ConfigError` naming the file, variable or flag and the key.
     """
     env = os.environ if env is None else env
-    settings = Settings()
+    paths = config_paths(cwd, env)
     read: list[str] = []
-    project = str(repo_root(cwd)) if cwd is not None else None
-    for index, path in enumerate(config_paths(cwd, env)):
-        layer = read_file(path, env, project=project if index > 0 else None)
-        if layer is not None:
-            settings = apply_layer(settings, layer, origin=str(path))
-            read.append(str(path))
-    settings = apply_layer(settings, env_layer(env), origin="DEFECT_PROVIDER")
-    settings = apply_layer(settings, flag_layer(cli or {}), origin="the --provider flag")
+    settings = Settings()
+    user_layer = read_file(paths[0], env)
+    if user_layer is not None:
+        settings = apply_layer(settings, user_layer, origin=str(paths[0]))
+        read.append(str(paths[0]))
+    above = env_layer(env), flag_layer(cli or {})
+    project = None
+    if cwd is not None:
+        settings, project = _project_layers(
+            settings, _above(settings, above), cwd, paths, env, read, trust_project
+        )
+    settings = _above(settings, above)
     if settings.retry_max_delay < settings.retry_base_delay:
         raise ConfigError(
             read[-1] if read else "configuration",
@@ -103,8 +118,45 @@ def load_settings(
             "must not be smaller than retry_base_delay",
         )
     _check_provider(settings)
-    hooks = settle_trust(settings.hooks, settings.trusted_projects)
-    return replace(settings, sources=tuple(read), hooks=hooks)
+    return replace(settings, sources=tuple(read), project=project)
+
+
+def _above(settings: Settings, layers: tuple[Layer, Layer]) -> Settings:
+    """The environment and the flags over `settings`."""
+    settings = apply_layer(settings, layers[0], origin="DEFECT_PROVIDER")
+    return apply_layer(settings, layers[1], origin="the --provider flag")
+
+
+def _project_layers(
+    settings: Settings,
+    user: Settings,
+    cwd: Path,
+    paths: list[Path],
+    env: Mapping[str, str],
+    read: list[str],
+    trust_project: bool,
+) -> tuple[Settings, ProjectTrust | None]:
+    """The project's own files over `settings`, each filtered by trust (`trust.py`); `user`
+    is the user's own configuration (file, environment, flags), what credentials and limits
+    are checked against. The trust is None when the project sets nothing that needs it."""
+    root = repo_root(cwd)
+    files = [(path, read_project_file(path, env, root)) for path in paths[1:]]
+    present = [(path, found) for path, found in files if found is not None]
+    mcp_items, mcp_json = mcp_json_items(cwd, root)
+    items = [item for _, (_, gated) in present for item in gated] + mcp_items
+    trust = decide(root, items, user, trust_file(env), paths[0], trust_project=trust_project)
+    withheld: list[str] = []
+    held: list[McpServerSpec] = []
+    for path, (layer, _) in present:
+        applied, lines = trust.split(layer, user, str(path.relative_to(root)))
+        settings = apply_layer(settings, applied, origin=str(path))
+        withheld += lines
+        if "mcp_servers" not in applied:
+            held += layer.get("mcp_servers", {}).values()
+        read.append(str(path))
+    trust = finish(trust, withheld, mcp_json, held)
+    trust.log_withheld()
+    return settings, (trust if trust.items or trust.withheld else None)
 
 
 def _check_provider(settings: Settings) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from defect_core.child_env import EnvPolicy
 
 if TYPE_CHECKING:
+    from defect_core.config.trust import ProjectTrust
     from defect_core.hooks.spec import HookSpec
     from defect_core.mcp.spec import McpServerSpec
 
@@ -142,12 +143,16 @@ class Settings:
     public (`[fetch] allow`; a later layer's list replaces an earlier one)."""
     hooks: tuple[HookSpec, ...] = ()
     """The `[hooks]` entries of every layer, in order (`config/hooks.py`); a project's own
-    entries carry `trusted=False` unless the user's file trusts that project."""
+    entries are applied (and marked trusted) only when that project is trusted."""
     trusted_projects: tuple[str, ...] = ()
-    """Project roots whose own hooks may run (the user's file only)."""
+    """Project roots trusted wholesale: their own settings apply (the user's file only)."""
     command_env_pass: tuple[str, ...] = ()
     """Secret-looking variables the commands, hooks and MCP servers defect starts get all the
     same (`[command_environment] pass`, the user's file only; `defect_core/child_env.py`)."""
+    project: ProjectTrust | None = None
+    """The project of the working directory the settings were resolved for: whether it is
+    trusted, what of its own it sets that needs trust, and what was not applied
+    (`config/trust.py`). None: no project's files were read."""
     goal_max_rounds: int = 20
     """Rounds a goal (`/goal`, `defect exec --goal`) may take before it stops; also the
     most times `before_turn_end` hooks may send one turn round again."""

@@ -14,8 +14,9 @@ Combining:
 - a built-in's `stop` and `announce` travel in the verdict as they are.
 
 Invariants:
-- Untrusted hooks (a project's own hooks the user's configuration does not trust) never run;
-  they are logged once when the session starts, and listed in `untrusted_notice`.
+- Untrusted hooks (a project's own hooks the user's configuration does not trust) never run
+  and are logged once when the session starts (the configuration leaves an untrusted
+  project's hooks out altogether, and the session's notice lists them: `config/trust.py`).
 - A hook that fails or times out is skipped (`runner.py`); an exception in a built-in hook is
   logged and skipped too. Firing an event never raises, except to let a cancel through.
 - Firing an event no hook listens to costs nothing (no process, no JSON).
@@ -85,21 +86,8 @@ class HookEngine:
                 "hook_untrusted",
                 hook=spec.label,
                 origin=spec.origin,
-                fix=f"add {spec.project!r} to trusted_projects in the user configuration",
+                fix="trust the project: /trust, or trusted_projects in the user configuration",
             )
-
-    def untrusted_notice(self) -> str | None:
-        """What the user reads once: the project's hooks that were not run, and how to trust."""
-        if not self._untrusted:
-            return None
-        projects = sorted({s.project or "" for s in self._untrusted})
-        files = sorted({s.origin for s in self._untrusted})
-        return (
-            f"{len(self._untrusted)} hook(s) from this project's configuration "
-            f"({', '.join(files)}) were not run: the project is not trusted. To run them, add "
-            f"it to trusted_projects in your user configuration "
-            f"(trusted_projects = {projects!r} in ~/.config/defect/config.toml)."
-        )
 
     # --- built-in hooks -----------------------------------------------------------------------
 

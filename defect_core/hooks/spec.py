@@ -17,8 +17,9 @@ Events (the keys of `[hooks]`):
 
 Invariants:
 - A hook from a project's own `.defect/config*.toml` (`project` set) runs only when `trusted`:
-  the user's configuration lists that project (`trusted_projects`); the configuration decides,
-  once every layer is read. A repository just cloned never runs a command.
+  the user trusts that project (`/trust`, `trusted_projects`: `defect_core/config/trust.py`);
+  the configuration decides, once every layer is read. A repository just cloned never runs a
+  command.
 - A matcher applies to the tool events only; `*` (or no matcher) matches every tool, and
   `a|b` matches either name (each alternative a shell-style pattern).
 - Plain data, the standard library only: the configuration layer imports it.

@@ -1,9 +1,9 @@
 """Which MCP servers a session asks for: `McpServerSpec`, where specs come from, how they merge.
 
 Owns the spec of one server (stdio: command/args/env; http/sse: url/headers), the entry
-parser shared by a repo's `.mcp.json` (`load_mcp_json`) and a config table of the same shape
-(`parse_server_table`, `server_spec`, which `config.py` borrows for `[mcp.servers.NAME]`), and
-how those merge with the editor's list (`merge_servers`).
+parser shared by a repo's `.mcp.json` (`read_mcp_json`, `load_mcp_json`) and a config table
+of the same shape (`parse_server_table`, `server_spec`, which `config.py` borrows for
+`[mcp.servers.NAME]`), and how those merge with the editor's list (`merge_servers`).
 
 Invariants:
 - The request wins: on a name clash `merge_servers` keeps the editor's server, and the first
@@ -72,29 +72,36 @@ def load_mcp_json(cwd: Path) -> list[McpServerSpec]:
     project file must not keep a session from opening. A file whose real path leaves the
     project, or that is not a regular file, or is too large, is ignored too (logged once).
     """
+    return parse_server_table(read_mcp_json(cwd), source=str(cwd / ".mcp.json"))
+
+
+def read_mcp_json(cwd: Path) -> dict[str, Any]:
+    """The `mcpServers` table of `<cwd>/.mcp.json` as written ({} when absent or unusable,
+    logged): the one reader of that file, for `load_mcp_json` and for project trust
+    (`defect_core/config/trust.py`, which shows the entries as written before any start)."""
     path = cwd / ".mcp.json"
     try:
         raw = read_confined(path, project_root(cwd), MAX_MCP_JSON_BYTES)
         if raw is None:
-            return []
+            return {}
         text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         log.warning("mcp_json_ignored", path=str(path), error=one_line(str(exc)))
-        return []
+        return {}
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         log.warning(
             "mcp_json_ignored", path=str(path), error=f"not JSON: line {exc.lineno}: {exc.msg}"
         )
-        return []
+        return {}
     servers = data.get("mcpServers") if isinstance(data, dict) else None
     if not isinstance(servers, dict):
         log.warning(
             "mcp_json_ignored", path=str(path), error='expected {"mcpServers": {name: server}}'
         )
-        return []
-    return parse_server_table(servers, source=str(path))
+        return {}
+    return servers
 
 
 def parse_server_table(

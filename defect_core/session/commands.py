@@ -1,7 +1,7 @@
 """The session's slash commands: the built-in `/compact`, `/context`, `/rewind`
-(`rewind.py`) and `/fork` (`fork.py`), answered without the model, `/goal` (a goal-mode turn,
-`defect_core/goal.py`: the session starts it; only its usage is answered here), and the user's and
-project's own Markdown commands, which become prompts.
+(`rewind.py`), `/trust` (`trusting.py`) and `/fork` (`fork.py`), answered without the model,
+`/goal` (a goal-mode turn, `defect_core/goal.py`: the session starts it; only its usage is
+answered here), and the user's and project's own Markdown commands, which become prompts.
 
 Owns the built-in list (`SLASH_COMMANDS`), the recognition of a prompt that is one of them
 (`slash_command`, `parse_slash_command`), the answer to each (`answer_command`, with the
@@ -54,6 +54,11 @@ SLASH_COMMANDS: tuple[tuple[str, str], ...] = (
         "rewind",
         "List the prompts with the files each changed; /rewind N [files|conversation] [force] "
         "goes back to before prompt N; /rewind undo",
+    ),
+    (
+        "trust",
+        "Review what this project's own settings would do and trust it (asks first); "
+        "/trust revoke takes it back",
     ),
     (
         "fork",

@@ -32,7 +32,7 @@ from defect_core.agents.delegation import read_subagents, subagent_views
 from defect_core.config import ProviderSpec, Settings, provider_settings
 from defect_core.hosted import hosted_web_search
 from defect_core.log import get_logger
-from defect_core.mcp import McpHub, load_mcp_json, merge_servers
+from defect_core.mcp import McpHub, merge_servers
 from defect_core.providers.base import LlmProvider
 from defect_core.providers.live import ModelCatalog, ProviderSet
 from defect_core.providers.registry import build_named
@@ -185,8 +185,11 @@ class DefaultAgentCore:
         self, cwd: Path, requested: tuple[McpServerSpec, ...], settings: Settings
     ) -> McpHub:
         """The session's MCP servers: the editor's, merged over the configured ones and the
-        repository's `.mcp.json` (the editor's win a name clash), started concurrently."""
-        configured = [*settings.mcp_servers, *load_mcp_json(cwd)]
+        repository's `.mcp.json` (the editor's win a name clash), started concurrently. A
+        project's own servers are among them only when the project is trusted
+        (`config/trust.py`); the editor's are its own decision and are not gated."""
+        project = settings.project.applied_mcp_json() if settings.project is not None else ()
+        configured = [*settings.mcp_servers, *project]
         servers = merge_servers(requested, configured)
         return await McpHub.connect(servers, cwd, env=settings.env_policy())
 

@@ -2,22 +2,22 @@
 they would assume.
 
 Owns `opening_notices`. Invariant: a notice names the cause and what it means for the user
-(this session is not saved; an MCP server failed; project hooks wait for trust; stored
-"always" answers were dropped) — a silent degradation is the failure this module exists to
-prevent. Pure: the session (`state.py`) hands over what it knows; nothing here touches the
-store or the network.
+(this session is not saved; an MCP server failed; settings of an untrusted project were not
+applied, and how to trust it; stored "always" answers were dropped) — a silent
+degradation is the failure this module exists to prevent. Pure: the session (`state.py`)
+hands over what it knows; nothing here touches the store or the network.
 """
 
 from __future__ import annotations
 
-from defect_core.hooks.engine import HookEngine
+from defect_core.config.trust import ProjectTrust
 from defect_core.mcp import McpHub
 
 
 def opening_notices(
     unsaved_reason: str | None,
     mcp: McpHub | None,
-    hooks: HookEngine,
+    project: ProjectTrust | None,
     dropped_rules: str | None = None,
 ) -> tuple[str, ...]:
     """The warnings a front end shows after `session/new` or a load, in order
@@ -31,8 +31,8 @@ def opening_notices(
     notice = mcp.failure_notice() if mcp is not None else None
     if notice:
         notices.append(notice)
-    if hooks_notice := hooks.untrusted_notice():
-        notices.append(hooks_notice)
+    if project is not None and (trust_notice := project.notice()):
+        notices.append(trust_notice)
     if dropped_rules:
         notices.append(dropped_rules)
     return tuple(notices)

@@ -1,14 +1,14 @@
 """`DefaultSession`: one conversation's state, its turns and what the store keeps of it.
 
 Owns session state (history, transcript, event bus, tools, mode, the `(provider, model)`
-selection and the switch between providers, reasoning effort, title, permission memory),
-the one-turn-at-a-time rule, cancellation, and the writes that make the session durable. The
-pieces with rules of their own live beside it: `options.py` (what may be chosen),
-`commands.py` (`/compact`, `/context`), `rewind.py`, `fork.py`, `titles.py` (naming),
-`permissions.py` (remembered answers, open questions), `calls.py` (tool-call records: this
-process's held, the stored ones read on demand), `persistence.py` (writes of replay state)
-and `plan.py` (the plan `update_plan` keeps); subagents and background tasks are
-its `delegation` (`defect_core/agents/delegation.py`); `core.py` creates and loads sessions.
+selection and the switch between providers, reasoning effort, title, permission memory), the
+one-turn-at-a-time rule, cancellation, and the writes that make the session durable. The pieces
+with rules of their own live beside it: `options.py` (what may be chosen), `commands.py`
+(`/compact`, `/context`), `rewind.py`, `fork.py`, `trusting.py` (`/trust`), `titles.py`
+(naming), `permissions.py` (remembered answers, open questions), `calls.py` (tool-call records:
+this process's held, the stored ones read on demand), `persistence.py` (writes of replay state)
+and `plan.py` (the plan `update_plan` keeps); subagents and background tasks are its
+`delegation` (`defect_core/agents/delegation.py`); `core.py` creates and loads sessions.
 
 Invariants:
 - A session runs at most one turn; `cancel_turn` cancels that turn's scope and is idempotent.
@@ -96,6 +96,7 @@ from defect_core.session.protocol import (
 )
 from defect_core.session.rewind import Rewinder
 from defect_core.session.titles import SessionTitle
+from defect_core.session.trusting import ProjectTrusting
 from defect_core.store import AsyncStore, SessionRecord, StoredSession
 from defect_core.tools.base import ToolContext, ToolRegistry
 from defect_core.tools.skill import SkillTool
@@ -173,6 +174,9 @@ class DefaultSession:
         self._web_search = hosted_web_search(settings, self._provider)
         self._commands = CommandBook(cwd)
         env = settings.env_policy()
+        self._trusting = ProjectTrusting(
+            settings.project, cwd, tools, self._permissions.ask, mcp, env
+        )
         self._hooks = HookEngine(settings.hooks, session_id=session_id, cwd=cwd, env=env)
         self._start_source: str | None = "load" if stored else "new"
         """`session_start` is fired with the first prompt (off `session/new`); None: fired."""
@@ -204,8 +208,7 @@ class DefaultSession:
             rules=lambda: self._permissions.rules,
             mode=self.current_mode,
             ask_permission=self._permissions.ask,
-        )
-        """Subagents and background tasks (`defect_core/agents/`)."""
+        )  # subagents and background tasks (`defect_core/agents/`)
 
     # --- identity --------------------------------------------------------------------------
 
@@ -422,6 +425,8 @@ class DefaultSession:
             self._scope = scope
             if name == "rewind":
                 text = await self._rewinder().answer(args)
+            elif name == "trust":
+                text = await self._trusting.answer(args)
             elif name == "fork":
                 text = await answer_fork(args, self._id, self._store, self._transcript, self._ids)
             else:
@@ -582,9 +587,9 @@ class DefaultSession:
             await self._publish(CommandsChanged(self._commands.offered()))
 
     def notices(self) -> tuple[str, ...]:
-        """What the user should read when the session opens (no saving, failed MCP servers)."""
+        """What the user reads when the session opens (`notices.py`)."""
         dropped = self._permissions.dropped_notice()
-        return opening_notices(self._unsaved_reason, self._mcp, self._hooks, dropped)
+        return opening_notices(self._unsaved_reason, self._mcp, self._settings.project, dropped)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -597,6 +602,7 @@ class DefaultSession:
         await self._context.aclose()
         if self._mcp is not None:
             await self._mcp.aclose()
+        await self._trusting.aclose()
         self._permissions.cancel_all()
         self._checkpoints.close()
         self._bus.close()
