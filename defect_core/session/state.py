@@ -3,12 +3,9 @@
 Owns session state (history, transcript, event bus, tools, mode, the `(provider, model)`
 selection and the switch between providers, reasoning effort, title, permission memory), the
 one-turn-at-a-time rule, cancellation, and the writes that make the session durable. The pieces
-with rules of their own live beside it: `options.py` (what may be chosen), `commands.py`
-(`/compact`, `/context`), `rewind.py`, `fork.py`, `trusting.py` (`/trust`), `titles.py`
-(naming), `permissions.py` (remembered answers, open questions), `calls.py` (tool-call records:
-this process's held, the stored ones read on demand), `persistence.py` (writes of replay state)
-and `plan.py` (the plan `update_plan` keeps); subagents and background tasks are its
-`delegation` (`defect_core/agents/delegation.py`); `core.py` creates and loads sessions.
+with rules of their own live beside it in this package (each named in docs/architecture.md's
+module map); subagents and background tasks are its `delegation`
+(`defect_core/agents/delegation.py`); `core.py` creates and loads sessions.
 
 Invariants:
 - A session runs at most one turn; `cancel_turn` cancels that turn's scope and is idempotent.
@@ -96,6 +93,7 @@ from defect_core.session.protocol import (
 )
 from defect_core.session.rewind import Rewinder
 from defect_core.session.titles import SessionTitle
+from defect_core.session.toolset import call_context
 from defect_core.session.trusting import ProjectTrusting
 from defect_core.store import AsyncStore, SessionRecord, StoredSession
 from defect_core.tools.base import ToolContext, ToolRegistry
@@ -415,9 +413,8 @@ class DefaultSession:
         return verdict.context
 
     async def _after_compact(self, report: CompactionReport) -> None:
-        await self._hooks.fire(
-            "after_compact", {"kind": report.kind, "messages": report.messages_summarised}
-        )
+        data = {"kind": report.kind, "messages": report.messages_summarised}
+        await self._hooks.fire("after_compact", data)
 
     async def _run_command(self, turn: int, name: str, args: str) -> TurnStopReason:
         """A slash command: answered here, without a model call, and not put in history."""
@@ -465,17 +462,14 @@ class DefaultSession:
             await self._publish(ToolCallUpdated(tool_call_id, content=display))
 
         return self._checkpoints.wrap(
-            ToolContext(
-                session_id=self._id,
-                cwd=self._cwd,
-                fs=self._backends.fs,
-                shell=self._backends.shell,
-                tool_call_id=tool_call_id,
-                report=report,
-                allow_read_outside=self._settings.allow_read_outside,
-                settings=self._tool_state,
-                fetch_allow=self._settings.fetch_allow_hosts,
-                env_policy=self._hooks.env,
+            call_context(
+                self._id,
+                self._cwd,
+                self._backends,
+                self._settings,
+                self._tool_state,
+                tool_call_id,
+                report,
             )
         )
 
@@ -562,12 +556,8 @@ class DefaultSession:
         previous, self._selection = self._selection, selection
         self._web_search = web_search
         self._context.use_provider(provider, self._own_thinking_only)
-        log.info(
-            "model_selected",
-            session_id=self._id,
-            previous=previous.value,
-            selection=selection.value,
-        )
+        change = {"previous": previous.value, "selection": selection.value}
+        log.info("model_selected", session_id=self._id, **change)
         await self._writer.update(provider=selection.provider, model=selection.model)
 
     async def refresh_models(self) -> None:
