@@ -60,6 +60,16 @@ async def wait_gone(pid: int, seconds: float = 10.0) -> bool:
     return not alive(pid)
 
 
+async def read_pid(path: Path, seconds: float = 20.0) -> int:
+    """The pid a server wrote to `path`, once it has (it starts in the background)."""
+    import anyio
+
+    with anyio.move_on_after(seconds):
+        while not path.exists() or not path.read_text().strip():
+            await anyio.sleep(0.05)
+    return int(path.read_text())
+
+
 async def test_mcp_tools_run_in_a_turn_and_servers_stop_with_the_session(tmp_path: Path) -> None:
     pid_file = tmp_path / "echo.pid"
     replies = [
@@ -108,6 +118,6 @@ async def test_servers_stop_when_the_agent_exits(tmp_path: Path) -> None:
             cwd=str(tmp_path),
             mcp_servers=[stdio("echo", "echo_server.py", ECHO_PID_FILE=str(pid_file))],
         )
-        pid = int(pid_file.read_text())
+        pid = await read_pid(pid_file)  # the server starts in the background
         assert alive(pid)
     assert await wait_gone(pid), "closing stdin ends the agent and its servers"

@@ -322,6 +322,8 @@ class DefaultSession:
             try:
                 with anyio.CancelScope() as scope:
                     self._scope = scope
+                    if self._mcp is not None:  # waits for servers starting; their tools join
+                        await self._mcp.offer(self._tools, self._bus.publish)
                     result = await runner.run(prompt, self._turn_config())
             finally:
                 await self._checkpoints.end()  # saved before the turn's last event
@@ -355,6 +357,7 @@ class DefaultSession:
                 self._tools.add(SkillTool(facts.skills))
             await self.delegation.offer(self._tools)
             names = [spec.name for spec in self._tools.specs()]
+            names += self._mcp.names_for_prompt() if self._mcp is not None else []
             self._system_prompt = system_prompt_from(facts, self._backends.frontend, names)
 
     def cancel_turn(self) -> None:
@@ -576,8 +579,9 @@ class DefaultSession:
             await self._publish(CommandsChanged(self._commands.offered()))
 
     def notices(self) -> tuple[str, ...]:
-        """What the user should read when the session opens (no saving, failed MCP servers)."""
-        return opening_notices(self._unsaved_reason, self._mcp, self._hooks)
+        """What the user should read when the session opens (no saving, failed MCP servers);
+        an MCP server failing later is told as it fails (a `Notice`)."""
+        return opening_notices(self._unsaved_reason, self._mcp, self._hooks, self._bus.publish)
 
     # --- lifecycle --------------------------------------------------------------------------
 
