@@ -4,8 +4,8 @@ outlives `session/close` or the agent."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from acp import schema as s
 
-from tests.support.acp_harness import script_env, spawn_defect
+from tests.support.acp_harness import Agent, script_env, spawn_defect
 
 pytestmark = pytest.mark.anyio
 
@@ -44,11 +44,14 @@ def stored_servers(tmp_path: Path, session_id: str) -> list[dict[str, Any]]:
 
 
 def alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie nobody reaped yet (an orphan, in a container
+    whose first process does not reap)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
         return False
-    return True
+    return state != "Z"
 
 
 async def wait_gone(pid: int, seconds: float = 10.0) -> bool:
@@ -121,3 +124,122 @@ async def test_servers_stop_when_the_agent_exits(tmp_path: Path) -> None:
         pid = await read_pid(pid_file)  # the server starts in the background
         assert alive(pid)
     assert await wait_gone(pid), "closing stdin ends the agent and its servers"
+
+
+# --- servers start in the background --------------------------------------------------------
+
+
+def update_messages(agent: Agent, sid: str, needle: str) -> list[int]:
+    """Where on the wire the agent's `session/update`s for `sid` that mention `needle` are."""
+    return [
+        i
+        for i, (side, message) in enumerate(agent.wire.messages)
+        if side == "agent"
+        and message.get("method") == "session/update"
+        and message["params"]["sessionId"] == sid
+        and needle in json.dumps(message["params"]["update"])
+    ]
+
+
+def answer_index(agent: Agent, sid: str) -> int:
+    """Where on the wire the answer that gave the editor `sid` is."""
+    (index,) = [
+        i
+        for i, (side, message) in enumerate(agent.wire.messages)
+        if side == "agent" and (message.get("result") or {}).get("sessionId") == sid
+    ]
+    return index
+
+
+async def test_session_new_answers_while_a_server_starts_and_the_first_prompt_waits(
+    tmp_path: Path,
+) -> None:
+    gate, pid_file = tmp_path / "slow.go", tmp_path / "slow.pid"
+    replies = [
+        {"tool_calls": [{"name": "mcp__slow__echo", "input": {"text": "at last"}}]},
+        {"text": "the slow server echoed"},
+    ]
+    async with spawn_defect(env=script_env(tmp_path, replies)) as agent:
+        await agent.initialize()
+        response = await agent.conn.new_session(
+            cwd=str(tmp_path),
+            mcp_servers=[
+                stdio(
+                    "slow", "echo_server.py", ECHO_WAIT_FOR=str(gate), ECHO_PID_FILE=str(pid_file)
+                )
+            ],
+        )
+        sid = response.session_id
+        # Answered while the server cannot have answered `initialize`: it serves only once
+        # `gate` exists, and nothing has created it yet.
+        pid = await read_pid(pid_file)
+        assert alive(pid) and not gate.exists()
+        prompt = asyncio.create_task(agent.prompt(sid, "echo please"))
+        waiting = "Waiting for MCP server 'slow' to start"
+        await agent.client.wait_for(lambda: waiting in agent.client.text(sid), timeout=30)
+        assert not prompt.done(), "the prompt waits for the server still starting"
+        gate.touch()
+        assert (await prompt).stop_reason == "end_turn"
+        finals = [
+            u
+            for _, u in agent.client.updates
+            if u.session_update == "tool_call_update" and u.status == "completed"
+        ]
+        assert any("echo: at last" in json.dumps(f.model_dump(mode="json")) for f in finals)
+        text = agent.client.text(sid)
+        assert text.index(waiting) < text.index("the slow server echoed")
+        assert "failed to start" not in text
+        assert answer_index(agent, sid) < update_messages(agent, sid, waiting)[0]
+
+
+async def test_a_failing_server_is_told_to_the_editor_at_once_and_once(tmp_path: Path) -> None:
+    gate = tmp_path / "late.go"
+    async with spawn_defect(env=script_env(tmp_path, [])) as agent:
+        await agent.initialize()
+        response = await agent.conn.new_session(
+            cwd=str(tmp_path),
+            mcp_servers=[
+                stdio("early", "broken_server.py"),
+                stdio("late", "broken_server.py", BROKEN_WAIT_FOR=str(gate)),
+            ],
+        )
+        sid = response.session_id
+        early = "MCP server 'early' failed to start: exited during start-up"
+        await agent.client.wait_for(lambda: early in agent.client.text(sid), timeout=30)
+        assert "'late'" not in agent.client.text(sid), "still starting: nothing to tell yet"
+        gate.touch()  # only now can it fail: after the answer, with no prompt in sight
+        late = "MCP server 'late' failed to start: exited during start-up"
+        await agent.client.wait_for(lambda: late in agent.client.text(sid), timeout=30)
+        text = agent.client.text(sid)
+        assert text.count("MCP server 'early'") == 1 and text.count("MCP server 'late'") == 1
+        assert "cannot load config" in text, "the reason is the server's own last words"
+        answered = answer_index(agent, sid)
+        told = update_messages(agent, sid, "failed to start")
+        assert len(told) == 2 and all(i > answered for i in told)
+        assert not [m for _, m in agent.wire.messages if m.get("method") == "session/prompt"]
+
+
+async def test_closing_a_session_while_its_server_starts_leaves_no_process(
+    tmp_path: Path,
+) -> None:
+    gate, pid_file, child_file = (tmp_path / n for n in ("never.go", "slow.pid", "child.pid"))
+    async with spawn_defect(env=script_env(tmp_path, [])) as agent:
+        await agent.initialize()
+        response = await agent.conn.new_session(
+            cwd=str(tmp_path),
+            mcp_servers=[
+                stdio(
+                    "slow",
+                    "echo_server.py",
+                    ECHO_WAIT_FOR=str(gate),
+                    ECHO_PID_FILE=str(pid_file),
+                    ECHO_CHILD_PID_FILE=str(child_file),
+                )
+            ],
+        )
+        pid, child = await read_pid(pid_file), await read_pid(child_file)
+        assert alive(pid) and alive(child), "started, and still starting (no gate)"
+        await agent.conn.close_session(session_id=response.session_id)
+        assert await wait_gone(pid), "session/close stops a server still starting"
+        assert await wait_gone(child), "and what it started"
+        assert not gate.exists()

@@ -5,7 +5,9 @@ Run: `python tests/mcp_servers/broken_server.py MODE` where MODE is
 - `garbage`: print lines that are not JSON-RPC on stdout, then exit with status 2;
 - `silent`: read stdin but never answer (a server that hangs at start-up).
 
-With `BROKEN_PID_FILE=<path>` it first writes its pid there.
+With `BROKEN_PID_FILE=<path>` it first writes its pid there; with `BROKEN_WAIT_FOR=<path>` it
+then waits until that file exists before it fails (a failure a test lets happen when it
+chooses).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ def main() -> None:
     if pid_file := os.environ.get("BROKEN_PID_FILE"):
         with open(pid_file, "w", encoding="utf-8") as f:
             f.write(str(os.getpid()))
+    if wait_for := os.environ.get("BROKEN_WAIT_FOR"):
+        while not os.path.exists(wait_for):
+            time.sleep(0.02)
     mode = sys.argv[1] if len(sys.argv) > 1 else "exit"
     if mode == "exit":
         sys.stderr.write("broken_server: cannot load config: no such file: settings.toml\n")
