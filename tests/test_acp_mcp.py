@@ -5,14 +5,18 @@ outlives `session/close` or the agent."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from acp import schema as s
 
+from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, PromptCache, Reply
 from tests.support.acp_harness import Agent, script_env, spawn_defect
 
 pytestmark = pytest.mark.anyio
@@ -55,8 +59,6 @@ def alive(pid: int) -> bool:
 
 
 async def wait_gone(pid: int, seconds: float = 10.0) -> bool:
-    import anyio
-
     with anyio.move_on_after(seconds):
         while alive(pid):
             await anyio.sleep(0.05)
@@ -65,8 +67,6 @@ async def wait_gone(pid: int, seconds: float = 10.0) -> bool:
 
 async def read_pid(path: Path, seconds: float = 20.0) -> int:
     """The pid a server wrote to `path`, once it has (it starts in the background)."""
-    import anyio
-
     with anyio.move_on_after(seconds):
         while not path.exists() or not path.read_text().strip():
             await anyio.sleep(0.05)
@@ -243,3 +243,79 @@ async def test_closing_a_session_while_its_server_starts_leaves_no_process(
         assert await wait_gone(pid), "session/close stops a server still starting"
         assert await wait_gone(child), "and what it started"
         assert not gate.exists()
+
+
+async def wait_logged(agent: Agent, event: str, server: str, seconds: float = 30.0) -> None:
+    """Wait until the agent's log (JSON lines on its stderr) says `event` of `server`."""
+
+    def said() -> bool:
+        for line in agent.stderr().splitlines():
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if entry.get("event") == event and entry.get("server") == server:
+                    return True
+        return False
+
+    with anyio.move_on_after(seconds):
+        while not said():
+            await anyio.sleep(0.05)
+    assert said(), f"the agent never logged {event} for {server}"
+
+
+async def test_server_tools_follow_the_built_in_ones_and_keep_the_cached_prefix(
+    tmp_path: Path,
+) -> None:
+    """Each server's tools join once, after the built-in ones, in the order the servers became
+    ready; every request's tool list extends the one before, so each request reads the whole
+    of the one before from the (simulated) prompt cache."""
+    gate = tmp_path / "alpha.go"
+    with FakeProvider(prompt_cache=PromptCache()) as fake:
+        fake.enqueue(
+            Reply.tool_use(None, "mcp__alpha__echo", {"text": "one"}),
+            Reply.tool_use(None, "mcp__zulu__echo", {"text": "two"}),
+            Reply.text("Both servers echoed."),
+            Reply.text("Still both."),
+        )
+        env = script_env(
+            tmp_path,
+            DEFECT_PROVIDER="anthropic",
+            ANTHROPIC_BASE_URL=fake.url,
+            ANTHROPIC_API_KEY=DEFAULT_API_KEY,
+            DEFECT_REASONING_EFFORT="off",
+        )
+        async with spawn_defect(env=env) as agent:
+            await agent.initialize()
+            response = await agent.conn.new_session(
+                cwd=str(tmp_path),
+                mcp_servers=[
+                    stdio("alpha", "echo_server.py", ECHO_WAIT_FOR=str(gate)),
+                    stdio("zulu", "echo_server.py"),
+                ],
+            )
+            sid = response.session_id
+            await wait_logged(agent, "mcp_server_connected", "zulu")
+            prompt = asyncio.create_task(agent.prompt(sid, "Echo with both."))
+            waiting = "Waiting for MCP server 'alpha' to start"
+            await agent.client.wait_for(lambda: waiting in agent.client.text(sid), timeout=30)
+            gate.touch()
+            assert (await prompt).stop_reason == "end_turn"
+            assert (await agent.prompt(sid, "And now?")).stop_reason == "end_turn"
+            await anyio.to_thread.run_sync(fake.wait_for_requests, len(fake.requests))
+    records = fake.requests
+    assert len(records) == 4 and not any(r.rejected for r in records)
+    lists = [[t["name"] for t in r.body["tools"]] for r in records]
+    first = lists[0]
+    servers = [name.split("__")[1] for name in first if name.startswith("mcp__")]
+    # In the order the servers became ready: neither the order given nor the names' order.
+    assert servers == ["zulu"] * 11 + ["alpha"] * 11, servers
+    built_in = first[: len(first) - len(servers)]
+    assert "read_file" in built_in and not any(n.startswith("mcp__") for n in built_in)
+    systems = [json.dumps(r.body["system"]) for r in records]
+    assert "come from MCP servers" in systems[0], "their guidance, from the first request"
+    assert systems == [systems[0]] * len(systems)
+    for before, now in itertools.pairwise(lists):
+        assert now[: len(before)] == before, "a later list extends, never reorders"
+    usage = [r.cache_usage for r in records]
+    for before_usage, now_usage in itertools.pairwise(usage):
+        assert before_usage is not None and now_usage is not None
+        assert now_usage.cache_read_input_tokens == before_usage.total, "the prefix is kept"
