@@ -1,6 +1,9 @@
 """MCP servers given in `session/new` through the real `defect acp` process: their tools run
 in a turn, a failing server is reported without blocking the session, and no server process
-outlives `session/close` or the agent."""
+outlives `session/close` or the agent. Servers start in the background: `session/new` answers
+while one is still starting (asserted by order: a server held by a gate file the test creates
+later), the first prompt waits for it and says so, a failure reaches the editor at once, and
+the tools that join keep the prompt cache's prefix."""
 
 from __future__ import annotations
 
