@@ -44,7 +44,7 @@ import anyio
 
 from defect_core.events import AgentEvent, Notice
 from defect_core.log import get_logger
-from defect_core.mcp.connection import Connection
+from defect_core.mcp.connection import Connection, describe
 from defect_core.mcp.spec import McpServerSpec, merge_servers
 from defect_core.mcp.tool import MCP_PREFIX, McpTool, tool_name, unique_name
 from defect_core.tools.base import ToolRegistry
@@ -152,27 +152,33 @@ class McpHub:
         await self._started.wait()
 
     async def _start_all(self, specs: Sequence[McpServerSpec], cwd: Path, seconds: float) -> None:
+        """The start-up task: every server, until each is ready or failed (or the hub closed)."""
         try:
             with self._scope:
-                try:
-                    # ~1 s: off the event loop, so other sessions keep going.
-                    await anyio.to_thread.run_sync(
-                        importlib.import_module, "mcp", abandon_on_cancel=True
-                    )
-                except ImportError:
-                    for spec in specs:
-                        await self._failed(spec.name, "the `mcp` package is not installed")
-                    return
-                deadline = anyio.current_time() + seconds
-                connections = [Connection(spec, cwd) for spec in specs]
-                self._connections.extend(connections)
-                for conn in connections:
-                    conn.start()
-                async with anyio.create_task_group() as tg:
-                    for conn in connections:
-                        tg.start_soon(self._watch, conn, deadline, seconds)
+                await self._start_each(specs, cwd, seconds)
+        except Exception as exc:  # a defect of ours, not a server's: nobody may wait for ever
+            log.exception("mcp_start_failed")
+            for name in list(self._starting):
+                await self._failed(name, f"could not be started ({describe(exc)})")
         finally:
             self._started.set()
+
+    async def _start_each(self, specs: Sequence[McpServerSpec], cwd: Path, seconds: float) -> None:
+        try:
+            # ~1 s: off the event loop, so other sessions keep going.
+            await anyio.to_thread.run_sync(importlib.import_module, "mcp", abandon_on_cancel=True)
+        except ImportError:
+            for spec in specs:
+                await self._failed(spec.name, "the `mcp` package is not installed")
+            return
+        deadline = anyio.current_time() + seconds
+        connections = [Connection(spec, cwd) for spec in specs]
+        self._connections.extend(connections)
+        for conn in connections:
+            conn.start()
+        async with anyio.create_task_group() as tg:
+            for conn in connections:
+                tg.start_soon(self._watch, conn, deadline, seconds)
 
     async def _watch(self, conn: Connection, deadline: float, seconds: float) -> None:
         """One server until it is ready, failed, or out of time."""
