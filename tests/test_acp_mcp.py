@@ -322,3 +322,37 @@ async def test_server_tools_follow_the_built_in_ones_and_keep_the_cached_prefix(
     for before_usage, now_usage in itertools.pairwise(usage):
         assert before_usage is not None and now_usage is not None
         assert now_usage.cache_read_input_tokens == before_usage.total, "the prefix is kept"
+
+
+async def test_load_resume_and_fork_answer_while_their_servers_start(tmp_path: Path) -> None:
+    """Each way of opening a stored session starts its servers in the background too."""
+    gate = tmp_path / "never.go"  # never created: the servers never answer `initialize`
+    async with spawn_defect(env=script_env(tmp_path, [])) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(tmp_path)
+        await agent.conn.close_session(session_id=sid)
+
+        def server(method: str) -> s.McpServerStdio:
+            pid_file = tmp_path / f"{method}.pid"
+            return stdio(
+                method, "echo_server.py", ECHO_WAIT_FOR=str(gate), ECHO_PID_FILE=str(pid_file)
+            )
+
+        await agent.conn.load_session(
+            cwd=str(tmp_path), session_id=sid, mcp_servers=[server("load")]
+        )
+        loaded = await read_pid(tmp_path / "load.pid")
+        assert alive(loaded) and not gate.exists(), "answered while its server starts"
+        await agent.conn.close_session(session_id=sid)
+        assert await wait_gone(loaded)
+        await agent.conn.resume_session(
+            cwd=str(tmp_path), session_id=sid, mcp_servers=[server("resume")]
+        )
+        forked = await agent.conn.fork_session(
+            cwd=str(tmp_path), session_id=sid, mcp_servers=[server("fork")]
+        )
+        pids = [await read_pid(tmp_path / f"{m}.pid") for m in ("resume", "fork")]
+        assert all(alive(pid) for pid in pids) and not gate.exists()
+        for session_id in (sid, forked.session_id):
+            await agent.conn.close_session(session_id=session_id)
+        assert all([await wait_gone(pid) for pid in pids])
