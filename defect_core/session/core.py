@@ -165,7 +165,7 @@ class DefaultAgentCore:
                 cwd=cwd,
                 settings=settings,
                 providers=providers,
-                tools=ToolRegistry(self._tools_factory()),  # the servers' join as they start
+                tools=ToolRegistry(self._tools_factory()),  # MCP tools join later (McpHub.offer)
                 backends=backends,
                 store=self._store,
                 mcp=hub,
@@ -233,7 +233,7 @@ class DefaultAgentCore:
                     cwd=where,
                     settings=settings,
                     providers=providers,
-                    tools=ToolRegistry(self._tools_factory()),  # the servers' join later
+                    tools=ToolRegistry(self._tools_factory()),  # MCP tools join later
                     backends=backends,
                     store=self._store,
                     stored=stored,
