@@ -5,8 +5,9 @@ and SSE: `http_server.py`, one process for the whole module). What is pinned dow
 tools listed with names, schemas and safety; results (text, images, embedded resources,
 `isError`, truncation); servers that fail to start, hang at start, crash or hang mid-call;
 servers starting in the background (tools joining in the order the servers became ready, a
-failure told once, a wait that says so); no process left after `aclose`, started or not; HTTP and SSE with headers; `.mcp.json` and merging; and
-whole turns through the real runner and the Anthropic provider against the strict fake.
+failure told once, a wait that says so); no process left after `aclose`, started or not;
+HTTP and SSE with headers; `.mcp.json` and merging; and whole turns through the real runner
+and the Anthropic provider against the strict fake.
 """
 
 from __future__ import annotations
