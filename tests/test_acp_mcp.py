@@ -356,3 +356,36 @@ async def test_load_resume_and_fork_answer_while_their_servers_start(tmp_path: P
         for session_id in (sid, forked.session_id):
             await agent.conn.close_session(session_id=session_id)
         assert all([await wait_gone(pid) for pid in pids])
+
+
+async def test_a_prompt_waiting_for_a_server_can_be_cancelled(tmp_path: Path) -> None:
+    """The wait is part of the turn: `session/cancel` ends it (`cancelled`), and the next
+    prompt waits again and then has the server's tools."""
+    gate = tmp_path / "slow.go"
+    replies = [
+        {"tool_calls": [{"name": "mcp__slow__echo", "input": {"text": "second try"}}]},
+        {"text": "echoed on the second try"},
+    ]
+    async with spawn_defect(env=script_env(tmp_path, replies)) as agent:
+        await agent.initialize()
+        slow = stdio("slow", "echo_server.py", ECHO_WAIT_FOR=str(gate))
+        response = await agent.conn.new_session(cwd=str(tmp_path), mcp_servers=[slow])
+        sid = response.session_id
+        waiting = "Waiting for MCP server 'slow' to start"
+        first = asyncio.create_task(agent.prompt(sid, "echo please"))
+        await agent.client.wait_for(lambda: waiting in agent.client.text(sid), timeout=30)
+        await agent.conn.cancel(session_id=sid)
+        assert (await first).stop_reason == "cancelled"
+        assert not gate.exists(), "cancelled while the server was still starting"
+        second = asyncio.create_task(agent.prompt(sid, "echo, again"))
+        await agent.client.wait_for(lambda: agent.client.text(sid).count(waiting) == 2, timeout=30)
+        gate.touch()
+        assert (await second).stop_reason == "end_turn"
+        assert "echoed on the second try" in agent.client.text(sid)
+        finals = [
+            u
+            for _, u in agent.client.updates
+            if u.session_update == "tool_call_update" and u.status == "completed"
+        ]
+        assert any("echo: second try" in json.dumps(f.model_dump(mode="json")) for f in finals)
+        assert "failed to start" not in agent.client.text(sid)
