@@ -210,6 +210,9 @@ async def test_a_failing_server_is_told_to_the_editor_at_once_and_once(tmp_path:
         early = "MCP server 'early' failed to start: exited during start-up"
         await agent.client.wait_for(lambda: early in agent.client.text(sid), timeout=30)
         assert "'late'" not in agent.client.text(sid), "still starting: nothing to tell yet"
+        # What follows the answer does not wait for a server either.
+        await agent.client.wait_for(lambda: "available_commands_update" in agent.client.kinds(sid))
+        assert not gate.exists()
         gate.touch()  # only now can it fail: after the answer, with no prompt in sight
         late = "MCP server 'late' failed to start: exited during start-up"
         await agent.client.wait_for(lambda: late in agent.client.text(sid), timeout=30)
