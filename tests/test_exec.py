@@ -3,7 +3,8 @@
 The answer goes to stdout and the tool activity to stderr; `--output json` and `stream-json`
 print JSON lines; the exit status says how the turn ended; a question the mode would ask is
 denied (unless `--mode yolo`); `--goal` reaches a scripted goal in N rounds or runs out of them;
-and the session is saved where an editor's would be.
+the session is saved where an editor's would be; and configured MCP servers start in the
+background, the turn waiting for them and saying once which one failed.
 """
 
 from __future__ import annotations
@@ -178,6 +179,28 @@ def test_a_goal_out_of_rounds_exits_3(tmp_path: Path) -> None:
     assert run.returncode == 3, run.stderr
     assert run.stdout == "Still at it.\n\nStill at it.\n"
     assert "Goal round 2/2" in run.stderr
+
+
+def test_mcp_servers_start_in_the_background_and_a_failure_is_said_once(
+    tmp_path: Path,
+) -> None:
+    servers = REPO / "tests" / "mcp_servers"
+    user_config = "".join(
+        f'[mcp.servers.{name}]\ncommand = "{sys.executable}"\nargs = ["{servers / script}"]\n'
+        for name, script in (("echo", "echo_server.py"), ("broken", "broken_server.py"))
+    )
+    replies = [
+        {"tool_calls": [{"name": "mcp__echo__echo", "input": {"text": "from exec"}}]},
+        {"text": "The server echoed."},
+    ]
+    run = defect_exec(tmp_path, replies, "Echo something.", user_config=user_config)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "The server echoed.\n"
+    assert "✓ echo: echo (text=from exec)" in run.stderr, run.stderr
+    # Told once (the log line on stderr says `mcp_server_failed`, not this sentence), whether
+    # the failure came before the session opened or while the turn waited.
+    told = "> MCP server 'broken' failed to start: exited during start-up: broken_server:"
+    assert run.stderr.count(told) == 1, run.stderr
 
 
 def test_exec_runs_from_a_repository_checkout() -> None:

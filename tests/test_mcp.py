@@ -4,8 +4,10 @@ The servers live in `tests/mcp_servers/` (stdio: `echo_server.py`, `broken_serve
 and SSE: `http_server.py`, one process for the whole module). What is pinned down here:
 tools listed with names, schemas and safety; results (text, images, embedded resources,
 `isError`, truncation); servers that fail to start, hang at start, crash or hang mid-call;
-no process left after `aclose`; HTTP and SSE with headers; `.mcp.json` and merging; and
-whole turns through the real runner and the Anthropic provider against the strict fake.
+servers starting in the background (tools joining in the order the servers became ready, a
+failure told once, a wait that says so); no process left after `aclose`, started or not;
+HTTP and SSE with headers; `.mcp.json` and merging; and whole turns through the real runner
+and the Anthropic provider against the strict fake.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from structlog.testing import capture_logs
 from defect_core.config import Settings
 from defect_core.events import (
     AgentEvent,
+    Notice,
     PermissionRequested,
     ToolCallStarted,
     ToolCallUpdated,
@@ -45,7 +48,7 @@ from defect_core.mcp import (
 from defect_core.model import ImageBlock, TextBlock
 from defect_core.session import Backends, DefaultAgentCore, DefaultSession
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
-from defect_core.tools.base import Safety, ToolContext, ToolOutput
+from defect_core.tools.base import Safety, ToolContext, ToolOutput, ToolRegistry
 from defect_core.tools.builtin import builtin_tools
 from defect_core.turn import MAX_RESULT_CHARS
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply, ToolUseBlock
@@ -302,6 +305,99 @@ async def test_cancelling_connect_stops_the_servers_it_started(tmp_path: Path) -
     assert scope.cancelled_caught
     assert time.monotonic() - started < 4  # not the 30 s connect timeout
     assert gone(int(pid_file.read_text()), within=2.0)
+
+
+# --- starting in the background -------------------------------------------------------------
+
+
+def recorder() -> tuple[list[AgentEvent], Callable[[AgentEvent], Awaitable[None]]]:
+    told: list[AgentEvent] = []
+
+    async def publish(event: AgentEvent) -> None:
+        told.append(event)
+
+    return told, publish
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    with anyio.fail_after(30):
+        while not condition():
+            await anyio.sleep(0.02)
+
+
+async def test_start_returns_at_once_and_tools_join_in_the_order_servers_became_ready(
+    tmp_path: Path,
+) -> None:
+    gate = tmp_path / "alpha.go"
+    specs = [stdio("alpha", ECHO, env={"ECHO_WAIT_FOR": str(gate)}), stdio("zulu", ECHO)]
+    hub = McpHub.start(specs, tmp_path, timeout=30)
+    try:
+        assert (hub.starting, hub.tools, hub.failures) == (["alpha", "zulu"], [], [])
+        assert hub.names_for_prompt() == ["mcp__"], "their guidance before they are ready"
+        told, publish = recorder()
+        await until(lambda: hub.servers == ["zulu"])
+        assert hub.starting == ["alpha"] and not gate.exists()
+        tools = ToolRegistry(builtin_tools())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hub.offer, tools, publish)
+            await until(lambda: bool(told))
+            assert told == [Notice("Waiting for MCP server 'alpha' to start…")]
+            assert not any(t.name.startswith("mcp__") for t in tools), "not before the wait"
+            gate.touch()
+        names = [t.name for t in tools]
+        built_in = [t.name for t in builtin_tools()]
+        assert names[: len(built_in)] == built_in
+        # In the order the servers became ready: neither the order given nor the names' order.
+        assert [n.split("__")[1] for n in names[len(built_in) :]] == ["zulu"] * 11 + ["alpha"] * 11
+        assert (hub.servers, hub.starting) == (["zulu", "alpha"], [])
+        await hub.offer(tools, publish)  # nothing new: no notice, no change
+        assert [t.name for t in tools] == names and len(told) == 1
+    finally:
+        await hub.aclose()
+
+
+async def test_a_failure_is_told_once_before_or_after_the_front_end_follows(
+    tmp_path: Path,
+) -> None:
+    gate = tmp_path / "late.go"
+    specs = [
+        stdio("early", BROKEN, "exit"),
+        stdio("late", BROKEN, "exit", env={"BROKEN_WAIT_FOR": str(gate)}),
+    ]
+    hub = McpHub.start(specs, tmp_path, timeout=30)
+    told, publish = recorder()
+    reason = (
+        "exited during start-up: broken_server: cannot load config: no such file: settings.toml"
+    )
+    try:
+        await until(lambda: bool(hub.failures))
+        assert hub.follow_failures(publish) == f"MCP server 'early' failed to start: {reason}"
+        assert told == [] and hub.starting == ["late"]
+        gate.touch()
+        await hub.wait_started()
+        assert told == [Notice(f"MCP server 'late' failed to start: {reason}", "warning")]
+        assert hub.names_for_prompt() == [], "no server offers tools, nor may"
+    finally:
+        await hub.aclose()
+
+
+async def test_aclose_while_servers_start_leaves_no_process(tmp_path: Path) -> None:
+    never, pid_file = tmp_path / "never.go", tmp_path / "slow.pid"
+    env = {"ECHO_WAIT_FOR": str(never), "ECHO_PID_FILE": str(pid_file)}
+    hub = McpHub.start([stdio("slow", ECHO, env=env)], tmp_path, timeout=30)
+    await until(lambda: pid_file.exists() and bool(pid_file.read_text()))
+    pid = int(pid_file.read_text())
+    assert alive(pid) and hub.starting == ["slow"]
+    await hub.aclose()
+    assert gone(pid), "a server still starting is stopped with its hub"
+    assert hub.starting == [] and hub.tools == []
+    # Closed before its start-up task even ran: nothing is ever spawned.
+    early_pid = tmp_path / "early.pid"
+    env = {"ECHO_WAIT_FOR": str(never), "ECHO_PID_FILE": str(early_pid)}
+    early = McpHub.start([stdio("early", ECHO, env=env)], tmp_path, timeout=30)
+    await early.aclose()
+    await early.wait_started()
+    assert early.pids() == {} and not early_pid.exists()
 
 
 async def test_a_crash_mid_call_fails_that_call_and_every_later_one_clearly(

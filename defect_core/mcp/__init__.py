@@ -9,11 +9,12 @@ SSE transports). One room per job, lowest first (docs/layers.md):
 - `connection.py`  one server from start to stop: transport, `ClientSession`, process group
 - `tool.py`        one server tool behind the `Tool` protocol (`McpTool`): names, schemas,
                    safety, calls
-- `hub.py`         a session's servers together (`McpHub`): start within one deadline, the
-                   failures, stop them all
+- `hub.py`         a session's servers together (`McpHub`): started in the background, each
+                   within its time-out, their tools joining as they are ready, the failures,
+                   stop them all
 
 Invariant: importing this package imports no `mcp` (docs/architecture.md, rule 6): the SDK
-(~1 s) is loaded by the first `McpHub.connect` that has servers to connect, and
+(~1 s) is loaded by the start-up task of the first `McpHub` that has servers to start, and
 `supported_transports` (asked during `initialize`) only looks it up.
 """
 

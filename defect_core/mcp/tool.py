@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 log = get_logger("defect.mcp")
 
 MAX_TOOL_NAME = 64
+MCP_PREFIX = "mcp__"
+"""How every MCP tool's name starts (the system prompt's guidance covers them by it)."""
 MAX_DESCRIPTION_CHARS = 8_000
 TITLE_CHARS = 200
 """A call's title is clipped here; its content then shows every argument."""
@@ -55,7 +57,7 @@ def _name_part(text: str) -> str:
 
 def tool_name(server: str, tool: str) -> str:
     """`mcp__<server>__<tool>`, cleaned and cut (with a hash of the original) to 64 chars."""
-    name = f"mcp__{_name_part(server)}__{_name_part(tool)}"
+    name = f"{MCP_PREFIX}{_name_part(server)}__{_name_part(tool)}"
     if len(name) <= MAX_TOOL_NAME:
         return name
     digest = hashlib.sha256(f"{server}\0{tool}".encode()).hexdigest()[:8]

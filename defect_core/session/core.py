@@ -10,8 +10,8 @@ Invariants:
 - A session id names one session: creating an id that is live or stored is
   `DuplicateSessionId`, and a session is never loaded twice (concurrent loads of one id wait
   for the first; a live session is returned as it is: one history, one event stream).
-- A session that could not be created leaves nothing behind: its MCP servers are stopped and
-  it is not registered.
+- A session that could not be created or loaded leaves nothing behind: its MCP servers
+  (started in the background, never waited for here) are stopped and it is not registered.
 - Without a usable store, a new session is refused under `require_persistence`; otherwise it
   opens unsaved and says so (`DefaultSession.notices`).
 - Settings are resolved per session from its working directory when a `settings_for` loader
@@ -165,7 +165,7 @@ class DefaultAgentCore:
                 cwd=cwd,
                 settings=settings,
                 providers=providers,
-                tools=ToolRegistry([*self._tools_factory(), *hub.tools]),
+                tools=ToolRegistry(self._tools_factory()),  # MCP tools join later (McpHub.offer)
                 backends=backends,
                 store=self._store,
                 mcp=hub,
@@ -185,13 +185,14 @@ class DefaultAgentCore:
         self, cwd: Path, requested: tuple[McpServerSpec, ...], settings: Settings
     ) -> McpHub:
         """The session's MCP servers: the editor's, merged over the configured ones and the
-        repository's `.mcp.json` (the editor's win a name clash), started concurrently. A
-        project's own servers are among them only when the project is trusted
-        (`config/trust.py`); the editor's are its own decision and are not gated."""
+        repository's `.mcp.json` (the editor's win a name clash), started concurrently in the
+        background: nothing waits for them here (`McpHub.start`). A project's own servers are
+        among them only when the project is trusted (`config/trust.py`); the editor's are its
+        own decision and are not gated."""
         project = settings.project.applied_mcp_json() if settings.project is not None else ()
         configured = [*settings.mcp_servers, *project]
         servers = merge_servers(requested, configured)
-        return await McpHub.connect(servers, cwd, env=settings.env_policy())
+        return McpHub.start(servers, cwd, env=settings.env_policy())
 
     async def load_session(
         self,
@@ -230,20 +231,25 @@ class DefaultAgentCore:
             stored_provider = providers.get(stored.record.provider) or providers.default()
             hosted_web_search(settings, stored_provider)  # refused before any MCP server
             hub = await self._connect_mcp(where, mcp_servers, settings)
-            session = DefaultSession(
-                session_id=session_id,
-                cwd=where,
-                settings=settings,
-                providers=providers,
-                tools=ToolRegistry([*self._tools_factory(), *hub.tools]),
-                backends=backends,
-                store=self._store,
-                stored=stored,
-                mcp=hub,
-                mcp_servers=mcp_servers,
-            )
-            await session.delegation.load(runs)
-            await session.plan.load(self._store)
+            try:
+                session = DefaultSession(
+                    session_id=session_id,
+                    cwd=where,
+                    settings=settings,
+                    providers=providers,
+                    tools=ToolRegistry(self._tools_factory()),  # MCP tools join later
+                    backends=backends,
+                    store=self._store,
+                    stored=stored,
+                    mcp=hub,
+                    mcp_servers=mcp_servers,
+                )
+                await session.delegation.load(runs)
+                await session.plan.load(self._store)
+            except BaseException:  # the servers starting in the background stop with it
+                with anyio.CancelScope(shield=True):
+                    await hub.aclose()
+                raise
             await sweep_leftovers(self._store, session_id, where, stored.transcript)
             self._sessions[session_id] = session
             await self._store.update(

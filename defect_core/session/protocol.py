@@ -209,7 +209,8 @@ class Session(Protocol):
         ...
 
     def notices(self) -> tuple[str, ...]:
-        """Messages for the user once the session is open (e.g. MCP servers that failed)."""
+        """Messages for the user once the session is open (e.g. MCP servers that failed);
+        from then on, an MCP server that fails is told as it fails (a `Notice` event)."""
         ...
 
     def resolve_permission(self, tool_call_id: str, option_id: str | None) -> None:

@@ -289,8 +289,7 @@ class DefaultSession:
             )
         if not prompt:
             raise InvalidOption("the prompt is empty")
-        self._running = True
-        self._turn += 1
+        self._running, self._turn = True, self._turn + 1
         turn = self._turn
         try:
             await self.refresh_commands()
@@ -300,8 +299,7 @@ class DefaultSession:
                 prompt = self.start_goal(command[1].strip())
             elif command is not None:
                 return await self._run_command(turn, *command)
-            custom = self._commands.custom_prompt(prompt)
-            if custom is not None:
+            if (custom := self._commands.custom_prompt(prompt)) is not None:
                 prompt = [TextBlock(text=custom.text)]
             self._title.turn_started(prompt)
             prompt = await self._session_started(prompt)
@@ -328,6 +326,8 @@ class DefaultSession:
             try:
                 with anyio.CancelScope() as scope:
                     self._scope = scope
+                    if self._mcp is not None:  # waits for servers starting; their tools join
+                        await self._mcp.offer(self._tools, self._bus.publish)
                     result = await runner.run(prompt, self._turn_config())
             finally:
                 await self._checkpoints.end()  # saved before the turn's last event
@@ -361,6 +361,7 @@ class DefaultSession:
                 self._tools.add(SkillTool(facts.skills))
             await self.delegation.offer(self._tools)
             names = [spec.name for spec in self._tools.specs()]
+            names += self._mcp.names_for_prompt() if self._mcp is not None else []
             self._system_prompt = system_prompt_from(facts, self._backends.frontend, names)
 
     def cancel_turn(self) -> None:
@@ -577,9 +578,10 @@ class DefaultSession:
             await self._publish(CommandsChanged(self._commands.offered()))
 
     def notices(self) -> tuple[str, ...]:
-        """What the user reads when the session opens (`notices.py`)."""
-        dropped = self._permissions.dropped_notice()
-        return opening_notices(self._unsaved_reason, self._mcp, self._settings.project, dropped)
+        """What the user reads when the session opens (`notices.py`); an MCP server failing
+        later is told as it fails (a `Notice`)."""
+        project, dropped = self._settings.project, self._permissions.dropped_notice()
+        return opening_notices(self._unsaved_reason, self._mcp, project, self._bus.publish, dropped)
 
     # --- lifecycle --------------------------------------------------------------------------
 

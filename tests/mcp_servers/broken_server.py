@@ -7,7 +7,9 @@ Run: `python tests/mcp_servers/broken_server.py MODE` where MODE is
 - `leak`: print secrets on stderr (a bearer header; then, last, `token=` and a GitHub token
   and the bare value of its `BROKEN_SECRET` variable) and exit with status 1.
 
-With `BROKEN_PID_FILE=<path>` it first writes its pid there.
+With `BROKEN_PID_FILE=<path>` it first writes its pid there; with `BROKEN_WAIT_FOR=<path>` it
+then waits until that file exists before it fails (a failure a test lets happen when it
+chooses).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ def main() -> None:
     if pid_file := os.environ.get("BROKEN_PID_FILE"):
         with open(pid_file, "w", encoding="utf-8") as f:
             f.write(str(os.getpid()))
+    if wait_for := os.environ.get("BROKEN_WAIT_FOR"):
+        while not os.path.exists(wait_for):
+            time.sleep(0.02)
     mode = sys.argv[1] if len(sys.argv) > 1 else "exit"
     if mode == "exit":
         sys.stderr.write("broken_server: cannot load config: no such file: settings.toml\n")

@@ -11,7 +11,10 @@ Owns the tools the MCP tests call. Each one pins down one behaviour of defect's 
 Run: `python tests/mcp_servers/echo_server.py` (stdio). `http_server.py` serves the same tools
 over streamable HTTP and SSE. With `ECHO_HANG_AT_START=1` the server never starts serving (a
 connect timeout); with `ECHO_PID_FILE=<path>` it writes its pid there before serving, and
-with `ECHO_ENV_FILE=<path>` its whole environment (JSON: what it inherited).
+with `ECHO_ENV_FILE=<path>` its whole environment (JSON: what it inherited); with
+`ECHO_WAIT_FOR=<path>` it serves only once that file exists (a slow start a test ends when
+it chooses), and with `ECHO_CHILD_PID_FILE=<path>` too it first starts a long-lived child and
+writes the child's pid there.
 """
 
 from __future__ import annotations
@@ -135,6 +138,18 @@ def main() -> None:
     if env_file := os.environ.get("ECHO_ENV_FILE"):
         with open(env_file, "w", encoding="utf-8") as f:
             json.dump(dict(os.environ), f)
+    if wait_for := os.environ.get("ECHO_WAIT_FOR"):
+        if child_pid_file := os.environ.get("ECHO_CHILD_PID_FILE"):
+            child = subprocess.Popen(
+                [sys.executable, "-c", "import time; time.sleep(120)"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            with open(child_pid_file, "w", encoding="utf-8") as f:
+                f.write(str(child.pid))
+        while not os.path.exists(wait_for):
+            time.sleep(0.02)
     if os.environ.get("ECHO_HANG_AT_START") == "1":
         while True:
             time.sleep(3600)
