@@ -240,8 +240,9 @@ async def test_a_project_cannot_trust_itself_by_its_own_files_or_a_symlinked_one
     env = trust_env(tmp_path, f'trusted_projects = ["{tmp_path / "mine"}"]\n')
     linked = make_project(tmp_path / "linked", mcp={"x": touching(marker)})
     (linked / ".defect").mkdir()
-    # The project's config file is the user's own file, through a symlink: read as the
-    # project's, its `trusted_projects` is refused, never taken as the user's word.
+    # The project's config file is the user's own file, through a symlink: a project's file
+    # is read only inside the project (`defect_core/confined.py`), so it is not read at all,
+    # and never taken as the user's word.
     (linked / ".defect" / "config.toml").symlink_to(home / "defect" / "config.toml")
     local = make_project(tmp_path / "local", mcp={"x": touching(marker)})
     (local / ".defect").mkdir()
@@ -250,11 +251,16 @@ async def test_a_project_cannot_trust_itself_by_its_own_files_or_a_symlinked_one
     )
     async with spawn_defect(env=env) as agent:
         await agent.initialize()
-        for project in (linked, local):
-            with pytest.raises(Exception) as refused:
-                await agent.new_session(project)
-            assert "only your user configuration may trust a project" in str(refused.value)
+        sid = await agent.new_session(linked)
+        await agent.prompt(sid, "hello")  # the first prompt waits for the session's servers
+        notices = agent.client.text(sid)
+        with pytest.raises(Exception) as refused:
+            await agent.new_session(local)
+        assert "only your user configuration may trust a project" in str(refused.value)
+        stderr = agent.stderr()
     assert not marker.exists()
+    assert f"This project ({linked}) is not trusted" in notices
+    assert "file_refused" in stderr and ".defect/config.toml" in stderr
 
 
 async def test_a_project_reached_through_a_symlink_inside_a_trusted_directory_is_not_trusted(
@@ -281,7 +287,8 @@ async def test_a_project_listed_in_trusted_projects_runs_its_mcp_json(tmp_path: 
         env=trust_env(tmp_path, f'trusted_projects = ["{project}"]\n')
     ) as agent:
         await agent.initialize()
-        await agent.new_session(project)
+        sid = await agent.new_session(project)
+        await agent.prompt(sid, "hello")  # the first prompt waits for the session's servers
     assert marker.exists()
 
 
@@ -316,8 +323,8 @@ async def test_trust_shows_what_the_project_would_do_asks_and_starts_its_servers
 
         marker.unlink()
         again = await agent.new_session(project)  # trusted now: it starts at session/new
+        await agent.prompt(again, "hello")  # which waits for the session's servers
         assert marker.exists()
-        await agent.prompt(again, "hello")
         assert "not trusted" not in agent.client.text(again)
 
         await agent.prompt(again, "/trust revoke")
