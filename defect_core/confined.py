@@ -1,13 +1,16 @@
 """Files a project names, read only from inside it: its boundary, and the one way to read them.
 
 Owns `project_root` (the directory a working directory's project is: the nearest ancestor
-holding `.git`), `open_within` / `read_within` (a file, checked and opened beneath a
-boundary, or `Refused` saying why not) and `read_confined` (the same, a refusal logged once
-and answered as no file). Every file defect reads because a project or the user's
-configuration names it goes through here: the instruction files (`prompt/instructions.py`),
-custom commands, skills and agent profiles (`catalog/`), the configuration files
-(`config/files.py`) and `.mcp.json` (`mcp/spec.py`). The boundary is the project root for a
-project's files and the user's configuration directory (`~/.config/defect`) for the user's.
+holding `.git`), `config_paths` (where the user's and the project's configuration files are:
+the user's boundary is their directory, and the catalog and the instruction files find their
+places from it without loading the configuration), `open_within` / `read_within` (a file,
+checked and opened beneath a boundary, or `Refused` saying why not) and `read_confined` (the
+same, a refusal logged once and answered as no file). Every file defect reads because a
+project or the user's configuration names it goes through here: the instruction files
+(`prompt/instructions.py`), custom commands, skills and agent profiles (`catalog/`), the
+configuration files (`config/files.py`) and `.mcp.json` (`mcp/spec.py`). The boundary is the
+project root for a project's files and the user's configuration directory
+(`~/.config/defect`) for the user's.
 
 Invariants:
 - A file is read only when its real path (every link resolved) lies inside the boundary's
@@ -41,6 +44,7 @@ import errno
 import os
 import stat
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 SYSTEM_DIRS = ("/proc", "/sys", "/dev")
@@ -81,6 +85,25 @@ def project_root(cwd: Path) -> Path:
         if (directory / ".git").exists():
             return directory
     return cwd
+
+
+def config_paths(cwd: Path | None, env: Mapping[str, str] | None = None) -> list[Path]:
+    """The configuration files `load_settings` reads, lowest layer first (present or not): the
+    user's `config.toml` (whose directory is the user's boundary, and holds the user's catalog
+    and instructions) and, for a `cwd`, the project's `.defect/config.toml` and
+    `config.local.toml`."""
+    env = os.environ if env is None else env
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        user_dir = Path(xdg)
+    else:
+        home = env.get("HOME")
+        user_dir = (Path(home) if home else Path.home()) / ".config"
+    paths = [user_dir / "defect" / "config.toml"]
+    if cwd is not None:
+        repo = project_root(cwd) / ".defect"
+        paths += [repo / "config.toml", repo / "config.local.toml"]
+    return paths
 
 
 def open_within(path: Path, root: Path) -> int | None:

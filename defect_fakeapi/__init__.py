@@ -6,9 +6,11 @@ Run it as `defect fake-api --script FILE.json` (or `python -m defect_fakeapi`), 
 rejects (`validate_request`, the rules in `defect_fakeapi.validation`) with the API's own
 error, and streams exactly what the real API streams. See `docs/provider-wire.md`.
 
-Modules, one job each: `server` (`FakeProvider`), `http` (routes, auth, streaming), `models`
-(the model list), `sse` and `eventstream` (encoding), `validation` and `shape` (request
-rules), `script` (replies and faults), `cli` (`defect fake-api`).
+Modules, one job each: `server` (`FakeProvider`), `http` (routes, auth, streaming), `backend`
+(what `http` asks of its owner), `models` (the model list), `sse` and `eventstream`
+(encoding), `validation` and `shape` (request rules), `script` (replies and faults), `cache`
+(the prompt cache), `cli` (`defect fake-api`). They are layered without a cycle (contract 17
+of docs/layers.md).
 
 This package is a tool for tests and offline runs: nothing on `defect acp`'s path imports it.
 """

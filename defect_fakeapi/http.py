@@ -29,16 +29,14 @@ import urllib.parse
 import uuid
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from defect_fakeapi.backend import ApiBackend
 from defect_fakeapi.eventstream import chunk_frame, exception_frame
 from defect_fakeapi.models import ModelsQueryError, models_page
 from defect_fakeapi.script import HttpError, Reply, RequestRecord, estimate_tokens, random_id
 from defect_fakeapi.sse import build_events
 from defect_fakeapi.validation import WireError, validate_bedrock_body, validate_request
-
-if TYPE_CHECKING:
-    from defect_fakeapi.server import FakeProvider
 
 BEDROCK_ERROR_TYPES: dict[int, str] = {
     400: "ValidationException",
@@ -79,7 +77,7 @@ class ApiServer(ThreadingHTTPServer):
     def __init__(
         self,
         address: tuple[str, int],
-        provider: FakeProvider,
+        provider: ApiBackend,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.provider = provider
@@ -122,7 +120,7 @@ class ApiHandler(BaseHTTPRequestHandler):
         return  # keep stderr (and the CLI's stdout) quiet
 
     @property
-    def provider(self) -> FakeProvider:
+    def provider(self) -> ApiBackend:
         return self.server.provider
 
     def _read_body(self) -> bytes:

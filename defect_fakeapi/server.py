@@ -3,9 +3,9 @@
 Owns: `FakeProvider`, the object a test or the CLI holds: it starts the threaded HTTP server
 (`defect_fakeapi.http`) on an ephemeral port, queues the script of replies
 (`defect_fakeapi.script`), records every request, mints and checks thinking signatures, and
-stops promptly. The modules beside it: `http` (routes, auth, streaming), `sse` and
-`eventstream` (encoding), `validation` and `shape` (the request rules), `script` (replies and
-faults), `cli` (`defect fake-api`).
+stops promptly; it is the `backend.ApiBackend` its server's handlers use. The modules
+beside it: `http` (routes, auth, streaming), `sse` and `eventstream` (encoding), `validation`
+and `shape` (the request rules), `script` (replies and faults), `cli` (`defect fake-api`).
 
 Invariant: the fake behaves like the real service at the network edge and nowhere else. Every
 request is authenticated (API key or bearer token; SigV4 header shape for Bedrock), every body

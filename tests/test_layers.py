@@ -31,6 +31,9 @@ NO_ACP = "defect_core never imports the ACP bridge, the ACP SDK nor the fake API
 TOOLS = "Tools never import the session, the runtime nor the turn machinery"
 PROVIDERS = "Providers never import the tools, the session, the runtime nor the turn machinery"
 FAKE_API = "The fake API judges the wire on its own: defect_fakeapi imports no defect code"
+FAKE_API_LAYERS = (
+    "The fake API is layered: cli, server, http, its rules and encodings, the script, the cache"
+)
 CONFIG_LAYERS = (
     "The configuration is layered: resolve, files | overrides, providers, capabilities, keys, "
     "settings"
@@ -57,6 +60,7 @@ CONTRACTS = (
     TOOLS,
     PROVIDERS,
     FAKE_API,
+    FAKE_API_LAYERS,
     CONFIG_LAYERS,
     PROVIDER_LAYERS,
     ANTHROPIC_LAYERS,
@@ -195,6 +199,21 @@ def test_the_repository_keeps_every_import_contract() -> None:
             FAKE_API,
             "defect_fakeapi.script -> defect_core.model",
             id="fake-api-imports-the-runtime-it-judges",
+        ),
+        pytest.param(
+            "defect_fakeapi/http.py",
+            "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+            "    from defect_fakeapi.server import FakeProvider\n",
+            FAKE_API_LAYERS,
+            "defect_fakeapi.http -> defect_fakeapi.server",
+            id="fake-api-handler-names-its-provider-for-type-checking",
+        ),
+        pytest.param(
+            "defect_core/catalog/places.py",
+            "\nfrom defect_core.config import load_settings\n",
+            LAYERS,
+            "defect_core.catalog.places -> defect_core.config",
+            id="catalog-imports-the-configuration",
         ),
         pytest.param(
             "defect_transcript/steps.py",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from defect_core.config import config_paths
+from defect_core.confined import config_paths
 
 Scope = Literal["user", "project"]
 

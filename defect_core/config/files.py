@@ -1,10 +1,11 @@
 """Configuration files: where they are, and each one read into a validated layer.
 
-Owns the file locations (`config_paths`, `repo_root`), reading one TOML file (`read_file`),
-validating its parsed tables against the key tables of `keys.py` (`parse_layer`, including
-`[models]`, `[context_windows]`, `[mcp.servers.NAME]`, `[providers.NAME]` (through
-`providers.py`), the hosted-capability tables of `capabilities.py` and `[hooks]` /
-`trusted_projects` (`hooks.py`)), and finding the line a bad key is on (`key_line`).
+Owns the file locations (`repo_root`; `config_paths` lives in `defect_core/confined.py`,
+below the catalog that needs it too), reading one TOML file (`read_file`), validating its
+parsed tables against the key tables of `keys.py` (`parse_layer`, including `[models]`,
+`[context_windows]`, `[mcp.servers.NAME]`, `[providers.NAME]` (through `providers.py`), the
+hosted-capability tables of `capabilities.py` and `[hooks]` / `trusted_projects`
+(`hooks.py`)), and finding the line a bad key is on (`key_line`).
 
 Invariants:
 - A missing file is no layer, not an error; an unreadable file, bytes that are not UTF-8,
@@ -56,7 +57,7 @@ from defect_core.config.keys import (
 from defect_core.config.providers import parse_providers
 from defect_core.config.settings import ConfigError
 from defect_core.config.trust import Gated, gated_items
-from defect_core.confined import project_root, read_confined
+from defect_core.confined import config_paths, project_root, read_confined
 
 __all__ = [
     "config_paths",
@@ -266,19 +267,3 @@ def key_line(text: str, key: str) -> int | None:
 repo_root = project_root
 """The nearest ancestor of `cwd` (itself included) holding `.git`, else `cwd`: it lives in
 `defect_core/confined.py`, below `mcp.spec`, which bounds `.mcp.json` by it too."""
-
-
-def config_paths(cwd: Path | None, env: Mapping[str, str] | None = None) -> list[Path]:
-    """The configuration files `load_settings` reads, lowest layer first (present or not)."""
-    env = os.environ if env is None else env
-    xdg = env.get("XDG_CONFIG_HOME", "")
-    if xdg and Path(xdg).is_absolute():
-        user_dir = Path(xdg)
-    else:
-        home = env.get("HOME")
-        user_dir = (Path(home) if home else Path.home()) / ".config"
-    paths = [user_dir / "defect" / "config.toml"]
-    if cwd is not None:
-        repo = repo_root(cwd) / ".defect"
-        paths += [repo / "config.toml", repo / "config.local.toml"]
-    return paths

@@ -24,8 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from defect_core.config import config_paths
-from defect_core.confined import read_confined
+from defect_core.confined import config_paths, read_confined
 
 INSTRUCTION_FILES = ("AGENTS.md", "CLAUDE.md")
 MAX_INSTRUCTION_CHARS = 20_000
