@@ -16,11 +16,16 @@ step of `runner.py`:
    e. commit all results as one user message, in `tool_use` order (`_commit_results`);
 3. stop, with a stop reason, when a reply asks for no tool (or the request limit is reached).
 
-The hook points of later work attach at these phases: PreToolUse hooks between `calls.decide`
-and `calls.execute` (they may deny or rewrite a call), PostToolUse hooks after
-`calls.execute` and before `_commit_results` (they see each result), Stop hooks at step 3
-(they may send the turn round once more), plan updates as events published beside
-`_commit_reply`, and subagents as tools run by `calls.execute`, each with a `TurnDeps` of its
+Hooks (`TurnDeps.hooks`, the session's `HookEngine`: `defect_core/hooks/`) fire at these
+phases: `user_prompt` in step 1 (a denial refuses the prompt; context joins it);
+`before_request` before each request (`_before_request`: context committed as a note);
+`before_tool` in `calls.decide`, before the policy (a denial fails the call, an approval runs
+it unasked unless the mode or an "always reject" refuses it); `after_tool` in
+`calls.execute`, before `_commit_results` (context joins the result); `before_turn_end` at
+step 3 (`_before_turn_end`: a denial sends the turn round again, within `max_rounds`; goal
+mode is such a hook, `defect_core/goal.py`). Plan updates are published by the session's
+plan (`PlanUpdated`, `defect_core/session/plan.py`), not by the turn; subagents are tools
+run by `calls.execute` (`spawn_agent`, `defect_core/agents/`), each with a `TurnDeps` of its
 own.
 
 Modules, top down (import-linter keeps the order, pyproject.toml): `runner` (the loop) →
