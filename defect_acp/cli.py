@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 HELP_EPILOG = """\
 configuration: ~/.config/defect/config.toml < <repo>/.defect/config.toml
-  < <repo>/.defect/config.local.toml < environment < flags (keys: see README)
+  < <repo>/.defect/config.local.toml < environment < flags (docs/configuration.md)
 
 environment:
   DEFECT_PROVIDER     provider (scripted, anthropic, bedrock, or a [providers.NAME]);

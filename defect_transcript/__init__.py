@@ -50,7 +50,7 @@ conversation written down (what the client sends, what it expects back), readabl
 checked on every commit, and short enough to write by hand or capture from a real editor.
 One module per job keeps each of those promises next to the code that keeps it.
 
-The format (see README.md for the full reference):
+The format (see docs/transcripts.md for the full reference):
 
     // comments: lines starting with // or #
     {"transcript": 1, "timeout": 10, "offline_script": [{"text": "Hi!"}]}

@@ -30,7 +30,7 @@ RUN_DESCRIPTION = """\
 Play transcript files (JSON lines: client steps and expectations on the agent's messages)
 against a freshly spawned `defect acp` over real stdio, each in its own temporary workspace
 and state directory. A directory stands for its *.jsonl files. Exit status 0 when none
-failed, 1 otherwise. The format is documented in README.md ("Transcripts")."""
+failed, 1 otherwise. The format is documented in docs/transcripts.md."""
 
 RECORD_DESCRIPTION = """\
 Sit between a client and the agent and write what passes as a replayable transcript: client

@@ -15,7 +15,7 @@ Invariants:
   standard library is imported besides.
 
 Why: the meaning of each step kind is the transcript format's contract with its writers
-(README.md, "Transcripts"); kept in one place, a step reads as what it checks.
+(docs/transcripts.md); kept in one place, a step reads as what it checks.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tests.support.doc_checks import (
     Doc,
+    code_doc_problems,
     command_problems,
     doc_files,
     env_problems,
@@ -38,6 +39,10 @@ def test_every_configuration_shown_is_one_the_parser_accepts() -> None:
 
 def test_every_link_and_repository_path_resolves() -> None:
     assert link_problems(doc_files()) == []
+
+
+def test_every_page_the_code_names_exists() -> None:
+    assert code_doc_problems() == []
 
 
 def test_every_defect_variable_named_is_read_by_the_code() -> None:
@@ -75,7 +80,8 @@ api_key_env = "X"
 
 Inline, `no_such_top_key = 1` is wrong and `max_age_days = 3` (in `[checkpoints]`) is right.
 
-See [a page](no-such-page.md), [a heading](#no-such-heading), [this one](#set-up),
+See docs/no-such-guide.md, [a page](no-such-page.md), [a heading](#no-such-heading),
+[this one](#set-up),
 `defect_core/no_such_module.py` and `DEFECT_NO_SUCH_VARIABLE` (but `DEFECT_PROVIDER` is read).
 """
 
@@ -97,6 +103,7 @@ def test_the_checks_find_each_kind_of_mistake() -> None:
     assert links == [
         "docs/wrong.md: link to a missing file: no-such-page.md",
         "docs/wrong.md: link to a missing heading: #no-such-heading",
+        "docs/wrong.md: no such file: docs/no-such-guide.md",
         "docs/wrong.md: no such file: defect_core/no_such_module.py",
     ]
     assert env_problems(docs) == ["docs/wrong.md: DEFECT_NO_SUCH_VARIABLE is read nowhere"]

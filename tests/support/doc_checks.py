@@ -1,18 +1,21 @@
 """What the README and docs/ show, checked against the code: commands, config keys, links.
 
-Owns reading the repository's Markdown (`doc_files`, `code_blocks`, `inline_spans`) and four
-checks, each returning the problems it found as lines naming the file:
+Owns reading the repository's Markdown (`doc_files`, `code_blocks`, `inline_spans`) and
+five checks, each returning the problems it found as lines naming the file:
 
 - `command_problems`: every `defect …` command shown (in a shell code block, or an inline
   code span that starts with `defect `) names subcommands and options the real CLI accepts,
   and a value of an option with choices is one of them. The CLI is asked itself: its
   `--help`, run through the `defect` entry point `pyproject.toml` declares.
-- `toml_problems`: every TOML block (and inline `key = value` span) passes the real
-  configuration parser, `defect_core.config.files.parse_layer`, whose top-level keys are
-  `keys.py`'s `TOP_KEYS`, `TABLE_KEYS` and `SHAPED_KEYS` and which checks every nested key
-  (providers, capabilities, hooks, MCP servers) against its own table.
+- `toml_problems`: every TOML block passes the real configuration parser,
+  `defect_core.config.files.parse_layer`, whose top-level keys are `keys.py`'s `TOP_KEYS`,
+  `TABLE_KEYS` and `SHAPED_KEYS` and which checks every nested key (providers, capabilities,
+  hooks, MCP servers) against its own table; an inline `key = value` span must pass at the
+  top level or set inside one of the blocks' tables.
 - `link_problems`: every relative link resolves to a file, and its anchor (if any) to a
-  heading of that file; every backticked repository path (`defect_core/…`, `docs/…`) exists.
+  heading of that file; every backticked repository path (`defect_core/…`, `docs/…`) and
+  every `docs/NAME.md` of the prose exists.
+- `code_doc_problems`: every `docs/NAME.md` the packages and scripts name exists.
 - `env_problems`: every `DEFECT_*` variable named is in `keys.ENV_VARIABLES` or appears as a
   string literal in the repository's Python code (it is read somewhere).
 
@@ -45,6 +48,7 @@ _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$", re.M)
 _ENV_NAME = re.compile(r"\bDEFECT_[A-Z0-9][A-Z0-9_]*\b")
 _TOML_SPAN = re.compile(r"^[a-z_]+ = \S.*$")
+_DOC_NAME = re.compile(r"(?<![\w/.-])docs/[\w-]+\.md\b")
 _OPTION_LINE = re.compile(r"^\s{2}(-.*?)(?:\s{2,}|$)")
 
 
@@ -310,7 +314,11 @@ def link_problems(docs: list[Doc], root: Path = REPO) -> list[str]:
 
 
 def _missing_paths(doc: Doc, root: Path) -> Iterator[str]:
-    """Backticked paths under a top-level directory of the repository that do not exist."""
+    """Backticked paths under a top-level directory of the repository, and `docs/NAME.md`
+    named in the prose, that do not exist."""
+    for name in sorted(set(_DOC_NAME.findall(prose(doc.text)))):
+        if not (root / name).exists():
+            yield name
     tops = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")}
     for span in inline_spans(doc.text):
         for word in span.split():
@@ -319,6 +327,22 @@ def _missing_paths(doc: Doc, root: Path) -> Iterator[str]:
             shaped = "/" in word and first in tops and not re.search(r"[<>*{$]|\.\.\.", word)
             if shaped and not (root / word).exists():
                 yield word
+
+
+def code_doc_problems(root: Path = REPO) -> list[str]:
+    """Every `docs/NAME.md` the packages (`[tool.importlinter] root_packages`) and scripts/
+    name exists: a page moved or renamed leaves no docstring, comment or message pointing at
+    nothing. (The tests are left out: their workspaces hold pages of their own.)"""
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    packages = config["tool"]["importlinter"]["root_packages"]
+    problems = []
+    for directory in (root / name for name in [*packages, "scripts"]):
+        for source in sorted(directory.rglob("*.py")):
+            text = source.read_text(encoding="utf-8", errors="replace")
+            for name in sorted(set(_DOC_NAME.findall(text))):
+                if not (root / name).exists():
+                    problems.append(f"{source.relative_to(root)}: no such page: {name}")
+    return problems
 
 
 # --- environment variables -------------------------------------------------------------------
