@@ -18,6 +18,7 @@ from tests.support.doc_checks import (
     shown_commands,
     toml_blocks,
     toml_problems,
+    unlinked_pages,
 )
 
 
@@ -39,6 +40,13 @@ def test_every_configuration_shown_is_one_the_parser_accepts() -> None:
 
 def test_every_link_and_repository_path_resolves() -> None:
     assert link_problems(doc_files()) == []
+
+
+def test_the_readme_links_every_page() -> None:
+    assert unlinked_pages(doc_files()) == []
+    readme = Doc("README.md", "[one](docs/editors.md) and [two](docs/tools.md#x)")
+    pages = [readme, Doc("docs/editors.md", ""), Doc("docs/tools.md", ""), Doc("docs/x.md", "")]
+    assert unlinked_pages(pages) == ["docs/x.md"]
 
 
 def test_every_page_the_code_names_exists() -> None:

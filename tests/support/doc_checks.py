@@ -14,7 +14,7 @@ five checks, each returning the problems it found as lines naming the file:
   top level or set inside one of the blocks' tables.
 - `link_problems`: every relative link resolves to a file, and its anchor (if any) to a
   heading of that file; every backticked repository path (`defect_core/…`, `docs/…`) and
-  every `docs/NAME.md` of the prose exists.
+  every `docs/NAME.md` of the prose exists; the README links every page (`unlinked_pages`).
 - `code_doc_problems`: every `docs/NAME.md` the packages and scripts name exists.
 - `env_problems`: every `DEFECT_*` variable named is in `keys.ENV_VARIABLES` or appears as a
   string literal in the repository's Python code (it is read somewhere).
@@ -311,6 +311,13 @@ def link_problems(docs: list[Doc], root: Path = REPO) -> list[str]:
                 problems.append(f"{doc.name}: link to a missing heading: {target}")
         problems.extend(f"{doc.name}: no such file: {p}" for p in _missing_paths(doc, root))
     return problems
+
+
+def unlinked_pages(docs: list[Doc]) -> list[str]:
+    """The pages of docs/ the README does not link to: the landing page lists the manual."""
+    readme = next(doc for doc in docs if doc.name == "README.md")
+    linked = {target.partition("#")[0] for target in _LINK.findall(prose(readme.text))}
+    return [doc.name for doc in docs if doc.name.startswith("docs/") and doc.name not in linked]
 
 
 def _missing_paths(doc: Doc, root: Path) -> Iterator[str]:
