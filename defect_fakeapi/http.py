@@ -132,8 +132,11 @@ class ApiHandler(BaseHTTPRequestHandler):
         for name, value in headers.items():
             self.send_header(name, value)
         self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError as err:  # the client went away (a session closed mid-listing)
+            raise _ClientGone from err
 
     def _write_chunk(self, data: bytes) -> None:
         try:
