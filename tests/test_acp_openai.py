@@ -243,3 +243,60 @@ async def test_hosted_search_delegated_to_the_chat_provider_fails_session_new(
     message = str(caught.value.data or caught.value)
     assert "web_search capability is unsatisfied: provider `local`" in message
     assert "[providers.local.capabilities.web_search]" in message
+
+
+def model_values(agent: Agent, sid: str) -> set[str]:
+    """The model picker's values in the latest `config_option_update` (empty before one)."""
+    updates = [
+        u
+        for s, u in agent.client.updates
+        if s == sid and u.session_update == "config_option_update"
+    ]
+    if not updates:
+        return set()
+    for option in updates[-1].config_options:
+        option = getattr(option, "root", option)
+        if option.id == "model":
+            return {
+                o.value
+                for group in option.options
+                for o in getattr(getattr(group, "root", group), "options", [group])
+            }
+    return set()
+
+
+async def test_a_reasoning_model_thinks_aloud_and_its_reasoning_never_goes_back(
+    alpha: FakeProvider, chat: FakeProvider, tmp_path: Path
+) -> None:
+    """`reasoning_effort` goes to the model configured as reasoning; its `reasoning_content`
+    is shown as thoughts, and is in no later request; the server's model list reaches the
+    picker."""
+    work = configure(tmp_path, alpha, chat, default="local")
+    config = tmp_path / "xdg" / "defect" / "config.toml"
+    config.write_text(
+        config.read_text()
+        + '\n[providers.local.model_settings."tiny-reasoner"]\nreasoning = true\n'
+    )
+    chat.chat_models = ["tiny-coder", "tiny-reasoner", "served-only"]
+    chat.enqueue(
+        Reply.thinking(
+            "weigh the notes", Reply.tool_use("call_r1", "read_file", {"path": "notes.txt"})
+        ),
+        Reply.text("Milk."),
+    )
+    async with spawn_defect(env=env_for(tmp_path, DEFECT_REASONING_EFFORT="high")) as agent:
+        sid = await open_session(agent, work)
+        await agent.client.wait_for(lambda: "local/served-only" in model_values(agent, sid))
+        await agent.conn.set_config_option(
+            session_id=sid, config_id="model", value="local/tiny-reasoner"
+        )
+        assert (await agent.prompt(sid, "what is in the notes?")).stop_reason == "end_turn"
+        await settled(chat)
+        assert "agent_thought_chunk" in agent.client.kinds(sid)
+        agent.assert_schema_clean()
+
+    assert_all_accepted(chat)
+    first, second = (r.body for r in chat.requests)
+    assert first["model"] == "tiny-reasoner" and first["reasoning_effort"] == "high"
+    assert "max_completion_tokens" in first and "max_tokens" not in first
+    assert "weigh the notes" not in str(second)
