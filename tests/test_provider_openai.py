@@ -383,6 +383,9 @@ def test_a_providers_table_of_kind_openai_is_parsed_strictly(tmp_path: Path) -> 
     with pytest.raises(ConfigError) as caught:
         parse_providers({"x": {"kind": "anthropic", "model_settings": {}}}, "config.toml")
     assert "not a setting of a anthropic provider" in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        parse_providers({"x": {"kind": "openai", "base_url": "http://h/v1"}}, "config.toml")
+    assert "providers.x.models" in str(caught.value) and "lists its models" in str(caught.value)
 
 
 def test_nothing_of_the_sdk_is_imported_until_the_first_call() -> None:

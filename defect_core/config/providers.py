@@ -87,6 +87,44 @@ _KIND_KEYS: dict[str, tuple[str, ...]] = {
 TABLE_KINDS: tuple[ProviderKind, ...] = (*PROVIDER_KINDS, "openai")
 """The kinds a `[providers.NAME]` table may name."""
 _MODEL_KEYS = ("context_window", "max_output_tokens", "tools", "images", "reasoning")
+
+
+def _model_settings(value: object) -> tuple[tuple[str, ModelSettings], ...]:
+    """`[providers.NAME.model_settings]`: model id → its table of `_MODEL_KEYS`."""
+    if not isinstance(value, dict):
+        raise Bad(f'must be a table of [model_settings."ID"] tables, got {type_name(value)}')
+    found: list[tuple[str, ModelSettings]] = []
+    for model, table in value.items():
+        if not isinstance(table, dict):
+            raise Bad(f"{model!r} must be a table, got {type_name(table)}")
+        numbers: dict[str, int] = {}
+        flags: dict[str, bool] = {}
+        for key, item in table.items():
+            if key not in _MODEL_KEYS:
+                raise Bad(f"{model!r}: unknown key {key!r} (its keys: {', '.join(_MODEL_KEYS)})")
+            if key in ("context_window", "max_output_tokens"):
+                if isinstance(item, bool) or not isinstance(item, int) or item <= 0:
+                    raise Bad(f"{model!r}: {key} must be a positive integer, got {item!r}")
+                numbers[key] = item
+            elif not isinstance(item, bool):
+                raise Bad(f"{model!r}: {key} must be true or false, got {item!r}")
+            else:
+                flags[key] = item
+        found.append(
+            (
+                model,
+                ModelSettings(
+                    context_window=numbers.get("context_window"),
+                    max_output_tokens=numbers.get("max_output_tokens"),
+                    tools=flags.get("tools", True),
+                    images=flags.get("images", False),
+                    reasoning=flags.get("reasoning", False),
+                ),
+            )
+        )
+    return tuple(found)
+
+
 _CHECKS: dict[str, Check] = {
     "api_key_env": env_name,
     "base_url": url,
@@ -94,7 +132,7 @@ _CHECKS: dict[str, Check] = {
     "profile": string,
     "models": model_list,
     "script_path": string,
-    "model_settings": lambda value: _model_settings(value),
+    "model_settings": _model_settings,
 }
 _FIELDS = {"region": "region", "profile": "profile"}
 
@@ -157,35 +195,17 @@ def parse_providers(
             fields[key] = checked(source, f"{where}.{key}", _CHECKS[key], item)
         if kind == "openai":
             fields.setdefault("api_key_env", "")  # no key unless a variable is named
+            if not fields.get("models") and not fields.get("model_settings"):
+                raise ConfigError(
+                    source,
+                    f"{where}.models",
+                    'an openai provider lists its models: models = ["ID", ...] (the server\'s '
+                    "GET /v1/models adds to the picker once it answers)",
+                )
         if "script_path" in fields and base_dir is not None:
             fields["script_path"] = str((base_dir / fields["script_path"]).resolve())
         specs[name] = ProviderSpec(name=name, kind=kind, source=source, **fields)
     return specs
-
-
-def _model_settings(value: object) -> tuple[tuple[str, ModelSettings], ...]:
-    """`[providers.NAME.model_settings]`: model id → its table of `_MODEL_KEYS`."""
-    if not isinstance(value, dict):
-        raise Bad(f'must be a table of [model_settings."ID"] tables, got {type_name(value)}')
-    found: list[tuple[str, ModelSettings]] = []
-    for model, table in value.items():
-        if not isinstance(table, dict):
-            raise Bad(f"{model!r} must be a table, got {type_name(table)}")
-        numbers: dict[str, int] = {}
-        flags: dict[str, bool] = {}
-        for key, item in table.items():
-            if key not in _MODEL_KEYS:
-                raise Bad(f"{model!r}: unknown key {key!r} (its keys: {', '.join(_MODEL_KEYS)})")
-            if key in ("context_window", "max_output_tokens"):
-                if isinstance(item, bool) or not isinstance(item, int) or item <= 0:
-                    raise Bad(f"{model!r}: {key} must be a positive integer, got {item!r}")
-                numbers[key] = item
-            elif not isinstance(item, bool):
-                raise Bad(f"{model!r}: {key} must be true or false, got {item!r}")
-            else:
-                flags[key] = item
-        found.append((model, ModelSettings(**numbers, **flags)))  # type: ignore[arg-type]
-    return tuple(found)
 
 
 def _implied(settings: Settings, kind: ProviderKind) -> ProviderSpec:

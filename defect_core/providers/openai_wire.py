@@ -18,6 +18,8 @@ Invariants:
 - Ids are legal on both wires: an id over 40 characters (or of a shape the Messages wire
   forbids) is mapped to `call_` and a hash of it, the same id always to the same one, so a call
   and its result stay paired whichever wire a session switched from.
+- A tool result is a `tool` message of text: its JSON parts as JSON text, an error result
+  prefixed `Error: ` (the wire has no `is_error`), an empty one `(no output)`.
 - Pure stdlib and our model: no SDK import (cheap, and the tests check exactly what goes out).
 
 Why a module beside `anthropic_wire.py`: each wire's shape is known in one place.

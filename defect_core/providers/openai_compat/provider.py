@@ -26,6 +26,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import AsyncGenerator
@@ -228,8 +229,6 @@ class OpenAICompatProvider:
 
 
 def _running_loop() -> object:
-    import asyncio
-
     return asyncio.get_running_loop()
 
 
