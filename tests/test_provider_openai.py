@@ -388,7 +388,7 @@ def test_a_providers_table_of_kind_openai_is_parsed_strictly(tmp_path: Path) -> 
     assert "providers.x.models" in str(caught.value) and "lists its models" in str(caught.value)
 
 
-def test_nothing_of_the_sdk_is_imported_until_the_first_call() -> None:
+def test_nothing_of_the_sdk_is_imported_until_warmed_or_called() -> None:
     code = (
         "import sys\n"
         "from defect_core.config import ProviderSpec, Settings\n"
@@ -397,6 +397,10 @@ def test_nothing_of_the_sdk_is_imported_until_the_first_call() -> None:
         "p = build_named(spec, Settings(providers={'local': spec}))\n"
         "assert p.default_model() == 'm'\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'httpx2')))\n"
+        "p.warm(); p.warm()\n"
+        "from defect_core.providers.openai_compat import provider\n"
+        "assert provider._preload is not None and provider._preload.wait(60)\n"
+        "print('openai' in sys.modules)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -405,4 +409,4 @@ def test_nothing_of_the_sdk_is_imported_until_the_first_call() -> None:
         check=True,
         cwd=Path(__file__).resolve().parents[1],
     )
-    assert out.stdout.strip() == "[]"
+    assert out.stdout.split() == ["[]", "True"]  # nothing until used; `warm` starts it

@@ -14,8 +14,9 @@ Invariants:
   `retry_after` the server asked for. Timeouts are the settings' `read_timeout` and
   `connect_timeout`.
 - Cheap until used (docs/architecture.md, rule 6): building the provider, `models()` and
-  `default_model()` load no SDK; the first `stream` or listing imports `openai` in a worker
-  thread, so the event loop keeps serving the editor.
+  `default_model()` load no SDK; `warm` starts the import in the background
+  (`background_import.py`), and the first `stream` or listing awaits it (or imports `openai`
+  in a worker thread), so the event loop keeps serving the editor.
 - It runs no hosted capability: a session delegating web search to it fails at `session/new`
   (`hosted.py`).
 - A key only where one is configured: `api_key_env` names the variable (a missing one is
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from collections.abc import AsyncGenerator
 from types import ModuleType
@@ -35,6 +37,7 @@ from typing import Any
 
 import anyio
 
+from defect_core.background_import import FOREGROUND, BackgroundImport
 from defect_core.config import ProviderSpec, Settings
 from defect_core.log import get_logger
 from defect_core.providers.base import (
@@ -57,10 +60,34 @@ NO_KEY = "no-key"
 """The bearer token of a provider configured without `api_key_env` (a local server)."""
 
 
+_preload: BackgroundImport | None = None
+_preload_lock = threading.Lock()
+
+
 def _import_sdk() -> ModuleType:
     import openai
 
     return openai
+
+
+def preload_sdk() -> None:
+    """Start importing `openai` in the background, while the editor waits on nothing (once per
+    process; never raises): `background_import.py` runs it only while the foreground idles."""
+    global _preload
+    with _preload_lock:
+        if _preload is None:
+            _preload = BackgroundImport(("openai",), name="defect-openai-import")
+            _preload.start()
+
+
+async def load_sdk() -> ModuleType:
+    """The SDK, for a call about to be made: the preload's (waited for at full speed from now
+    on) or imported in a worker thread; the event loop keeps serving meanwhile."""
+    FOREGROUND.open_for_good()  # whoever needs a module now lets every import run
+    preload = _preload
+    if preload is not None and not preload.wait(0):
+        await anyio.to_thread.run_sync(preload.wait)
+    return await anyio.to_thread.run_sync(_import_sdk)
 
 
 class OpenAICompatProvider:
@@ -82,6 +109,11 @@ class OpenAICompatProvider:
     @property
     def spec(self) -> ProviderSpec:
         return self._spec
+
+    def warm(self) -> None:
+        """Start loading the SDK in the background (idempotent, never raises): for a front end
+        to call as soon as it knows its provider, so the first prompt finds it loaded."""
+        preload_sdk()
 
     @property
     def hosted_capabilities(self) -> frozenset[str]:
@@ -204,7 +236,7 @@ class OpenAICompatProvider:
             self._lock = anyio.Lock()
         async with self._lock:
             if self._sdk is None:
-                self._sdk = await anyio.to_thread.run_sync(_import_sdk)
+                self._sdk = await load_sdk()
             key = self._api_key()
             if self._client is None or key != self._client_key:
                 sdk = self._sdk
