@@ -410,3 +410,70 @@ def test_nothing_of_the_sdk_is_imported_until_warmed_or_called() -> None:
         cwd=Path(__file__).resolve().parents[1],
     )
     assert out.stdout.split() == ["[]", "True"]  # nothing until used; `warm` starts it
+
+
+# --- the assembler alone: shapes some servers send -------------------------------------------
+
+
+def chunk(**delta: Any) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+
+
+def finish(reason: str) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}
+
+
+def test_a_call_without_a_name_is_left_to_the_runner_s_filter() -> None:
+    from defect_core.integrity import drop_malformed_tool_uses
+    from defect_core.providers.openai_compat import ChatAssembler
+
+    assembler = ChatAssembler(max_tokens=100, provider="local")
+    fed = assembler.feed(
+        chunk(tool_calls=[{"index": 0, "id": "c1", "function": {"arguments": "{}"}}])
+    )
+    fed += assembler.feed(chunk(content="done"))
+    fed += assembler.feed(finish("stop"))
+    assert not any(isinstance(c, ToolUseStarted) for c in fed)
+    completed = assembler.finish(None)
+    assert completed.stop_reason == "tool_use"
+    kept = drop_malformed_tool_uses(completed.message)
+    assert [b.type for b in kept.content] == ["text"]
+
+
+def test_arguments_before_the_name_and_a_missing_id_are_assembled() -> None:
+    from defect_core.providers.openai_compat import ChatAssembler
+
+    assembler = ChatAssembler(max_tokens=100, provider="local")
+    fed = assembler.feed(chunk(tool_calls=[{"index": 0, "function": {"arguments": '{"pa'}}]))
+    assert fed == []
+    fed = assembler.feed(
+        chunk(
+            tool_calls=[{"index": 0, "function": {"name": "read_file", "arguments": 'th": "a"}'}}]
+        )
+    )
+    started = fed[0]
+    assert isinstance(started, ToolUseStarted) and started.id.startswith("call_")
+    assert [c.partial_json for c in fed[1:] if isinstance(c, ToolInputDelta)] == [
+        '{"pa',
+        'th": "a"}',
+    ]
+    assembler.feed({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 2}})
+    assembler.feed(finish("tool_calls"))
+    completed = assembler.finish("req_1")
+    (call,) = completed.message.tool_uses()
+    assert call.id == started.id and call.input == {"path": "a"}
+    assert completed.usage.input_tokens == 10 and completed.request_id == "req_1"
+
+
+def test_a_reply_cut_by_length_inside_a_call_keeps_it_for_the_runner_to_withhold() -> None:
+    from defect_core.providers.openai_compat import ChatAssembler
+
+    assembler = ChatAssembler(max_tokens=100, provider="local")
+    assembler.feed(
+        chunk(
+            tool_calls=[{"index": 0, "id": "c1", "function": {"name": "bash", "arguments": '{"co'}}]
+        )
+    )
+    assembler.feed(finish("length"))
+    completed = assembler.finish(None)
+    assert completed.stop_reason == "max_tokens" and completed.message.tool_uses()[0].input == {}
