@@ -36,6 +36,9 @@ class ApiBackend(Protocol):
     models: list[dict[str, Any]]
     models_gate: threading.Event | None
     models_error: HttpError | None
+    chat_models: list[str]
+    chat_reasoning_models: set[str]
+    chat_key_required: bool
     _stopping: threading.Event
 
     def sign(self, thinking: str) -> str: ...

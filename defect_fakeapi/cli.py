@@ -7,7 +7,9 @@ SIGINT/SIGTERM. `--request-log FILE` appends one JSON line per request.
 Invariant: stdout carries exactly one line, the URL, so a caller can read it and go.
 
 Why: `defect transcript` runs `provider_fake` transcripts against this command, and a
-developer can point a real agent at it (`ANTHROPIC_BASE_URL`) to replay a failure offline.
+developer can point a real agent at it (`ANTHROPIC_BASE_URL`, or a `[providers.NAME]` table of
+`kind = "openai"` with `base_url = "<URL>/v1"`: the same script answers on the Chat
+Completions wire) to replay a failure offline.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Owns `ApiServer` and `ApiHandler`: `POST /v1/messages` (streaming only), `POST
 /v1/messages/count_tokens`, `GET /v1/models` (paginated, `models.py`), `POST
-/model/{id}/invoke-with-response-stream` (Bedrock), 404 for anything else. Every request is
-authenticated (API key or bearer token; the SigV4 header shape and access key id for Bedrock,
-not the signature), every body goes through
+/model/{id}/invoke-with-response-stream` (Bedrock), the Chat Completions routes (`chat.py`),
+404 for anything else. Every request is authenticated (API key or bearer token; the SigV4
+header shape and access key id for Bedrock, not the signature), every body goes through
 `defect_fakeapi.validation` (a violation answers the API's own 400 and consumes no scripted
 reply), and every answer is what the real service sends: the error envelope with a
 `request-id`, SSE with `event:` lines, Bedrock event-stream frames.
@@ -32,9 +32,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 from defect_fakeapi.backend import ApiBackend
+from defect_fakeapi.chat import retry_headers, serve_chat, serve_chat_models
 from defect_fakeapi.eventstream import chunk_frame, exception_frame
 from defect_fakeapi.models import ModelsQueryError, models_page
-from defect_fakeapi.script import HttpError, Reply, RequestRecord, estimate_tokens, random_id
+from defect_fakeapi.script import Reply, RequestRecord, estimate_tokens, random_id
 from defect_fakeapi.sse import build_events
 from defect_fakeapi.validation import WireError, validate_bedrock_body, validate_request
 
@@ -200,6 +201,8 @@ class ApiHandler(BaseHTTPRequestHandler):
                 self._anthropic(record, count_tokens=False)
             elif path == "/v1/messages/count_tokens":
                 self._anthropic(record, count_tokens=True)
+            elif path == "/v1/chat/completions":
+                serve_chat(self, record)
             elif match := _BEDROCK_PATH.match(path):
                 record.route = "bedrock"
                 record.model = urllib.parse.unquote(match.group("model"))
@@ -219,7 +222,9 @@ class ApiHandler(BaseHTTPRequestHandler):
         # Every GET is a listing (the agent's model calls are POSTs): kept apart from the calls.
         record = self.provider._new_record("GET", url.path, headers, b"", listing=True)
         try:
-            if url.path == "/v1/models":
+            if url.path == "/v1/models" and "anthropic-version" not in headers:
+                serve_chat_models(self, record)  # the Chat Completions wire's listing
+            elif url.path == "/v1/models":
                 self._models(record, url.query)
             else:
                 self._not_found(record)
@@ -361,7 +366,7 @@ class ApiHandler(BaseHTTPRequestHandler):
                 failure.error_type,
                 failure.message,
                 rejected=False,
-                extra_headers=_retry_headers(failure),
+                extra_headers=retry_headers(failure),
             )
             return
         self._stream(record, reply, bedrock=False)
@@ -484,7 +489,7 @@ class ApiHandler(BaseHTTPRequestHandler):
                 kind,
                 failure.message,
                 rejected=False,
-                extra_headers=_retry_headers(failure),
+                extra_headers=retry_headers(failure),
             )
             return
         self._stream(record, reply, bedrock=True)
@@ -584,14 +589,3 @@ class ApiHandler(BaseHTTPRequestHandler):
 
 def _random_uuid() -> str:
     return str(uuid.uuid4())
-
-
-def _retry_headers(err: HttpError) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    if err.retry_after_ms is not None:
-        headers["retry-after-ms"] = str(err.retry_after_ms)
-    if err.retry_after is not None:
-        headers["retry-after"] = str(err.retry_after)
-    if err.should_retry is not None:
-        headers["x-should-retry"] = "true" if err.should_retry else "false"
-    return headers

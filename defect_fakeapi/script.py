@@ -213,6 +213,9 @@ class Reply:
     chunk_size: int = 16
     ping: bool = True
     model: str | None = None
+    chat_usage: bool = True
+    """False: a Chat Completions answer leaves its usage chunk out although the request asked
+    for it (`stream_options.include_usage`), as some servers do (`chat_stream.py`)."""
 
     # -- constructors ----------------------------------------------------------------------
 
@@ -531,7 +534,7 @@ class RequestRecord:
     index: int
     method: str
     path: str
-    route: Literal["anthropic", "count_tokens", "models", "bedrock", "unknown"]
+    route: Literal["anthropic", "count_tokens", "models", "bedrock", "chat", "unknown"]
     headers: dict[str, str]
     raw_body: bytes
     body: Any

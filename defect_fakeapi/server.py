@@ -29,7 +29,8 @@ tests of what the agent does under TLS; by default it speaks plain HTTP.
 The server runs in its own threads, so it serves sync tests and async (anyio/asyncio) tests
 alike without touching the test's event loop; `stop()` returns promptly even mid-stall.
 
-Routes: `POST /v1/messages` (streaming only: a request without `stream: true` gets a 400
+Routes: `POST /v1/chat/completions` and its `GET /v1/models` (the second wire, `chat.py`),
+`POST /v1/messages` (streaming only: a request without `stream: true` gets a 400
 naming the fake), `POST /v1/messages/count_tokens` (`estimate_tokens`: UTF-8 bytes of system,
 messages and tools / 4), `GET /v1/models` (`models`, paginated like the real list; held by
 `models_gate`, failed by `models_error`), `POST /model/{id}/invoke-with-response-stream`
@@ -107,6 +108,12 @@ class FakeProvider:
         """When set, answers report the cache usage the real API would (`cache.py`)."""
         self.models: list[dict[str, Any]] = [dict(m) for m in DEFAULT_MODELS]
         """What `GET /v1/models` lists, in order (entries as `models.model_entry` writes them)."""
+        self.chat_models: list[str] = ["tiny-coder", "tiny-reasoner"]
+        """What `GET /v1/models` lists to a Chat Completions client (`chat.py`)."""
+        self.chat_reasoning_models: set[str] = {"tiny-reasoner"}
+        """The chat models that take `reasoning_effort` (others refuse it)."""
+        self.chat_key_required = True
+        """False: the Chat Completions routes take any key or none, as a local server does."""
         self.models_gate: threading.Event | None = None
         """When set, `GET /v1/models` waits until the event is set (a slow listing)."""
         self.models_error: HttpError | None = None

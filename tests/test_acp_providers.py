@@ -324,7 +324,7 @@ async def test_unauthorised_or_offline_providers_keep_their_configured_lists(
     ("table", "line", "words"),
     [
         ('[providers.x]\nkind = "bedrock"\napi_key_env = "K"\n', 3, "providers.x.api_key_env"),
-        ('[providers.x]\nkind = "openai"\n', 2, "providers.x.kind"),
+        ('[providers.x]\nkind = "mistral"\n', 2, "providers.x.kind"),
         ('[providers.x]\nregion = "eu-west-1"\n', 1, "`kind` is required"),
         ('provider = "nowhere"\n', 1, "no provider is called 'nowhere'"),
     ],

@@ -381,7 +381,7 @@ def test_a_later_layer_replaces_a_provider_table_whole(home: Path, repo: Path) -
     ("text", "key", "line", "words"),
     [
         ('[providers.x]\nregion = "a"\n', "providers.x", 1, "`kind` is required"),
-        ('[providers.x]\nkind = "openai"\n', "providers.x.kind", 2, "must be one of"),
+        ('[providers.x]\nkind = "mistral"\n', "providers.x.kind", 2, "must be one of"),
         (
             '[providers.x]\nkind = "bedrock"\n\napi_key_env = "K"\n',
             "providers.x.api_key_env",

@@ -26,11 +26,17 @@ history `h`:
     images gets no placeholder.
 An undamaged conversation is returned as the same list, and the rebuild's fast mode gives the
 same output as a slow-only run.
+
+The second wire: the same repaired copy, converted for an OpenAI-compatible provider
+(`providers/openai_wire.py`, with or without images, and with call ids longer than that wire
+takes), breaks no rule of `CHAT_RULES`, the strict fake Chat Completions API accepts it, and
+every text said is still in it.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 from collections import Counter
 from typing import Any
 
@@ -63,7 +69,8 @@ from defect_core.model import (
     messages_to_json,
 )
 from defect_core.providers.anthropic_wire import encode_messages
-from defect_fakeapi import WireError, validate_request
+from defect_core.providers.openai_wire import chat_violations, encode_chat
+from defect_fakeapi import WireError, validate_chat_request, validate_request
 from tests.support.images import PNG_1X1, b64, gif, jpeg, png
 
 # --------------------------------------------------------------------------------------------
@@ -503,3 +510,52 @@ def test_a_refused_image_is_sent_as_its_placeholder_wherever_it_stands(
     assert _placeholders(out) == [expected] * sent
     assert _rebuild(damaged_history, resync=False) == out
     assert repair_outbound(out) is out
+
+
+def _lengthened(history: list[Message]) -> list[Message]:
+    """`history` with every call id made longer than the Chat wire's 40 characters (the call
+    and its results alike), as ids another provider minted may be."""
+
+    def longer(call_id: str) -> str:
+        return f"{call_id}_{'z' * 40}"
+
+    out: list[Message] = []
+    for message in history:
+        blocks: list[ContentBlock] = []
+        for block in message.content:
+            if isinstance(block, ToolUseBlock):
+                block = ToolUseBlock(id=longer(block.id), name=block.name, input=block.input)
+            elif isinstance(block, ToolResultBlock):
+                block = ToolResultBlock(
+                    tool_use_id=longer(block.tool_use_id),
+                    content=block.content,
+                    is_error=block.is_error,
+                )
+            blocks.append(block)
+        out.append(Message(role=message.role, content=tuple(blocks)))
+    return out
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(damaged(), st.booleans(), st.booleans())
+def test_any_damaged_history_converts_to_a_chat_request_the_fake_accepts(
+    case: tuple[list[Message], list[tuple[str, int, int, int]]], images: bool, long_ids: bool
+) -> None:
+    """The second wire: the same repair, then the Chat Completions conversion, breaks no rule
+    of that wire (`CHAT_RULES`) and the strict fake Chat Completions API takes it."""
+    history, damages = case
+    if long_ids:
+        history = _lengthened(history)
+    sent = encode_chat("system", repair_outbound(history), images=images)
+    assert chat_violations(sent, images=images) == [], damages
+    try:
+        validate_chat_request({"model": "m", "messages": sent, "stream": True})
+    except WireError as exc:
+        raise AssertionError(f"{exc.message}\ndamages: {damages}") from None
+    # Every text the user or the model said reaches this wire too.
+    dumped = json.dumps(sent)
+    assert all(json.dumps(text)[1:-1] in dumped for text in _said(history)), damages

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ from defect_core.integrity import (
     repair_outbound,
     violations,
 )
-from defect_core.integrity.rules import rules_markdown
+from defect_core.integrity.rules import CHAT_RULES, rules_markdown
 from defect_core.integrity.validate import scan
 from defect_core.model import (
     ContentBlock,
@@ -42,7 +43,8 @@ from defect_core.model import (
     trusted_message,
 )
 from defect_core.providers.anthropic_wire import encode_messages
-from defect_fakeapi import validate_request
+from defect_core.providers.openai_wire import chat_violations, encode_chat
+from defect_fakeapi import ChatWireError, validate_chat_request, validate_request
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = (REPO / "docs" / "architecture.md", REPO / "docs" / "provider-wire.md")
@@ -252,7 +254,8 @@ def _listed_names(text: str) -> list[str]:
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda path: path.name)
 def test_the_docs_list_exactly_the_rules_of_the_table(doc: Path) -> None:
-    assert _listed_names(doc.read_text(encoding="utf-8")) == [rule.name for rule in RULES]
+    every = [rule.name for rule in (*RULES, *CHAT_RULES)]
+    assert _listed_names(doc.read_text(encoding="utf-8")) == every
 
 
 def test_the_docs_sections_are_written_from_the_table() -> None:
@@ -263,4 +266,122 @@ def test_the_docs_sections_are_written_from_the_table() -> None:
         timeout=60,
     )
     assert check.returncode == 0, check.stdout + check.stderr
-    assert rules_markdown().count("\n") == len(RULES) + 2
+    assert rules_markdown().count("\n") == len(RULES) + len(CHAT_RULES) + 2
+
+
+# --- the Chat Completions wire (`CHAT_RULES`, checked by `providers/openai_wire.py`) ----------
+
+
+def chat_call(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+
+
+def calls_of(*ids: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [chat_call(i) for i in ids]}
+
+
+def answer(call_id: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": "ok"}
+
+
+HI: dict[str, Any] = {"role": "user", "content": "hi"}
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6"
+    "kgAAAABJRU5ErkJggg=="
+)
+LONG_ID = "toolu_" + "x" * 44
+PICTURE = ImageBlock(media_type="image/png", data=PNG)
+PICTURE_PART = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}
+
+CHAT_CASES: dict[str, tuple[list[dict[str, Any]], list[Message]]] = {
+    "chat-tool-call-answered": (
+        [HI, calls_of("call_1", "call_2"), answer("call_1"), HI],
+        [u("read it"), a(call("t1"), call("t2")), u(result("t1")), a("and?"), u("never mind")],
+    ),
+    "chat-result-answers-a-call": (
+        [HI, answer("call_9")],
+        [u(result("ghost"), "hi"), a(call("t1")), u(result("t1"), result("t1", "again"))],
+    ),
+    "chat-call-id-legal": (
+        [HI, calls_of(LONG_ID), answer(LONG_ID)],
+        [u("read it"), a(call(LONG_ID)), u(result(LONG_ID), "thanks")],
+    ),
+    "chat-results-before-text": (
+        [HI, calls_of("call_1"), HI, answer("call_1")],
+        [u("read it"), a(call("t1")), u("and also this", result("t1"))],
+    ),
+    "chat-image-taken": (
+        [
+            HI,
+            calls_of("call_1"),
+            {"role": "tool", "tool_call_id": "call_1", "content": [PICTURE_PART]},
+        ],
+        [
+            u("look", PICTURE),
+            a(call("t1")),
+            u(ToolResultBlock(tool_use_id="t1", content=(PICTURE,))),
+        ],
+    ),
+    "chat-nothing-foreign": (
+        [HI, {"role": "assistant", "content": "x", "reasoning_content": "hmm"}, HI],
+        [
+            u("search it"),
+            a(SIGNED, "Searching.", search(1), found(1)),
+            a(ThinkingBlock(thinking="t")),
+            u("go"),
+        ],
+    ),
+}
+"""Per Chat rule: an encoded array that breaks that rule and no other, and a history whose
+converted copy would break it but for the repair and the conversion."""
+
+
+def test_every_chat_rule_has_a_case() -> None:
+    assert set(CHAT_CASES) == {rule.name for rule in CHAT_RULES}
+    assert not {rule.name for rule in CHAT_RULES} & {rule.name for rule in RULES}
+
+
+@pytest.mark.parametrize("rule", CHAT_RULES, ids=lambda rule: rule.name)
+def test_each_chat_rule_is_detected_by_name_and_kept_by_the_conversion(rule: Rule) -> None:
+    broken, history = CHAT_CASES[rule.name]
+    assert {found.name for found, _ in chat_violations(broken, images=False)} == {rule.name}
+    with pytest.raises(ChatWireError):  # the strict fake refuses it too
+        validate_chat_request({"model": "m", "messages": broken})
+
+    for images in (False, True):
+        sent = encode_chat("be brief", repair_outbound(history), images=images)
+        assert chat_violations(sent, images=images) == []
+        validate_chat_request({"model": "m", "messages": sent})
+        for message in sent:
+            assert all(len(c["id"]) <= 40 for c in message.get("tool_calls") or ())
+
+
+def test_an_id_the_messages_wire_forbids_breaks_the_chat_rule_too() -> None:
+    broken = [HI, calls_of("functions.bash:0"), answer("functions.bash:0")]
+    assert {rule.name for rule, _ in chat_violations(broken, images=False)} == {
+        "chat-call-id-legal"
+    }
+
+
+def test_a_result_with_text_is_sent_as_tool_messages_then_the_text() -> None:
+    _, history = CHAT_CASES["chat-results-before-text"]
+    sent = encode_chat("", repair_outbound(history), images=False)
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "user"]
+    assert sent[-1]["content"] == "and also this"
+
+
+def test_thinking_and_server_blocks_never_cross_and_images_follow_the_model() -> None:
+    _, history = CHAT_CASES["chat-nothing-foreign"]
+    sent = encode_chat("", repair_outbound(history), images=False)
+    assert sent[1] == {"role": "assistant", "content": "Searching."}
+    assert "let me see" not in str(sent) and "srvtoolu" not in str(sent)
+    _, pictures = CHAT_CASES["chat-image-taken"]
+    without = encode_chat("", repair_outbound(pictures), images=False)
+    assert without[0]["content"].endswith(
+        "[image removed: this model is configured without images]"
+    )
+    assert (
+        without[2]["content"] == "[image removed: a tool result cannot carry an image on this wire]"
+    )
+    with_images = encode_chat("", repair_outbound(pictures), images=True)
+    assert with_images[0]["content"][1] == PICTURE_PART

@@ -44,6 +44,7 @@ ANTHROPIC_LAYERS = (
     "errors | request, catalog"
 )
 TURN_LAYERS = "The turn package is layered: runner, request | calls, deps"
+OPENAI_LAYERS = "The OpenAI-compatible provider is layered: provider, request | assemble, errors"
 TRANSCRIPT = (
     "The transcript tool is a client: it reaches defect acp only over stdio (defect_acp.client)"
 )
@@ -64,6 +65,7 @@ CONTRACTS = (
     CONFIG_LAYERS,
     PROVIDER_LAYERS,
     ANTHROPIC_LAYERS,
+    OPENAI_LAYERS,
     TURN_LAYERS,
     TRANSCRIPT,
     CHECKPOINT_LAYERS,
@@ -185,6 +187,23 @@ def test_the_repository_keeps_every_import_contract() -> None:
             ANTHROPIC_LAYERS,
             "defect_core.providers.anthropic.stream -> defect_core.providers.anthropic.provider",
             id="stream-assembler-imports-its-provider",
+        ),
+        pytest.param(
+            "defect_core/providers/openai_compat/errors.py",
+            "\n\ndef _upward() -> None:\n"
+            "    from defect_core.providers.openai_compat.assemble import ChatAssembler\n",
+            OPENAI_LAYERS,
+            "defect_core.providers.openai_compat.errors -> "
+            "defect_core.providers.openai_compat.assemble",
+            id="chat-errors-import-the-assembler",
+        ),
+        pytest.param(
+            "defect_core/providers/openai_wire.py",
+            "\n\ndef _sibling() -> None:\n"
+            "    from defect_core.providers.anthropic_wire import encode_messages\n",
+            PROVIDER_LAYERS,
+            "defect_core.providers.openai_wire -> defect_core.providers.anthropic_wire",
+            id="one-wire-imports-the-other",
         ),
         pytest.param(
             "defect_core/turn/calls.py",

@@ -44,7 +44,7 @@ Keys (every one optional; tables merge key by key across layers):
     bedrock = ["eu.anthropic.claude-sonnet-4-5-20250929-v1:0"]
 
     [providers.work]                  # more providers, each under its own name (the model
-    kind = "bedrock"                  # picker's group): anthropic | bedrock | scripted;
+    kind = "bedrock"                  # picker's group): anthropic | bedrock | scripted | openai;
     region = "eu-central-1"           # keys per kind in `config/providers.py`, which also
     profile = "work"                  # says how the plain keys above map onto providers
     models = ["eu.anthropic.claude-sonnet-4-5-20250929-v1:0"]

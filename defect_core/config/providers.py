@@ -26,6 +26,12 @@ Invariants:
   error naming the keys it does use, and a name is letters, digits, `-` and `_` (never `/`,
   which separates a `ModelSelection`'s two parts), never one of the kinds.
 - Secrets stay out, as everywhere: `api_key_env` names a variable.
+- `kind = "openai"` (an OpenAI-compatible Chat Completions server) exists only as a table:
+  `base_url` (default OpenAI's), `api_key_env` (optional: a local server needs no key; absent,
+  a placeholder is sent), `models`, and per model `[providers.NAME.model_settings."ID"]` with
+  `context_window`, `max_output_tokens` (positive integers), `tools` (default true), `images`
+  (default false), `reasoning` (default false: `reasoning_effort` is never sent) — what the
+  model takes, since the wire does not say (`ModelSettings`).
 
 Why a room of its own: the tables are more than key → field rows (`keys.py`), and the mapping
 of the old keys onto providers is one decision, stated once, here.
@@ -39,6 +45,7 @@ from typing import Any
 
 from defect_core.config.capabilities import Scopes, parse_capabilities
 from defect_core.config.keys import (
+    Bad,
     Check,
     checked,
     env_name,
@@ -51,6 +58,7 @@ from defect_core.config.keys import (
 from defect_core.config.settings import (
     PROVIDER_KINDS,
     ConfigError,
+    ModelSettings,
     ProviderKind,
     ProviderSpec,
     Settings,
@@ -59,6 +67,7 @@ from defect_core.selection import ModelSelection
 
 __all__ = [
     "ALIASES",
+    "TABLE_KINDS",
     "check_default_provider",
     "default_selection",
     "parse_providers",
@@ -73,7 +82,49 @@ _KIND_KEYS: dict[str, tuple[str, ...]] = {
     "anthropic": ("kind", "api_key_env", "base_url", "models"),
     "bedrock": ("kind", "region", "profile", "base_url", "models"),
     "scripted": ("kind", "script_path", "models"),
+    "openai": ("kind", "api_key_env", "base_url", "models", "model_settings"),
 }
+TABLE_KINDS: tuple[ProviderKind, ...] = (*PROVIDER_KINDS, "openai")
+"""The kinds a `[providers.NAME]` table may name."""
+_MODEL_KEYS = ("context_window", "max_output_tokens", "tools", "images", "reasoning")
+
+
+def _model_settings(value: object) -> tuple[tuple[str, ModelSettings], ...]:
+    """`[providers.NAME.model_settings]`: model id → its table of `_MODEL_KEYS`."""
+    if not isinstance(value, dict):
+        raise Bad(f'must be a table of [model_settings."ID"] tables, got {type_name(value)}')
+    found: list[tuple[str, ModelSettings]] = []
+    for model, table in value.items():
+        if not isinstance(table, dict):
+            raise Bad(f"{model!r} must be a table, got {type_name(table)}")
+        numbers: dict[str, int] = {}
+        flags: dict[str, bool] = {}
+        for key, item in table.items():
+            if key not in _MODEL_KEYS:
+                raise Bad(f"{model!r}: unknown key {key!r} (its keys: {', '.join(_MODEL_KEYS)})")
+            if key in ("context_window", "max_output_tokens"):
+                if isinstance(item, bool) or not isinstance(item, int) or item <= 0:
+                    raise Bad(f"{model!r}: {key} must be a positive integer, got {item!r}")
+                numbers[key] = item
+            elif not isinstance(item, bool):
+                raise Bad(f"{model!r}: {key} must be true or false, got {item!r}")
+            else:
+                flags[key] = item
+        found.append(
+            (
+                model,
+                ModelSettings(
+                    context_window=numbers.get("context_window"),
+                    max_output_tokens=numbers.get("max_output_tokens"),
+                    tools=flags.get("tools", True),
+                    images=flags.get("images", False),
+                    reasoning=flags.get("reasoning", False),
+                ),
+            )
+        )
+    return tuple(found)
+
+
 _CHECKS: dict[str, Check] = {
     "api_key_env": env_name,
     "base_url": url,
@@ -81,6 +132,7 @@ _CHECKS: dict[str, Check] = {
     "profile": string,
     "models": model_list,
     "script_path": string,
+    "model_settings": _model_settings,
 }
 _FIELDS = {"region": "region", "profile": "profile"}
 
@@ -116,14 +168,12 @@ def parse_providers(
             raise ConfigError(source, where, f"must be a table, got {type_name(table)}")
         kind = table.get("kind")
         if kind is None:
-            raise ConfigError(
-                source, where, f"`kind` is required: one of {', '.join(PROVIDER_KINDS)}"
-            )
-        if kind not in PROVIDER_KINDS:
+            raise ConfigError(source, where, f"`kind` is required: one of {', '.join(TABLE_KINDS)}")
+        if kind not in TABLE_KINDS:
             raise ConfigError(
                 source,
                 f"{where}.kind",
-                f"must be one of {', '.join(PROVIDER_KINDS)}; got {kind!r}",
+                f"must be one of {', '.join(TABLE_KINDS)}; got {kind!r}",
             )
         allowed = (*_KIND_KEYS[kind], "capabilities")
         fields: dict[str, Any] = {}
@@ -143,6 +193,15 @@ def parse_providers(
                     )
                 raise unknown_key(source, f"{where}.{key}", list(allowed))
             fields[key] = checked(source, f"{where}.{key}", _CHECKS[key], item)
+        if kind == "openai":
+            fields.setdefault("api_key_env", "")  # no key unless a variable is named
+            if not fields.get("models") and not fields.get("model_settings"):
+                raise ConfigError(
+                    source,
+                    f"{where}.models",
+                    'an openai provider lists its models: models = ["ID", ...] (the server\'s '
+                    "GET /v1/models adds to the picker once it answers)",
+                )
         if "script_path" in fields and base_dir is not None:
             fields["script_path"] = str((base_dir / fields["script_path"]).resolve())
         specs[name] = ProviderSpec(name=name, kind=kind, source=source, **fields)

@@ -35,6 +35,7 @@ __all__ = [
     "EFFORT_LEVELS",
     "PROVIDER_KINDS",
     "ConfigError",
+    "ModelSettings",
     "ProviderKind",
     "ProviderSpec",
     "Settings",
@@ -42,8 +43,10 @@ __all__ = [
 ]
 
 EFFORT_LEVELS = ("off", "low", "medium", "high")
-ProviderKind = Literal["anthropic", "bedrock", "scripted"]
+ProviderKind = Literal["anthropic", "bedrock", "scripted", "openai"]
 PROVIDER_KINDS: tuple[ProviderKind, ...] = ("anthropic", "bedrock", "scripted")
+"""The kinds the plain keys imply a provider of; `openai` is only ever a `[providers.NAME]`
+table (`config/providers.py`, `TABLE_KINDS`)."""
 
 
 class ConfigError(ValueError):
@@ -58,6 +61,24 @@ class ConfigError(ValueError):
         self.key = key
         self.problem = problem
         self.line = line
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """What one model of an OpenAI-compatible provider takes
+    (`[providers.NAME.model_settings."ID"]`): a Chat Completions server says none of it, so a
+    parameter the model does not take is never sent (`providers/openai_compat/`)."""
+
+    context_window: int | None = None
+    """Tokens; None: the default of `session/options.py`."""
+    max_output_tokens: int | None = None
+    """A request's `max_tokens` never exceeds it; None: `max_tokens` as configured."""
+    tools: bool = True
+    """False: the model is offered no tools (the system prompt says why)."""
+    images: bool = False
+    """True: images go as data URLs; else as the `[image removed: …]` text."""
+    reasoning: bool = False
+    """True: `reasoning_effort` is sent (from the session's effort); else never."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +99,8 @@ class ProviderSpec:
     models: tuple[str, ...] = ()
     """Empty: the kind's built-in list (its first entry is the default model)."""
     script_path: str | None = None
+    model_settings: tuple[tuple[str, ModelSettings], ...] = ()
+    """`openai` only: each model id's `ModelSettings` (a model not named takes the defaults)."""
 
 
 @dataclass(frozen=True, slots=True)

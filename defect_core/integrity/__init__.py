@@ -8,7 +8,9 @@ request to a provider goes through, the main-loop request and the summarisation 
 compaction; pure but for that memo, which never changes an answer) and holds
 `drop_malformed_tool_uses`, the filter the turn runner applies to a message assembled from a
 stream before it is committed or any of its tool calls run. docs/architecture.md (Integrity)
-lists the rules from the same table.
+lists the rules from the same table. `rules.py` also states the Chat Completions wire's rules
+(`CHAT_RULES`): the copy converted for an OpenAI-compatible provider keeps them, and
+`providers/openai_wire.py` checks them before it is sent.
 
 Invariant: `repair_outbound(h)` breaks no rule of `RULES` whatever `h` is, never mutates `h`,
 returns `h` itself when it breaks none, and is idempotent.

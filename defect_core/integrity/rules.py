@@ -1,13 +1,16 @@
 """The wire-legality rules of the outbound copy: each one named and stated once, here.
 
 Owns `RULES`, the table of `Rule`s the Messages API (and the stricter normal form this package
-keeps) demands of the messages of a request, the texts the repair writes into the copy, and the
-small predicates that decide a rule block by block (`is_blank`, `is_well_formed_tool_use`,
+keeps) demands of the messages of a request, `CHAT_RULES`, what the Chat Completions wire
+demands of the copy converted from them (`providers/openai_wire.py` converts and checks), the
+texts the repair writes into the copy, and the small predicates that decide a rule block by
+block (`is_blank`, `is_well_formed_tool_use`,
 `result_content_rule`, `ids_match_pattern`).
 
 Invariant: every rule the validator (`validate.py`) can report and every fix the repair
-(`repair.py`) can record is one of `RULES`, by identity; docs/architecture.md and
-docs/provider-wire.md list exactly these rules, rendered by `rules_markdown`
+(`repair.py`) can record is one of `RULES`, by identity, and every rule the Chat Completions
+check reports is one of `CHAT_RULES`; docs/architecture.md and docs/provider-wire.md list
+exactly these rules, rendered by `rules_markdown`
 (`scripts/integrity_rules_doc.py` writes them, `tests/test_integrity_rules.py` checks them).
 
 Why: the rules used to be stated three times (the clean check, the fast and the slow mode of
@@ -35,6 +38,13 @@ from defect_core.model import (
 
 __all__ = [
     "BLOCK_FITS_ROLE",
+    "CHAT_CALL_ID_LEGAL",
+    "CHAT_IMAGE_TAKEN",
+    "CHAT_NOTHING_FOREIGN",
+    "CHAT_RESULTS_BEFORE_TEXT",
+    "CHAT_RESULT_ANSWERS_A_CALL",
+    "CHAT_RULES",
+    "CHAT_TOOL_CALL_ANSWERED",
     "CONTINUE_TEXT",
     "FIRST_MESSAGE_FROM_USER",
     "IMAGE_ACCEPTED",
@@ -197,7 +207,63 @@ RULES: tuple[Rule, ...] = (
     SERVER_TOOL_ANSWERED,
     SERVER_RESULT_ANSWERS_A_USE,
 )
-"""Every rule, in the order the docs list them."""
+"""Every rule of the Messages wire, in the order the docs list them."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The Chat Completions wire (an OpenAI-compatible provider): what its copy guarantees once
+# converted from the repaired messages above (`providers/openai_wire.py` converts and checks).
+
+CHAT_TOOL_CALL_ANSWERED = Rule(
+    "chat-tool-call-answered",
+    "Chat Completions: every assistant `tool_calls` entry is answered by exactly one `tool` "
+    "message before any other user, system or assistant message.",
+    "Follows from `tool-call-answered`: a user message's leading results become the `tool` "
+    "messages right after the assistant message, in call order.",
+)
+CHAT_RESULT_ANSWERS_A_CALL = Rule(
+    "chat-result-answers-a-call",
+    "Chat Completions: no `tool` message without the call it answers.",
+    "Follows from `result-answers-a-call`: only results the repair kept become `tool` messages.",
+)
+CHAT_CALL_ID_LEGAL = Rule(
+    "chat-call-id-legal",
+    "Chat Completions: every call id is legal on both wires: `^[a-zA-Z0-9_-]+$` and at most 40 "
+    "characters (a session may switch provider, and each wire gets the other's ids back).",
+    "An id a server minted in a shape the Messages wire forbids (`functions.bash:0`) is mapped "
+    "when the call is received; an id over 40 characters is mapped in the copy sent, the call "
+    "and its result alike (`call_` and a hash of the id: the same id maps the same way).",
+)
+CHAT_RESULTS_BEFORE_TEXT = Rule(
+    "chat-results-before-text",
+    "Chat Completions: a user message carrying tool results and text is sent as the `tool` "
+    "messages first, then one user message with the text.",
+    "The conversion splits it so; a tool result's images, which a `tool` message cannot carry, "
+    "become the text `[image removed: <why>]`.",
+)
+CHAT_IMAGE_TAKEN = Rule(
+    "chat-image-taken",
+    "Chat Completions: images go only in user messages, as data URLs (or http(s) URLs), and "
+    "only to a model configured to take images.",
+    "For a model without images, each image becomes the text `[image removed: <why>]`.",
+)
+CHAT_NOTHING_FOREIGN = Rule(
+    "chat-nothing-foreign",
+    "Chat Completions: no thinking (signed or not), redacted thinking, server-tool block or "
+    "citation reaches the wire; a message holds only its role's keys, text and image parts, "
+    "and each call's `arguments` is the JSON text of an object.",
+    "They are left out of the copy; an assistant message left with nothing is left out too.",
+)
+
+CHAT_RULES: tuple[Rule, ...] = (
+    CHAT_TOOL_CALL_ANSWERED,
+    CHAT_RESULT_ANSWERS_A_CALL,
+    CHAT_CALL_ID_LEGAL,
+    CHAT_RESULTS_BEFORE_TEXT,
+    CHAT_IMAGE_TAKEN,
+    CHAT_NOTHING_FOREIGN,
+)
+"""Every rule of the Chat Completions wire, in the order the docs list them after `RULES`."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,11 +379,12 @@ def unpaired_server_blocks(blocks: Sequence[ContentBlock]) -> dict[int, Rule]:
 
 
 def rules_markdown(*, with_fixes: bool = True) -> str:
-    """The rules of `RULES` as the docs show them: a table of name, statement and fix
-    (docs/architecture.md), or `with_fixes=False` a list of name and statement
+    """The rules of `RULES`, then `CHAT_RULES`, as the docs show them: a table of name,
+    statement and fix (docs/architecture.md), or `with_fixes=False` a list of name and statement
     (docs/provider-wire.md)."""
+    every = (*RULES, *CHAT_RULES)
     if not with_fixes:
-        return "".join(f"- `{rule.name}`: {rule.statement}\n" for rule in RULES)
+        return "".join(f"- `{rule.name}`: {rule.statement}\n" for rule in every)
     lines = ["| rule | the copy sent guarantees | the repair |", "| --- | --- | --- |"]
-    lines += [f"| `{rule.name}` | {rule.statement} | {rule.fix} |" for rule in RULES]
+    lines += [f"| `{rule.name}` | {rule.statement} | {rule.fix} |" for rule in every]
     return "\n".join(lines) + "\n"

@@ -6,8 +6,8 @@ provider (`config.ProviderSpec`: a `[providers.NAME]` table or a kind the plain 
 under its own name.
 
 Invariant: importing this module, listing names or building the offline provider costs no
-SDK import; the Anthropic and Bedrock providers import their SDK on first use (docs/architecture.md,
-rule 6: editors wait on `initialize` and `session/new`).
+SDK import; the Anthropic, Bedrock and OpenAI-compatible providers import their SDK on first
+use (docs/architecture.md, rule 6: editors wait on `initialize` and `session/new`).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ PROVIDERS: dict[str, ProviderFactory] = {
     "scripted": _scripted,
     "anthropic": _lazy("defect_core.providers.anthropic", "anthropic_provider"),
     "bedrock": _lazy("defect_core.providers.anthropic", "bedrock_provider"),
+    "openai": _lazy("defect_core.providers.openai_compat", "openai_provider"),
 }
 ALIASES = {"offline": "scripted"}
 

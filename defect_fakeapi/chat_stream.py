@@ -1,0 +1,184 @@
+"""A scripted `Reply` as the chunks a Chat Completions server streams, and their SSE lines.
+
+Owns `build_chunks` (the `chat.completion.chunk` objects of one answer, in the real order) and
+`encode_chunk` / `DONE` (the `data: {json}` lines, then `data: [DONE]`), plus `completion`, the
+non-streamed answer of the same reply.
+
+The real shapes, kept here:
+- the first chunk carries `delta: {"role": "assistant", "content": ""}`;
+- a `ThinkingBlock` streams as `reasoning_content` deltas (DeepSeek's field), text as
+  `content` deltas, both cut into `Reply.chunk_size` characters;
+- a tool call opens with `{"index", "id", "type": "function", "function": {"name",
+  "arguments": ""}}`, then its `arguments` arrive in fragments of `chunk_size` characters (cut
+  anywhere, inside a JSON string or a number too); the calls of one answer are interleaved
+  fragment by fragment, each delta naming its `index`;
+- the last choice chunk has `finish_reason` (`stop`, `tool_calls`, `length`,
+  `content_filter`, from the reply's stop reason) and an empty delta;
+- with `stream_options.include_usage` every chunk has `"usage": null` and one more chunk
+  follows with `choices: []` and the usage (`prompt_tokens` counting the cached ones,
+  `prompt_tokens_details.cached_tokens`), unless the reply plays a server that ignores it
+  (`Reply.chat_usage=False`).
+
+Invariant: the fault positions of a reply (`cut_after`, `stall_after`) count these chunks, the
+role chunk being chunk 1, as they count events on the Messages wire.
+
+Why: an agent's assembly of fragments is only proven against fragments cut the way servers
+cut them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from defect_fakeapi.script import (
+    Reply,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    random_id,
+)
+
+__all__ = ["DONE", "build_chunks", "completion", "encode_chunk", "finish_reason"]
+
+DONE = b"data: [DONE]\n\n"
+
+_FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "refusal": "content_filter",
+}
+
+
+def finish_reason(reply: Reply) -> str:
+    """The `finish_reason` of `reply`'s stop reason."""
+    return _FINISH.get(reply.stop_reason or "end_turn", "stop")
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    size = max(1, size)
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _arguments(block: ToolUseBlock) -> str:
+    if block.raw_json is not None:
+        return block.raw_json
+    return json.dumps(dict(block.input), separators=(",", ":"))
+
+
+def usage_of(reply: Reply, estimated: int) -> dict[str, Any]:
+    """The `usage` object of an answer: the reply's counts, else `estimated` prompt tokens."""
+    fresh = reply.usage.input_tokens if reply.usage.input_tokens is not None else estimated
+    cached = reply.usage.cache_read_input_tokens
+    output = reply.usage.output_tokens if reply.usage.output_tokens is not None else 12
+    return {
+        "prompt_tokens": fresh + cached,
+        "completion_tokens": output,
+        "total_tokens": fresh + cached + output,
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+    }
+
+
+def build_chunks(
+    reply: Reply, *, model: str, include_usage: bool, estimated_tokens: int
+) -> list[dict[str, Any]]:
+    """Every chunk of `reply`'s answer, in the order the server sends them."""
+    ident = random_id("chatcmpl-")
+    created = int(time.time())
+    with_usage = include_usage and reply.chat_usage
+
+    def chunk(delta: Mapping[str, Any], finish: str | None = None) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": "fp_fake",
+            "choices": [
+                {"index": 0, "delta": dict(delta), "logprobs": None, "finish_reason": finish}
+            ],
+        }
+        if with_usage:
+            data["usage"] = None
+        return data
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    calls: list[ToolUseBlock] = []
+    for block in reply.blocks:
+        if isinstance(block, ThinkingBlock):
+            for piece in _pieces(block.thinking, reply.chunk_size):
+                chunks.append(chunk({"reasoning_content": piece}))
+        elif isinstance(block, TextBlock):
+            for piece in _pieces(block.text, reply.chunk_size):
+                chunks.append(chunk({"content": piece}))
+        elif isinstance(block, ToolUseBlock):
+            calls.append(block)
+    fragments = [_pieces(_arguments(call), reply.chunk_size) for call in calls]
+    for index, call in enumerate(calls):
+        opening = {
+            "index": index,
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        chunks.append(chunk({"tool_calls": [opening]}))
+    for step in range(max((len(f) for f in fragments), default=0)):
+        for index, pieces in enumerate(fragments):
+            if step < len(pieces) and pieces[step]:
+                delta = {"index": index, "function": {"arguments": pieces[step]}}
+                chunks.append(chunk({"tool_calls": [delta]}))
+    chunks.append(chunk({}, finish_reason(reply)))
+    if with_usage:
+        chunks.append(
+            {
+                "id": ident,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "system_fingerprint": "fp_fake",
+                "choices": [],
+                "usage": usage_of(reply, estimated_tokens),
+            }
+        )
+    return chunks
+
+
+def encode_chunk(data: Mapping[str, Any]) -> bytes:
+    """One SSE event: `data: {json}` and a blank line (servers send no `event:` line)."""
+    return b"data: " + json.dumps(data, separators=(",", ":")).encode("utf-8") + b"\n\n"
+
+
+def completion(reply: Reply, *, model: str, estimated_tokens: int) -> dict[str, Any]:
+    """The non-streamed answer (`stream` absent or false) of `reply`."""
+    text = "".join(b.text for b in reply.blocks if isinstance(b, TextBlock))
+    reasoning = "".join(b.thinking for b in reply.blocks if isinstance(b, ThinkingBlock))
+    calls = [
+        {
+            "id": b.id,
+            "type": "function",
+            "function": {"name": b.name, "arguments": _arguments(b)},
+        }
+        for b in reply.blocks
+        if isinstance(b, ToolUseBlock)
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = calls
+    finish = finish_reason(reply)
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+    return {
+        "id": random_id("chatcmpl-"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": "fp_fake",
+        "choices": [choice],
+        "usage": usage_of(reply, estimated_tokens),
+    }
