@@ -2,7 +2,8 @@
 
 Owns `create_stream(client, body, extra_body=...)`: the request `client.messages.create(**body,
 stream=True, extra_body=...)` sends, sent without importing the SDK's messages resource; and
-`stream_batches(stream)`: the events of the stream it returned, one batch per network read.
+`stream_batches(stream)`: the events of the stream it returned, one batch per piece of the
+body httpx hands over (`response.aiter_raw()`, its public reader).
 
 Why: `anthropic.resources.messages.messages` imports, at module level, the batches resource,
 the request-parameter types of both the Messages API and its beta (about 600 modules of
@@ -57,7 +58,6 @@ from typing import Any
 
 import anyio
 
-from defect_core.providers.anthropic.body import body_reads
 from defect_core.providers.anthropic.sse import read_events
 
 __all__ = ["MESSAGES_PATH", "SPAN_NAME", "create_stream", "ordered_body", "stream_batches"]
@@ -131,8 +131,8 @@ def _encoded(client: Any, body: dict[str, Any], extra_body: object) -> bytes | N
 
 def stream_batches(stream: Any) -> AsyncGenerator[list[Any], None]:
     """The events of `stream` (what `create_stream` returned), each as the JSON the SDK would
-    have yielded, one list per network read; raises what the SDK's iteration raises. Close
-    it (or read it to its end), then close `stream`."""
+    have yielded, one list per piece of the body httpx hands over; raises what the SDK's
+    iteration raises. Close it (or read it to its end), then close `stream`."""
     decoder = getattr(stream, "_decoder", None)
     sse_decoder = importlib.import_module("anthropic._streaming").SSEDecoder
     if type(decoder) is not sse_decoder or getattr(stream, "_observer", True) is not None:
@@ -144,10 +144,8 @@ def stream_batches(stream: Any) -> AsyncGenerator[list[Any], None]:
         error: Exception = client._make_status_error(message, body=body, response=response)
         return error
 
-    body = body_reads(response)
-    if body is None:
-        encoded = response.headers.get("content-encoding", "identity") != "identity"
-        body = response.aiter_bytes() if encoded else response.aiter_raw()
+    encoded = response.headers.get("content-encoding", "identity") != "identity"
+    body = response.aiter_bytes() if encoded else response.aiter_raw()
     return read_events(body, make_error, response.status_code)
 
 
