@@ -36,8 +36,8 @@ Invariants:
 - The request is built in slices, the event loop handed back between them: after the body's
   translation (`request.encode_request`), after its encoding, and, through the request hook
   every client is built with (`client.py`), between the SDK's request build and httpx's
-  send. A build held the loop about 1.5 ms in one piece, during which the deltas of every
-  other session streaming waited (scripts/bench_turn.py, sessions at once). A test pins
+  send. A build held the loop in one piece, during which the deltas of every other session
+  streaming waited (scripts/bench_turn.py, sessions at once). A test pins
   that another task runs between the slices (tests/test_provider_anthropic_call.py).
 - Cheap until used: importing this module loads no SDK; the call resolves the SDK's modules
   (loaded by then: `client.load_sdk`) when it runs.
