@@ -17,6 +17,10 @@ previous answer is read. The client side is raw JSON lines over pipes. Reported 
   the background meanwhile), and session/new ÷ the `import acp` floor: the preload must not
   delay the editor's wait. Target ≤ 1.3×. And session/new → first token: the first prompt's
   own wait (the SDK's load, the request, the first event).
+- the same agent with `DEFECT_PRIVATE_PATHS=off` (the SDK imported as documented, without
+  `lazy_sdk.py`'s finder), interleaved with the runs above: spawn → first token and
+  session/new → first token. The difference is what the lazy import buys, the reason it is
+  kept (docs/architecture.md, "Private internals").
 
 Usage: python scripts/bench_first_token.py [--runs N | --quick] [--json PATH]
 Exits 0 whatever the figures.
