@@ -41,6 +41,11 @@ Invariants:
   that another task runs between the slices (tests/test_provider_anthropic_call.py).
 - Cheap until used: importing this module loads no SDK; the call resolves the SDK's modules
   (loaded by then: `client.load_sdk`) when it runs.
+- Only where the SDK's internals are known (`lazy_sdk.enabled`: a known SDK version, the
+  switch not set off). Anywhere else `create_stream` is the SDK's own
+  `client.messages.create(**body, stream=True, extra_body=...)` and `stream_batches` its
+  own iteration, one event per batch (the SDK's event objects, which `stream_events` takes
+  as they are). A test streams a reply both ways (tests/test_provider_anthropic_call.py).
 - `stream_batches` reads the response with defect's own SSE reader (`sse.py`: the same
   events and errors) only where the SDK would run its plain `SSEDecoder` and no tracing
   observer waits for the stream's items (the Anthropic API route, tracing off); anywhere
@@ -58,6 +63,7 @@ from typing import Any
 
 import anyio
 
+from defect_core.providers.anthropic import lazy_sdk
 from defect_core.providers.anthropic.sse import read_events
 
 __all__ = ["MESSAGES_PATH", "SPAN_NAME", "create_stream", "ordered_body", "stream_batches"]
@@ -86,7 +92,9 @@ async def create_stream(
     """`await client.messages.create(**body, stream=True, extra_body=extra_body)`: the SDK's
     `AsyncStream` of the raw stream events, each as the JSON the SDK parsed (to read with
     `stream_events.stream_event`: its deltas without a model apiece), or the SDK's
-    exception."""
+    exception. Where the SDK's internals are not known, the SDK's own call (the docstring)."""
+    if not lazy_sdk.enabled():
+        return await client.messages.create(**body, stream=True, extra_body=extra_body)
     base = importlib.import_module("anthropic._base_client")
     streaming = importlib.import_module("anthropic._streaming")
     message = importlib.import_module("anthropic.types.message")
@@ -133,6 +141,8 @@ def stream_batches(stream: Any) -> AsyncGenerator[list[Any], None]:
     """The events of `stream` (what `create_stream` returned), each as the JSON the SDK would
     have yielded, one list per piece of the body httpx hands over; raises what the SDK's
     iteration raises. Close it (or read it to its end), then close `stream`."""
+    if not lazy_sdk.enabled():
+        return _one_by_one(stream)
     decoder = getattr(stream, "_decoder", None)
     sse_decoder = importlib.import_module("anthropic._streaming").SSEDecoder
     if type(decoder) is not sse_decoder or getattr(stream, "_observer", True) is not None:

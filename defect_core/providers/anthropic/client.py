@@ -106,7 +106,10 @@ def preload_sdk() -> None:
         if _preload is not None:
             return
         lazy_sdk.install()
-        _preload = BackgroundImport(SDK_PATH, then=_touch_names, name="defect-sdk-import")
+        # Where the SDK's internals are not known, its modules are imported by their public
+        # names only (`import anthropic` brings the rest).
+        path = SDK_PATH if lazy_sdk.enabled() else SDK_PATH[:2]
+        _preload = BackgroundImport(path, then=_touch_names, name="defect-sdk-import")
         _preload.start()
 
 

@@ -1,13 +1,15 @@
 """Importing only the part of the `anthropic` SDK a streamed Messages call uses.
 
 Owns `install()`, which puts `LazyPackageFinder` on `sys.meta_path` (once per process), and
-the switch that decides whether it may (`enabled`): only for the SDK versions whose package
-layout this module knows (`KNOWN_VERSIONS`, read from the installed `anthropic/_version.py`
-without importing the package), and not when `DEFECT_PRIVATE_PATHS=off`. Anywhere else the
-SDK is imported as documented (`import anthropic`, its whole `__init__`): slower, the same
-objects. This is the one module that leans on how the SDK lays out its package
-(docs/architecture.md, "Private internals"); the figure it buys - the first prompt's wait,
-with and without it - is printed by scripts/bench_first_token.py in the same run.
+the switch for every reach into the SDK's internals (`enabled`): this module's finder, and
+the streamed call below the SDK's messages resource (`call.py`, read by `stream_events.py`).
+It says yes only for the SDK versions whose internals were checked (`KNOWN_VERSIONS`, read
+from the installed `anthropic/_version.py` without importing the package), and never when
+`DEFECT_PRIVATE_PATHS=off`. Anywhere else the SDK is used as documented (`import anthropic`,
+its whole `__init__`; `client.messages.create(stream=True)` and its own iteration): slower
+to the first token, the same requests and events. docs/architecture.md, "Private
+internals", lists every private name read; scripts/bench_first_token.py prints the first
+prompt's wait both ways in the same run.
 
 Why: `import anthropic` runs the package's `__init__`, which imports every type of every API
 the SDK covers (thousands of modules, most of them pydantic models: most of the wait of the
@@ -105,9 +107,22 @@ _installed = threading.Lock()
 _finder: LazyPackageFinder | None = None
 
 
+_loaded_version: list[tuple[int, int] | None] = []
+"""The version read once the SDK is imported (it cannot change under a running process)."""
+
+
 def sdk_version() -> tuple[int, int] | None:
     """The installed SDK's (major, minor), read from its `_version.py` without importing the
     package; None when it is not installed or says no version in the known form."""
+    if _loaded_version:
+        return _loaded_version[0]
+    version = _read_version()
+    if ROOT in sys.modules:
+        _loaded_version[:] = [version]
+    return version
+
+
+def _read_version() -> tuple[int, int] | None:
     try:
         spec = importlib.util.find_spec(ROOT) if ROOT not in sys.modules else None
         locations = (
