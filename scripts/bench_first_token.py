@@ -278,11 +278,12 @@ def main() -> int:
         ),
     ]
     print(f"first answer over HTTP (fake API), median of {runs} runs")
+    width = max(len(f["name"]) for f in figures)
     for f in figures:
         status = "" if f["ok"] is None else ("OK" if f["ok"] else "MISS")
         floor = f"floor {f['floor']}" if "floor" in f else ""
         print(
-            f"  {f['name']:<40} {f['value']:>9} {f['unit']:<3} {f['target']:<10} {status:<4}"
+            f"  {f['name']:<{width}} {f['value']:>9} {f['unit']:<3} {f['target']:<10} {status:<4}"
             f" {floor}"
         )
     if args.json:
