@@ -77,11 +77,12 @@ __all__ = [
 
 ROOT = "anthropic"
 KNOWN_VERSIONS: frozenset[tuple[int, int]] = frozenset({(2, 14)})
-"""The SDK's (major, minor) versions whose `__init__` files and deferred names this module
-was checked against (tests/test_lazy_sdk.py, on the version installed). Add a version here
-only once those tests pass against it."""
+"""The SDK's (major, minor) versions whose internals were checked: this module's `__init__`
+files and deferred names (tests/test_lazy_sdk.py), `call.py`'s call and stream
+(tests/test_provider_anthropic_call.py, tests/test_provider_anthropic_sse.py), on the
+version installed. Add a version here only once those tests pass against it."""
 SWITCH = "DEFECT_PRIVATE_PATHS"
-"""`off` (or `0`, `no`, `false`) keeps every SDK import eager, whatever the version."""
+"""`off` (or `0`, `no`, `false`) keeps the SDK to its documented use, whatever the version."""
 _OFF = frozenset({"off", "0", "no", "false"})
 _VERSION_LINE = re.compile(r"""^__version__\s*=\s*["'](\d+)\.(\d+)[.\w-]*["']""", re.MULTILINE)
 # Functions a re-export package hands out as forwarders until their module loads (see the
@@ -141,8 +142,9 @@ def _read_version() -> tuple[int, int] | None:
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the lazy path may be used: the installed SDK is one of `KNOWN_VERSIONS` and
-    `environ` (default: the process's) does not set `DEFECT_PRIVATE_PATHS` off."""
+    """Whether the SDK's internals may be used (the lazy import, `call.py`'s call): the
+    installed SDK is one of `KNOWN_VERSIONS` and `environ` (default: the process's) does not
+    set `DEFECT_PRIVATE_PATHS` off."""
     environ = os.environ if environ is None else environ
     if environ.get(SWITCH, "").strip().lower() in _OFF:
         return False
