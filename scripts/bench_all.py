@@ -168,6 +168,8 @@ def format_target(target: Any, unit: str) -> str:
 def format_floor(floor: Any, unit: str) -> str:
     if floor is None or floor == "":
         return "—"
+    if isinstance(floor, str):
+        return floor  # a floor described in words carries its own unit
     return format_value(floor, unit)
 
 
@@ -297,8 +299,8 @@ HEADLINE: tuple[Headline, ...] = (
 """At most 15 rows (tests/test_bench_headline.py). The first token's floor imports what the
 first request needs one after the other; the agent loads the SDK while the editor's
 handshake runs, so it stays near that floor (the absolute target was 1200 ms; the floor
-measured 1036 ms on a machine where `import acp` took 729 ms). The memory targets were absolute (110 MB,
-250 MB) where `import acp` peaked at 41 MB."""
+measured 1036 ms on a machine where `import acp` took 729 ms). The memory targets were
+absolute (110 MB, 250 MB) where `import acp` peaked at 41 MB."""
 
 
 def _number(value: Any) -> float | None:
