@@ -303,9 +303,12 @@ measured 1036 ms on a machine where `import acp` took 729 ms). The memory target
 absolute (110 MB, 250 MB) where `import acp` peaked at 41 MB."""
 
 
-def _number(value: Any) -> float | None:
+def _number(value: Any, *, floor: bool = False) -> float | None:
+    """`value` as a finite number (a floor: above zero, as it divides), else None."""
     ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return float(value) if ok and math.isfinite(value) and value > 0 else None
+    if not ok or not math.isfinite(value) or value < 0 or (floor and value == 0):
+        return None
+    return float(value)
 
 
 def _matches(runs: list[BenchRun], bench: str, pattern: str) -> list[dict[str, Any]]:
@@ -328,14 +331,14 @@ def headline_rows(runs: list[BenchRun], yardstick_ms: float | None) -> list[dict
         for f in _matches(runs, h.bench, h.figure):
             value, unit = _number(f.get("value")), str(f.get("unit") or "")
             if h.floor == YARDSTICK:
-                floor = yardstick_ms
+                floor = yardstick_ms if yardstick_ms else None
                 value = value * _TO_MS[unit] if value is not None and unit in _TO_MS else None
             elif h.floor == "own":
-                floor = _number(f.get("floor"))
+                floor = _number(f.get("floor"), floor=True)
             else:
                 bench, _, pattern = h.floor.partition(":")
                 others = _matches(runs, bench, pattern)
-                floor = _number(others[0].get("value")) if others else None
+                floor = _number(others[0].get("value"), floor=True) if others else None
             if value is not None and floor is not None:
                 candidates.append((value, floor, f))
         if h.pick == "worst":

@@ -149,3 +149,15 @@ def test_each_row_names_a_figure_its_benchmark_writes(row: Any) -> None:
 
 def _literal(pattern: str) -> str:
     return re.split(r"[,\\.*+?()\[\]$^]", pattern)[0].rstrip()
+
+
+def test_a_zero_value_is_measured_and_a_zero_floor_is_not() -> None:
+    runs = _runs()
+    turn = next(r for r in runs if r.name == "turn")
+    turn.figures[0] = _figure("agent overhead per round trip", 0.0)
+    startup = next(r for r in runs if r.name == "startup")
+    startup.figures[0] = _figure("spawn → session/new answered", 900.0, floor=0.0)
+    rows = {r["label"]: r for r in headline_rows(runs, REFERENCE_ACP_MS)}
+    assert rows["turn overhead per round trip"]["ok"] is True
+    assert rows["turn overhead per round trip"]["ratio"] == 0.0
+    assert rows["start-up: spawn → session/new"]["ok"] is None
