@@ -350,7 +350,7 @@ def headline_rows(runs: list[BenchRun], yardstick_ms: float | None) -> list[dict
         if h.set_as:
             here = f" = {format_value(h.ratio * yardstick_ms, 'ms')} here" if yardstick_ms else ""
             target += f"{here} ({h.set_as} where import acp took {REFERENCE_ACP_MS:g} ms)"
-        row: dict[str, Any] = {"label": h.label, "target": target, "ok": None}
+        row: dict[str, Any] = {"label": h.label, "bench": h.bench, "target": target, "ok": None}
         row["floor_label"] = "import acp: the machine" if h.floor == YARDSTICK else h.floor_label
         if not candidates:
             rows.append({**row, "value": None, "unit": "", "floor": None, "ratio": None})
@@ -443,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     yardsticks += [y for y in [yardstick_ms()] if y is not None]
     yardstick = statistics.median(yardsticks) if yardsticks else None
     headline = headline_rows(runs, yardstick)
+    if args.only:  # a partial run: the rows of the benchmarks it ran
+        headline = [r for r in headline if r["bench"] in {run.name for run in runs}]
     print(headline_table(headline))
     if yardstick is not None:
         print(
