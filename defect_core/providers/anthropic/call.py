@@ -6,9 +6,10 @@ stream=True, extra_body=...)` sends, sent without importing the SDK's messages r
 body httpx hands over (`response.aiter_raw()`, its public reader).
 
 Why: `anthropic.resources.messages.messages` imports, at module level, the batches resource,
-the request-parameter types of both the Messages API and its beta (about 600 modules of
+the request-parameter types of both the Messages API and its beta (hundreds of modules of
 pydantic models and typed dicts) and `lib.streaming` (which parametrises generic models as
-it loads): about half of the SDK's import time, all of it on the first prompt's wait, and
+it loads): much of the SDK's import time, all of it on the first prompt's wait
+(scripts/bench_first_token.py prints that wait both ways, `lazy_sdk.enabled`), and
 none of it used by a streamed `create`, which only puts the body in its key order and calls
 the client's `_post`. This module makes that same call (same path, body, headers, options,
 span name and route), so the SDK's own client still builds, signs (Bedrock), sends, retries
