@@ -52,7 +52,9 @@ Invariants:
   observer waits for the stream's items (the Anthropic API route, tracing off); anywhere
   else (Bedrock's event stream, an SDK whose stream looks otherwise) the SDK's stream is
   iterated as it is, one event per batch. A test pins that the SDK this project installs
-  takes defect's reader (tests/test_provider_anthropic_sse.py).
+  takes defect's reader (tests/test_provider_anthropic_sse.py). It is kept for a fast
+  stream's deltas: read by the SDK one by one, a burst's p95 latency (scripts/bench_turn.py,
+  one session) missed its target more often.
 """
 
 from __future__ import annotations
