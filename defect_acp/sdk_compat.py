@@ -140,7 +140,8 @@ def prepare_pydantic() -> list[str]:
     """Import the ACP SDK in about half the time; returns the names of what applied.
 
     Call before the first `import acp`. An editor waits on `initialize` and `session/new`, and
-    `import acp` is most of that wait (~0.6 s): `acp.schema` defines ~270 pydantic models whose
+    `import acp` is most of that wait (scripts/bench_startup.py prints it as the floor):
+    `acp.schema` defines some hundreds of pydantic models whose
     base config asks pydantic to read every field's docstring from the source file
     (`use_attribute_docstrings`; below Python 3.13 that re-parses each class with `ast`), and
     pydantic builds every validator eagerly. Field docstrings only feed JSON-schema

@@ -232,9 +232,9 @@ class DefectAgent:
             raise to_request_error(err) from None
         self._attach(session)
         if not self._warmed:
-            # ~25 ms once per process: cheap next to the editor's wait for session/new, and
-            # it spares the first prompt the deferred validator builds. The provider's SDK
-            # (1-2 s to import) loads in a background thread while the user types.
+            # Once per process: cheap next to the editor's wait for session/new, and it
+            # spares the first prompt the deferred validator builds. The provider's SDK (the
+            # longest import) loads in a background thread while the user types.
             self._warmed = True
             warm_turn_path()
             self._core.warm()

@@ -7,9 +7,9 @@ Invariant: nothing here writes to stdout. Under `defect acp`, stdout carries JSO
 nothing else (docs/architecture.md, rule 5); a stray line there corrupts the protocol stream.
 
 structlog imports `rich` for its console renderer whenever `rich` is installed (a development
-tool brings it), which costs about 100 ms on the path an editor waits on (`initialize`). defect
-renders JSON lines, never the console: `structlog` is imported with `rich` hidden, unless
-something imported `rich` already.
+tool brings it), a cost on the path an editor waits on (`initialize`: scripts/bench_startup.py
+prints it against the `import acp` floor). defect renders JSON lines, never the console:
+`structlog` is imported with `rich` hidden, unless something imported `rich` already.
 
 Configuration: `DEFECT_LOG_LEVEL` (debug, info, warning — the default —, error) and
 `DEFECT_LOG_FILE` (also append the lines to this file). The lines are JSON, or with

@@ -58,9 +58,12 @@ The fake's sockets get TCP_NODELAY here so it answers "instantly" (Nagle's algor
 otherwise hold its small writes for the client's delayed ACK, up to 40 ms, and charge that
 wait to the agent).
 
+`--public-path` runs the agent with `DEFECT_PRIVATE_PATHS=off` (the `anthropic` SDK used as
+documented: docs/architecture.md, "Private internals"), to compare the two.
+
 Usage: python scripts/bench_turn.py [--runs N | --quick] [--round-trips N] [--pace S]
                                    [--burst-deltas N] [--burst-ms MS] [--sessions N]
-                                   [--json PATH]
+                                   [--public-path] [--json PATH]
 Exits 0 whatever the figures.
 """
 
@@ -329,7 +332,12 @@ def burst_reply(first_mark: int, burst: Burst) -> fp.Reply:
 
 
 async def run(
-    runs: int, round_trips: int, deltas_per_reply: int, pace: float, fast: Burst
+    runs: int,
+    round_trips: int,
+    deltas_per_reply: int,
+    pace: float,
+    fast: Burst,
+    private_paths: bool = True,
 ) -> dict[str, Any]:
     received: dict[int, float] = {}
 
@@ -351,6 +359,7 @@ async def run(
                 ANTHROPIC_API_KEY=fp.DEFAULT_API_KEY,
                 DEFECT_REASONING_EFFORT="off",
                 DEFECT_LOG_LEVEL="warning",
+                **({} if private_paths else {"DEFECT_PRIVATE_PATHS": "off"}),
             )
             stamps = Path(workspace) / "stamps.txt"
             relay = [sys.executable, str(REPO / "scripts" / "stamp_relay.py"), str(stamps)]
@@ -521,13 +530,27 @@ def main() -> int:
     parser.add_argument("--burst-ms", type=float, default=50.0, help="how fast they come, in ms")
     parser.add_argument("--sessions", type=int, default=4, help="sessions streaming at once")
     parser.add_argument("--quick", action="store_true", help="2 measured prompts")
+    parser.add_argument(
+        "--public-path",
+        action="store_true",
+        help="the SDK used as documented (DEFECT_PRIVATE_PATHS=off), to compare",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.quick:
         args.runs = min(args.runs, 2)
     try:
         burst = Burst(args.burst_deltas, args.burst_ms / 1000, args.sessions)
-        result = asyncio.run(run(args.runs, args.round_trips, args.deltas, args.pace, burst))
+        result = asyncio.run(
+            run(
+                args.runs,
+                args.round_trips,
+                args.deltas,
+                args.pace,
+                burst,
+                private_paths=not args.public_path,
+            )
+        )
     except Exception as exc:  # a benchmark reports; it does not fail the build
         sys.stderr.write(f"bench_turn: could not measure: {type(exc).__name__}: {exc}\n")
         result = None

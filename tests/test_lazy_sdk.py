@@ -3,24 +3,33 @@
 `defect_core/providers/anthropic/lazy_sdk.py` loads `anthropic` (and its re-export packages)
 without running their `__init__`; a name resolves on first use. Each check runs in a fresh
 interpreter (the test process may already hold the SDK, imported eagerly), against the SDK
-this project installs, so an SDK release that breaks the assumptions fails here first.
+this project installs, so an SDK release that breaks the assumptions fails here first: the
+installed version must be one the module knows, and the switch (`lazy_sdk.enabled`) must
+leave the import eager for any other version, or when `DEFECT_PRIVATE_PATHS=off`.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
+from defect_core.providers.anthropic import lazy_sdk
 
-def _run(code: str) -> Any:
+
+def _run(code: str, env: dict[str, str] | None = None) -> Any:
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
@@ -199,3 +208,59 @@ def test_the_error_classes_run_on_the_first_error_and_give_the_eager_classes() -
     assert lazy[1:] == eager[1:]
     # (`__module__` is not compared: the eager `__init__` renames it, lazy_sdk's docstring)
     assert {name for name, _ in lazy[1]} >= {"RateLimitError", "BadRequestError"}
+
+
+def test_the_installed_sdk_is_a_version_the_lazy_path_knows() -> None:
+    # A new SDK release installed here fails this first: check the tests above pass against
+    # it, then add its (major, minor) to `KNOWN_VERSIONS`.
+    installed = importlib.metadata.version("anthropic")
+    major, minor = (int(part) for part in installed.split(".")[:2])
+    assert lazy_sdk.sdk_version() == (major, minor)
+    assert (major, minor) in lazy_sdk.KNOWN_VERSIONS, installed
+    assert lazy_sdk.enabled({})
+
+
+_EAGER_CHECK = """
+    import json, sys
+    from defect_core.providers.anthropic import client, lazy_sdk
+    sdk = client.import_sdk()
+    print(json.dumps({
+        "enabled": lazy_sdk.enabled(),
+        "version": lazy_sdk.sdk_version(),
+        "lazy": lazy_sdk.lazily_loaded(sdk.anthropic),
+        "finder": any(isinstance(f, lazy_sdk.LazyPackageFinder) for f in sys.meta_path),
+        "client": sdk.anthropic.AsyncAnthropic.__name__,
+    }))
+    """
+
+
+def test_the_switch_set_off_keeps_the_sdk_import_eager() -> None:
+    env = {**os.environ, lazy_sdk.SWITCH: "off"}
+    result = _run(_EAGER_CHECK, env)
+    assert result["enabled"] is False
+    assert result["lazy"] is False and result["finder"] is False
+    assert result["client"] == "AsyncAnthropic"  # the documented import, whole
+    on = _run(_EAGER_CHECK, {k: v for k, v in os.environ.items() if k != lazy_sdk.SWITCH})
+    assert on["enabled"] is True and on["lazy"] is True and on["finder"] is True
+
+
+def test_an_sdk_version_the_module_does_not_know_keeps_the_import_eager(tmp_path: Path) -> None:
+    # The real SDK, seen through a package directory that says another version: the same
+    # files but `_version.py`, first on the path.
+    spec = importlib.util.find_spec("anthropic")
+    assert spec is not None and spec.origin is not None
+    real = Path(spec.origin).parent
+    shadow = tmp_path / "anthropic"
+    shadow.mkdir()
+    for entry in real.iterdir():
+        if entry.name != "_version.py":
+            (shadow / entry.name).symlink_to(entry)
+    (shadow / "_version.py").write_text(
+        '__title__ = "anthropic"\n__version__ = "9.1.0"\n', encoding="utf-8"
+    )
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    result = _run(_EAGER_CHECK, {**os.environ, "PYTHONPATH": path})
+    assert result["version"] == [9, 1]
+    assert result["enabled"] is False
+    assert result["lazy"] is False and result["finder"] is False
+    assert result["client"] == "AsyncAnthropic"

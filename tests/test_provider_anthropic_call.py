@@ -24,7 +24,7 @@ import pytest
 
 from defect_core.config import Settings
 from defect_core.model import Message, TextBlock
-from defect_core.providers.anthropic import anthropic_provider, bedrock_provider, call
+from defect_core.providers.anthropic import anthropic_provider, bedrock_provider, call, lazy_sdk
 from defect_core.providers.anthropic.call import create_stream, ordered_body
 from defect_core.providers.anthropic.provider import AnthropicProvider
 from defect_core.providers.anthropic.request import encode_request, route_options
@@ -364,3 +364,49 @@ async def test_the_loop_is_handed_back_between_closing_the_stream_and_assembling
         ticker.stop()
     assert isinstance(chunks[-1], Completed) and chunks[-1].message.text() == "hello there"
     assert seen["closed"] < seen["assembling"], seen
+
+
+@pytest.mark.parametrize("route", ["anthropic", "bedrock"])
+async def test_with_the_sdks_internals_switched_off_the_call_is_messages_create(
+    fake_provider: FakeProvider,
+    opened: list[AnthropicProvider],
+    monkeypatch: pytest.MonkeyPatch,
+    route: str,
+) -> None:
+    # `DEFECT_PRIVATE_PATHS=off` (as for an SDK version `lazy_sdk` does not know): the call
+    # is the SDK's own `messages.create`, iterated by the SDK, and the reply streams as
+    # through the call below it: the same chunks, the same message.
+    from anthropic.resources.messages import AsyncMessages
+
+    settings = Settings(
+        provider=route, base_url=fake_provider.url, bedrock_base_url=fake_provider.url
+    )
+    provider = (anthropic_provider if route == "anthropic" else bedrock_provider)(settings)
+    opened.append(provider)
+    created: list[bool] = []
+    create = AsyncMessages.create
+
+    async def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        created.append(kwargs.get("stream") is True)
+        return await create(self, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncMessages, "create", counting)
+    reply = Reply.thinking(
+        "first I think",
+        Reply.tool_use("toolu_01", "lookup", {"key": "a value"}, text_before="some text hére"),
+    )
+    fake_provider.enqueue(reply, reply)
+    streamed: dict[str, list[Any]] = {}
+    for switch in ("on", "off"):
+        monkeypatch.setenv(lazy_sdk.SWITCH, switch)
+        assert lazy_sdk.enabled() is (switch == "on")
+        streamed[switch] = [chunk async for chunk in provider.stream(_request(provider))]
+        assert created == ([] if switch == "on" else [True])
+    on, off = streamed["on"], streamed["off"]
+    assert isinstance(off[-1], Completed) and isinstance(on[-1], Completed)
+    assert off[-1].message == on[-1].message and off[-1].stop_reason == "tool_use"
+    assert [type(c) for c in off] == [type(c) for c in on]
+    assert off[:-1] == on[:-1]
+    sdk, ours = fake_provider.requests[-2:]
+    assert not sdk.rejected and not ours.rejected
+    assert ours.raw_body == sdk.raw_body  # the same request, byte for byte

@@ -8,9 +8,8 @@ every byte. The others stream replies from the strict fake API on 127.0.0.1 thro
 SDK both ways - the stream `create_stream` returns iterated by the SDK, and read with
 `stream_batches` - and compare the events, and the exception of an `error` event, and pin
 that the SDK this project installs takes defect's reader on the Anthropic API route. The last
-ones read the body off its HTTP/1.1 connection (`body.py`, its socket read by
-`socket_reads.py`): the connection is kept alive after, and a connection dropped mid-body
-raises what httpx raises.
+ones read the body through httpx's public reader over plain HTTP and TLS: the connection is
+kept alive after, and a connection dropped mid-body raises what the SDK's iteration raises.
 """
 
 from __future__ import annotations
@@ -23,11 +22,9 @@ from typing import Any
 import pytest
 
 from defect_core.config import Settings
-from defect_core.providers.anthropic import anthropic_provider, body
-from defect_core.providers.anthropic.body import body_reads
+from defect_core.providers.anthropic import anthropic_provider
 from defect_core.providers.anthropic.call import create_stream, stream_batches
 from defect_core.providers.anthropic.provider import AnthropicProvider
-from defect_core.providers.anthropic.socket_reads import socket_reads
 from defect_core.providers.anthropic.sse import SseReader, read_events
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply
 from tests.support.tls import self_signed
@@ -224,48 +221,33 @@ def _local_port(response: Any) -> int:
 
 
 @pytest.mark.anyio
-async def test_the_body_is_read_off_its_connection_which_is_then_reused(
+async def test_the_connection_is_reused_once_a_body_is_read(
     fake_provider: FakeProvider, provider: AnthropicProvider
 ) -> None:
     client, _ = await provider._ready()
     fake_provider.enqueue(Reply.text("first answer here"), Reply.text("second answer"))
     body = {"model": provider.default_model(), **BODY}
     stream = await create_stream(client, body)
-    reads = body_reads(stream.response)
-    assert reads is not None  # the httpx2/httpcore2 installed are read off the connection
-    network = stream.response.extensions["network_stream"]
-    assert socket_reads(network) is not None  # and its socket as it fills (socket_reads.py)
-    seen = [data async for batch in read_events(reads, _no_error, 200) for data in batch]
-    assert not network._stream._transport.is_reading()  # left as anyio leaves it, for the pool
+    seen = [data async for batch in stream_batches(stream) for data in batch]
     await stream.close()
     assert [e["type"] for e in seen][-1] == "message_stop"
     text = "".join(e["delta"]["text"] for e in seen if e["type"] == "content_block_delta")
     assert text == "first answer here"
     again = await create_stream(client, body)
-    assert body_reads(again.response) is not None
     assert _local_port(again.response) == _local_port(stream.response)  # kept alive
     await again.close()
 
 
 @pytest.mark.anyio
-async def test_over_tls_the_body_is_read_off_its_socket_as_over_plain_http(
+async def test_over_tls_the_body_reads_as_through_the_sdk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The real API's transport: the SDK's own client over HTTPS (trusting the fake's
-    certificate through `SSL_CERT_FILE`, as httpx reads it), read by `socket_reads`' TLS
-    path, gives the events the SDK's own iteration gives."""
+    certificate through `SSL_CERT_FILE`, as httpx reads it) gives the events the SDK's own
+    iteration gives."""
     _isolated(monkeypatch, "SSL_CERT_")
     tls = self_signed(tmp_path, "127.0.0.1")
     monkeypatch.setenv("SSL_CERT_FILE", str(tls.cert))
-    taken: list[str] = []
-    reads_of = body.socket_reads
-
-    def spied(network: Any) -> Any:
-        reads = reads_of(network)
-        taken.append(type(reads).__name__)
-        return reads
-
-    monkeypatch.setattr(body, "socket_reads", spied)
     with FakeProvider(tls=tls.server) as fake:
         assert fake.url.startswith("https://")
         provider = anthropic_provider(Settings(provider="anthropic", base_url=fake.url))
@@ -277,33 +259,29 @@ async def test_over_tls_the_body_is_read_off_its_socket_as_over_plain_http(
         finally:
             await provider.aclose()
     assert theirs == ours
-    assert taken == ["_TlsReads"]  # the one body read here went through the TLS reads
+    assert "message_stop" in {e["type"] for e in ours}
     assert not any(r.rejected for r in fake.requests)
 
 
-def _no_error(message: str, body: object) -> Exception:
-    raise AssertionError(f"no error event was sent: {message}")
-
-
 @pytest.mark.anyio
-async def test_a_connection_dropped_mid_body_raises_what_httpx_raises(
+async def test_a_connection_dropped_mid_body_raises_what_the_sdk_raises(
     fake_provider: FakeProvider, provider: AnthropicProvider
 ) -> None:
     client, _ = await provider._ready()
     dropped = Reply.text("partial answer here").cut(4, abrupt=True)
     fake_provider.enqueue(dropped, dropped)
     body = {"model": provider.default_model(), **BODY}
-    raised: list[BaseException] = []
-    for read_here in (False, True):
-        stream = await create_stream(client, body)
-        reads = body_reads(stream.response) if read_here else stream.response.aiter_raw()
-        assert reads is not None
-        with pytest.raises(Exception) as failure:  # which one: compared below
-            async for _ in read_events(reads, _no_error, 200):
-                pass
-        raised.append(failure.value)
-        await stream.close()
-    theirs, ours = raised
+    stream = await create_stream(client, body)
+    with pytest.raises(Exception) as sdk_raised:  # which one: compared below
+        async for _ in stream:
+            pass
+    await stream.close()
+    stream = await create_stream(client, body)
+    with pytest.raises(Exception) as we_raised:
+        async for _ in stream_batches(stream):
+            pass
+    await stream.close()
+    theirs, ours = sdk_raised.value, we_raised.value
     assert type(ours) is type(theirs) and type(ours).__name__ == "RemoteProtocolError"
     assert str(ours) == str(theirs)
 

@@ -71,7 +71,8 @@ def clean_prefix(messages: Sequence[Message]) -> CleanPrefix:
             proof.messages += messages[start:end]
             if taken:
                 # The scan's set is new and ours: adopted as it is when nothing was proven yet
-                # (building the set again cost a first request of a long session ~7%).
+                # (building the set again was a visible share of a long session's first
+                # request: scripts/bench_repair.py).
                 if proof.state:
                     proof.state |= taken
                 else:

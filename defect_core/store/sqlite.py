@@ -22,16 +22,15 @@ Invariants:
   "locked" error only after the timeout).
 
 Durability: WAL with `synchronous=FULL` by default; `DEFECT_STORE_SYNC=normal` (or the
-`synchronous` argument) trades it for speed. Measured on this 2-core VM (scripts/bench_store.py,
-realistic messages, FULL and NORMAL rounds interleaved): FULL costs ~0.25 ms median and
-0.5-1.1 ms p99 (12 rounds of 1,000 appends, all ≤ 2 ms), NORMAL ~0.06 ms median and 0.3-0.7 ms
-p99. FULL meets the 2 ms p99 budget, so a committed message survives power loss too, not only
+`synchronous` argument) trades it for speed. scripts/bench_store.py measures both (realistic
+messages, FULL and NORMAL rounds interleaved) and prints an append's median and p99 against
+the 2 ms p99 budget: FULL meets it, so a committed message survives power loss too, not only
 a process kill (all WAL+NORMAL promises: there the WAL is fsynced at checkpoints only, and a
 power cut can roll back the last commits, though never corrupt the database). The cost of FULL
-is an fsync per commit, which queues behind other processes' disk writes: while other jobs
-hammered this disk, FULL's p99 rose to 4-10 ms where NORMAL mostly stayed under 0.5 ms. That
-latency is paid on the store's worker thread (`AsyncStore`), never on the event loop, and is
-small against a model turn; a lost tail after a power cut would only be what a kill between two
+is an fsync per commit, which queues behind other processes' disk writes: on a disk other jobs
+hammer, FULL's p99 rises several times more than NORMAL's. That latency is paid on the
+store's worker thread (`AsyncStore`), never on the event loop, and is small against a model
+turn; a lost tail after a power cut would only be what a kill between two
 commits leaves anyway (an orphan `tool_use` at worst, which the outbound repair handles).
 
 Threads: the connection is opened with `check_same_thread=False` and every call is serialised

@@ -7,7 +7,7 @@ has it written back (`flush`) when anything was new. The session core names the 
 or written and every schema is derived, as before.
 
 Why: deriving the schemas is pydantic's JSON-schema generation (and, for models whose build
-is deferred, their core schemas), 10-15 ms of CPU for the built-in set, and every new
+is deferred, their core schemas), milliseconds of CPU for the built-in set, and every new
 `defect acp` process paid it on its first prompt, for the same code every time
 (`scripts/bench_startup.py`, "first offline 'hello' turn").
 
@@ -45,7 +45,7 @@ log = get_logger("defect.tools")
 FILENAME = "tool-schemas.json"
 FORMAT = 1
 # hashlib, json and re are imported by the first lookup: this module is imported on the
-# `initialize` path (by `tools.base`), where the OpenSSL behind hashlib alone costs ~1 ms.
+# `initialize` path (by `tools.base`), where loading the OpenSSL behind hashlib is a cost.
 
 
 class SchemaCache:

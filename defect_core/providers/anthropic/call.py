@@ -2,12 +2,14 @@
 
 Owns `create_stream(client, body, extra_body=...)`: the request `client.messages.create(**body,
 stream=True, extra_body=...)` sends, sent without importing the SDK's messages resource; and
-`stream_batches(stream)`: the events of the stream it returned, one batch per network read.
+`stream_batches(stream)`: the events of the stream it returned, one batch per piece of the
+body httpx hands over (`response.aiter_raw()`, its public reader).
 
 Why: `anthropic.resources.messages.messages` imports, at module level, the batches resource,
-the request-parameter types of both the Messages API and its beta (about 600 modules of
+the request-parameter types of both the Messages API and its beta (hundreds of modules of
 pydantic models and typed dicts) and `lib.streaming` (which parametrises generic models as
-it loads): about half of the SDK's import time, all of it on the first prompt's wait, and
+it loads): much of the SDK's import time, all of it on the first prompt's wait
+(scripts/bench_first_token.py prints that wait both ways, `lazy_sdk.enabled`), and
 none of it used by a streamed `create`, which only puts the body in its key order and calls
 the client's `_post`. This module makes that same call (same path, body, headers, options,
 span name and route), so the SDK's own client still builds, signs (Bedrock), sends, retries
@@ -35,17 +37,24 @@ Invariants:
 - The request is built in slices, the event loop handed back between them: after the body's
   translation (`request.encode_request`), after its encoding, and, through the request hook
   every client is built with (`client.py`), between the SDK's request build and httpx's
-  send. A build held the loop about 1.5 ms in one piece, during which the deltas of every
-  other session streaming waited (scripts/bench_turn.py, sessions at once). A test pins
+  send. A build held the loop in one piece, during which the deltas of every other session
+  streaming waited (scripts/bench_turn.py, sessions at once). A test pins
   that another task runs between the slices (tests/test_provider_anthropic_call.py).
 - Cheap until used: importing this module loads no SDK; the call resolves the SDK's modules
   (loaded by then: `client.load_sdk`) when it runs.
+- Only where the SDK's internals are known (`lazy_sdk.enabled`: a known SDK version, the
+  switch not set off). Anywhere else `create_stream` is the SDK's own
+  `client.messages.create(**body, stream=True, extra_body=...)` and `stream_batches` its
+  own iteration, one event per batch (the SDK's event objects, which `stream_events` takes
+  as they are). A test streams a reply both ways (tests/test_provider_anthropic_call.py).
 - `stream_batches` reads the response with defect's own SSE reader (`sse.py`: the same
   events and errors) only where the SDK would run its plain `SSEDecoder` and no tracing
   observer waits for the stream's items (the Anthropic API route, tracing off); anywhere
   else (Bedrock's event stream, an SDK whose stream looks otherwise) the SDK's stream is
   iterated as it is, one event per batch. A test pins that the SDK this project installs
-  takes defect's reader (tests/test_provider_anthropic_sse.py).
+  takes defect's reader (tests/test_provider_anthropic_sse.py). It is kept for a fast
+  stream's deltas: read by the SDK one by one, a burst's p95 latency (scripts/bench_turn.py,
+  one session) missed its target more often.
 """
 
 from __future__ import annotations
@@ -57,7 +66,7 @@ from typing import Any
 
 import anyio
 
-from defect_core.providers.anthropic.body import body_reads
+from defect_core.providers.anthropic import lazy_sdk
 from defect_core.providers.anthropic.sse import read_events
 
 __all__ = ["MESSAGES_PATH", "SPAN_NAME", "create_stream", "ordered_body", "stream_batches"]
@@ -86,7 +95,9 @@ async def create_stream(
     """`await client.messages.create(**body, stream=True, extra_body=extra_body)`: the SDK's
     `AsyncStream` of the raw stream events, each as the JSON the SDK parsed (to read with
     `stream_events.stream_event`: its deltas without a model apiece), or the SDK's
-    exception."""
+    exception. Where the SDK's internals are not known, the SDK's own call (the docstring)."""
+    if not lazy_sdk.enabled():
+        return await client.messages.create(**body, stream=True, extra_body=extra_body)
     base = importlib.import_module("anthropic._base_client")
     streaming = importlib.import_module("anthropic._streaming")
     message = importlib.import_module("anthropic.types.message")
@@ -131,8 +142,10 @@ def _encoded(client: Any, body: dict[str, Any], extra_body: object) -> bytes | N
 
 def stream_batches(stream: Any) -> AsyncGenerator[list[Any], None]:
     """The events of `stream` (what `create_stream` returned), each as the JSON the SDK would
-    have yielded, one list per network read; raises what the SDK's iteration raises. Close
-    it (or read it to its end), then close `stream`."""
+    have yielded, one list per piece of the body httpx hands over; raises what the SDK's
+    iteration raises. Close it (or read it to its end), then close `stream`."""
+    if not lazy_sdk.enabled():
+        return _one_by_one(stream)
     decoder = getattr(stream, "_decoder", None)
     sse_decoder = importlib.import_module("anthropic._streaming").SSEDecoder
     if type(decoder) is not sse_decoder or getattr(stream, "_observer", True) is not None:
@@ -144,10 +157,8 @@ def stream_batches(stream: Any) -> AsyncGenerator[list[Any], None]:
         error: Exception = client._make_status_error(message, body=body, response=response)
         return error
 
-    body = body_reads(response)
-    if body is None:
-        encoded = response.headers.get("content-encoding", "identity") != "identity"
-        body = response.aiter_bytes() if encoded else response.aiter_raw()
+    encoded = response.headers.get("content-encoding", "identity") != "identity"
+    body = response.aiter_bytes() if encoded else response.aiter_raw()
     return read_events(body, make_error, response.status_code)
 
 

@@ -106,7 +106,10 @@ def preload_sdk() -> None:
         if _preload is not None:
             return
         lazy_sdk.install()
-        _preload = BackgroundImport(SDK_PATH, then=_touch_names, name="defect-sdk-import")
+        # Where the SDK's internals are not known, its modules are imported by their public
+        # names only (`import anthropic` brings the rest).
+        path = SDK_PATH if lazy_sdk.enabled() else SDK_PATH[:2]
+        _preload = BackgroundImport(path, then=_touch_names, name="defect-sdk-import")
         _preload.start()
 
 
@@ -139,7 +142,8 @@ def freeze_once() -> None:
     validators and client (tens of thousands of objects, as long-lived as the process, most
     of them loaded lazily by that call) are all there. The CLI does the same with what it
     imported before serving (`defect_acp/cli.py`). Left in, every full collection walked them
-    all: about 20 ms of CPU on the event loop, a stall of every stream at once."""
+    all on the event loop: a stall of every stream at once (scripts/bench_turn.py prints the
+    delta latencies it would show up in)."""
     global _frozen
     if not _frozen:
         _frozen = True

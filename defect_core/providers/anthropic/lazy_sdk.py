@@ -1,9 +1,18 @@
 """Importing only the part of the `anthropic` SDK a streamed Messages call uses.
 
-Owns `install()`, which puts `LazyPackageFinder` on `sys.meta_path` (once per process).
+Owns `install()`, which puts `LazyPackageFinder` on `sys.meta_path` (once per process), and
+the switch for every reach into the SDK's internals (`enabled`): this module's finder, and
+the streamed call below the SDK's messages resource (`call.py`, read by `stream_events.py`).
+It says yes only for the SDK versions whose internals were checked (`KNOWN_VERSIONS`, read
+from the installed `anthropic/_version.py` without importing the package), and never when
+`DEFECT_PRIVATE_PATHS=off`. Anywhere else the SDK is used as documented (`import anthropic`,
+its whole `__init__`; `client.messages.create(stream=True)` and its own iteration): slower
+to the first token, the same requests and events. docs/architecture.md, "Private
+internals", lists every private name read; scripts/bench_first_token.py prints the first
+prompt's wait both ways in the same run.
 
 Why: `import anthropic` runs the package's `__init__`, which imports every type of every API
-the SDK covers (3,400 modules, most of them pydantic models: ~1-2 s, the whole wait of the
+the SDK covers (thousands of modules, most of them pydantic models: most of the wait of the
 first prompt), while a Messages stream needs the client, the messages resource and the
 event types (about a third of that). Most of the SDK's package `__init__` files only
 re-export names (`from .message import Message as Message`); this finder loads such a
@@ -21,20 +30,22 @@ Invariants:
   function that imports the module on its first call and calls the real one (same arguments,
   same result; only its identity differs, and it is not kept in the package). The SDK's
   client imports these OpenTelemetry helpers at module level but calls them only for a span
-  that records, and their module imports the beta API's types (~500 modules, most of the
-  rest of the first prompt's wait). Once the module is loaded, the real function is given.
+  that records, and their module imports the beta API's types (hundreds of modules, most of
+  the rest of the first prompt's wait). Once the module is loaded, the real function is given.
 - Likewise for the plain modules of `DEFERRED_MODULES`: `anthropic._error_classes` (the typed
-  error of every API error code, ~120 modules of beta types) is created without running; its
-  `make_status_error`, which the client calls on an error answer only, is a forwarder that
-  runs the module first; any other name runs it at once (the plain import, just later).
+  error of every API error code, over a hundred modules of beta types) is created without
+  running; its `make_status_error`, which the client calls on an error answer only, is a
+  forwarder that runs the module first; any other name runs it at once (the plain import,
+  just later).
 - Only packages whose `__init__` is nothing but relative `from . import` statements,
   `__all__` and a docstring are loaded lazily - except the top package `anthropic`, whose
   few other statements are known: star imports (resolved through each source's `__all__`),
   `import typing`, a `TYPE_CHECKING` block, the logging set-up (`_setup_logging()`, run here
   when the lazy package is created, so `ANTHROPIC_LOG` still works) and the renaming loop.
   Any other statement, or an `__init__` that does not parse, loads the package the usual way.
-- A test (tests/test_lazy_sdk.py) pins that the SDK this project installs is still loaded
-  lazily, and that a streamed call through it matches the eager import.
+- A test (tests/test_lazy_sdk.py) pins that the SDK this project installs is one of
+  `KNOWN_VERSIONS` and is still loaded lazily, that a streamed call through it matches the
+  eager import, and that an unknown version or the switch set off leaves the import eager.
 """
 
 from __future__ import annotations
@@ -42,17 +53,38 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import os
+import re
 import sys
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import ModuleSpec, PathFinder
 from types import ModuleType
 from typing import Any, NamedTuple
 
-__all__ = ["DEFERRED_CALLS", "DEFERRED_MODULES", "LazyPackageFinder", "install", "lazily_loaded"]
+__all__ = [
+    "DEFERRED_CALLS",
+    "DEFERRED_MODULES",
+    "KNOWN_VERSIONS",
+    "SWITCH",
+    "LazyPackageFinder",
+    "enabled",
+    "install",
+    "lazily_loaded",
+    "sdk_version",
+]
 
 ROOT = "anthropic"
+KNOWN_VERSIONS: frozenset[tuple[int, int]] = frozenset({(2, 14)})
+"""The SDK's (major, minor) versions whose internals were checked: this module's `__init__`
+files and deferred names (tests/test_lazy_sdk.py), `call.py`'s call and stream
+(tests/test_provider_anthropic_call.py, tests/test_provider_anthropic_sse.py), on the
+version installed. Add a version here only once those tests pass against it."""
+SWITCH = "DEFECT_PRIVATE_PATHS"
+"""`off` (or `0`, `no`, `false`) keeps the SDK to its documented use, whatever the version."""
+_OFF = frozenset({"off", "0", "no", "false"})
+_VERSION_LINE = re.compile(r"""^__version__\s*=\s*["'](\d+)\.(\d+)[.\w-]*["']""", re.MULTILINE)
 # Functions a re-export package hands out as forwarders until their module loads (see the
 # docstring): package → names. Each must be a plain function (tests/test_lazy_sdk.py).
 DEFERRED_CALLS: dict[str, frozenset[str]] = {
@@ -76,11 +108,55 @@ _installed = threading.Lock()
 _finder: LazyPackageFinder | None = None
 
 
+_loaded_version: list[tuple[int, int] | None] = []
+"""The version read once the SDK is imported (it cannot change under a running process)."""
+
+
+def sdk_version() -> tuple[int, int] | None:
+    """The installed SDK's (major, minor), read from its `_version.py` without importing the
+    package; None when it is not installed or says no version in the known form."""
+    if _loaded_version:
+        return _loaded_version[0]
+    version = _read_version()
+    if ROOT in sys.modules:
+        _loaded_version[:] = [version]
+    return version
+
+
+def _read_version() -> tuple[int, int] | None:
+    try:
+        spec = importlib.util.find_spec(ROOT) if ROOT not in sys.modules else None
+        locations = (
+            list(spec.submodule_search_locations or [])
+            if spec is not None
+            else list(getattr(sys.modules[ROOT], "__path__", []))
+        )
+        for location in locations:
+            with open(os.path.join(location, "_version.py"), encoding="utf-8") as file:
+                found = _VERSION_LINE.search(file.read(4096))
+            if found is not None:
+                return int(found[1]), int(found[2])
+    except (OSError, ImportError, ValueError):
+        return None
+    return None
+
+
+def enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the SDK's internals may be used (the lazy import, `call.py`'s call): the
+    installed SDK is one of `KNOWN_VERSIONS` and `environ` (default: the process's) does not
+    set `DEFECT_PRIVATE_PATHS` off."""
+    environ = os.environ if environ is None else environ
+    if environ.get(SWITCH, "").strip().lower() in _OFF:
+        return False
+    return sdk_version() in KNOWN_VERSIONS
+
+
 def install() -> None:
-    """Load the SDK's packages lazily from now on (idempotent; a no-op once it is imported)."""
+    """Load the SDK's packages lazily from now on (idempotent; a no-op once it is imported,
+    or when `enabled()` says no: the SDK then imports as documented)."""
     global _finder
     with _installed:
-        if _finder is None and ROOT not in sys.modules:
+        if _finder is None and ROOT not in sys.modules and enabled():
             _finder = LazyPackageFinder()
             sys.meta_path.insert(0, _finder)
 

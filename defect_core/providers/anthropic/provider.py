@@ -23,8 +23,8 @@ Invariants:
 - The call is logged once when it starts and once when it ends (completed or failed), with
   its request id, token usage and duration; never its content.
 - Once its response is closed, a stream hands the event loop back (shielded from cancel)
-  before its message is assembled and committed: a stream's end is not one stretch of about
-  1 ms during which other sessions' deltas wait (scripts/bench_turn.py, sessions at once).
+  before its message is assembled and committed: a stream's end is not one stretch during
+  which other sessions' deltas wait (scripts/bench_turn.py, sessions at once).
 
 Why one provider for both routes: Bedrock carries the same Messages body and the same stream
 events inside its own envelope; the SDK's `AsyncAnthropicBedrock` unwraps them, so everything

@@ -26,10 +26,10 @@ Invariants:
 Why: under a fast stream the SDK's reader costs several Python generator steps, a line
 decode and an object per line and per event, on the event loop that also forwards the
 deltas to the editor; on a busy machine that CPU time was the latency of a burst of deltas
-(scripts/bench_turn.py). This reader does one pass over each network read. The SDK still
-posts the request, checks its status and maps an error answer; the provider uses this reader
-only where the SDK's plain `SSEDecoder` would run (the Anthropic API route, no tracing
-observer), and leaves Bedrock's event-stream framing to the SDK.
+(scripts/bench_turn.py). This reader does one pass over each piece of the body httpx hands
+over. The SDK still posts the request, checks its status and maps an error answer; the
+provider uses this reader only where the SDK's plain `SSEDecoder` would run (the Anthropic
+API route, no tracing observer), and leaves Bedrock's event-stream framing to the SDK.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class SseReader:
 async def read_events(
     body: AsyncIterator[bytes], make_error: ErrorMaker, status_code: int
 ) -> AsyncGenerator[list[Any], None]:
-    """The stream's events, one list per network read (each event's parsed JSON), as the
+    """The stream's events, one list per piece of `body` (each event's parsed JSON), as the
     SDK's `AsyncStream` would yield them one by one; an `error` event raises
     `make_error(message, body)` as the SDK does. `status_code` is the response's (the SDK
     names it in the message of an `error` event whose data is empty). `body` is closed when

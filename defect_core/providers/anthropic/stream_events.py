@@ -17,6 +17,8 @@ Invariants:
   its stream observer; only the per-event build is ours (asked for `object`, the SDK hands
   each event's JSON over as it parsed it). On the Anthropic API route the JSON comes from
   defect's own SSE reader (`sse.py`), which hands over the same JSON.
+- An event that is not JSON but already the SDK's object (where `call.py` leaves the call
+  and its iteration to the SDK, the SDK's internals being unknown) is handed on as it is.
 - Cheap until used: importing this module loads no SDK.
 
 Why: a fast stream is almost all deltas, and the SDK's build of each (a pydantic model of a
@@ -96,6 +98,8 @@ def stream_event(data: object) -> Any:
     fast = content_delta(data)
     if fast is not None:
         return fast
+    if type(data) is not dict:
+        return data  # already the SDK's event: its own call and iteration (`call.py`)
     models = importlib.import_module("anthropic._models")
     union = importlib.import_module(_EVENT_UNION).RawMessageStreamEvent
     return models.construct_type(type_=union, value=data)
