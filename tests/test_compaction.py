@@ -529,8 +529,8 @@ async def test_slash_context_and_compact_need_no_model_call(tmp_path: Path) -> N
     history = session.history_snapshot()
     assert is_summary(history[0]) and "compacted by request" in history[0].text()
     assert not any("/context" in m.text() for m in session.transcript()), "commands are not history"
-    names = [name for name, _ in session.slash_commands()]
-    assert names == ["compact", "context", "goal", "rewind", "trust", "fork"]
+    names = [c.name for c in session.slash_commands()]
+    assert names == ["compact", "context", "goal", "rewind", "trust", "fork", "help"]
 
 
 async def test_an_oversized_tool_result_is_refused_with_advice(

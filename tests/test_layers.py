@@ -118,7 +118,7 @@ def test_the_repository_keeps_every_import_contract() -> None:
         pytest.param(
             "defect_core/session/titles.py",
             "\n\ndef _sibling() -> None:\n"
-            "    from defect_core.session.commands import SLASH_COMMANDS\n",
+            "    from defect_core.session.commands import parse_slash_command\n",
             SESSION_LAYERS,
             "defect_core.session.titles -> defect_core.session.commands",
             id="session-part-imports-a-sibling-lazily",

@@ -46,6 +46,7 @@ from defect_core.config import Settings
 from defect_core.events import (
     AgentEvent,
     AgentTextDelta,
+    CommandOffer,
     CommandsChanged,
     ConfigChanged,
     EventBus,
@@ -74,8 +75,7 @@ from defect_core.selection import ModelSelection
 from defect_core.session import options
 from defect_core.session.calls import SessionToolCalls
 from defect_core.session.checkpointing import MessageId, SessionCheckpoints
-from defect_core.session.commands import CommandBook, answer_command, slash_command
-from defect_core.session.fork import answer_fork
+from defect_core.session.command_table import CommandBook, CommandFacts, CommandScope, SlashCommand
 from defect_core.session.notices import opening_notices
 from defect_core.session.permissions import SessionPermissions
 from defect_core.session.persistence import ReplayStateWriter, server_summary
@@ -170,7 +170,7 @@ class DefaultSession:
         self._system_prompt = ""
         """Built once, before the first request (`_ready_prompt`); stable for the cache."""
         self._web_search = hosted_web_search(settings, self._provider)
-        self._commands = CommandBook(cwd)
+        self._commands = CommandBook(cwd, CommandFacts(saved=store is not None))
         env = settings.env_policy()
         self._trusting = ProjectTrusting(
             settings.project, cwd, tools, self._permissions.ask, mcp, env
@@ -294,11 +294,11 @@ class DefaultSession:
         try:
             await self.refresh_commands()
             await self._ready_prompt()
-            command = slash_command(prompt)
-            if command is not None and command[0] == "goal" and command[1].strip():
-                prompt = self.start_goal(command[1].strip())
-            elif command is not None:
-                return await self._run_command(turn, *command)
+            if (command := self._commands.builtin(prompt)) is not None:
+                answered = await self._run_command(turn, *command)
+                if not isinstance(answered, list):
+                    return answered
+                prompt = answered  # `/goal <objective>`: the turn pursues it
             if (custom := self._commands.custom_prompt(prompt)) is not None:
                 prompt = [TextBlock(text=custom.text)]
             self._title.turn_started(prompt)
@@ -417,30 +417,28 @@ class DefaultSession:
         data = {"kind": report.kind, "messages": report.messages_summarised}
         await self._hooks.fire("after_compact", data)
 
-    async def _run_command(self, turn: int, name: str, args: str) -> TurnStopReason:
-        """A slash command: answered here, without a model call, and not put in history."""
+    async def _run_command(
+        self, turn: int, command: SlashCommand, args: str
+    ) -> TurnStopReason | list[ContentBlock]:
+        """A built-in command (`command_table.py`): its answer is shown, without a model call
+        and outside the history; or it hands back the prompt the turn goes on with."""
         with anyio.CancelScope() as scope:
             self._scope = scope
-            if name == "rewind":
-                text = await self._rewinder().answer(args)
-            elif name == "trust":
-                text = await self._trusting.answer(args)
-            elif name == "fork":
-                text = await answer_fork(args, self._id, self._store, self._transcript, self._ids)
-            else:
-                text = await answer_command(
-                    name,
-                    args,
-                    context=self._context,
-                    history=self._history,
-                    config=self._turn_config(),
-                    tools=self._tools.specs(),
-                )
-            await self._bus.publish(AgentTextDelta(text))
+            reply = await command.handler(self._command_scope(), args)
+            if isinstance(reply, list):
+                return reply
+            await self._bus.publish(AgentTextDelta(reply))
         stop: TurnStopReason = "cancelled" if scope.cancelled_caught else "end_turn"
         with anyio.CancelScope(shield=True):
             await self._bus.publish(TurnEnded(turn, stop))
         return stop
+
+    def _command_scope(self) -> CommandScope:
+        return CommandScope(
+            self._id, self._store, self._context, self._history, self._transcript, self._ids,
+            self._turn_config, self._tools.specs, self._rewinder, self._trusting,
+            self.start_goal, self._commands,
+        )  # fmt: skip
 
     def _rewinder(self) -> Rewinder:
         async def adopt(stored: StoredSession) -> None:  # the store's branch, now the live one
@@ -568,7 +566,7 @@ class DefaultSession:
         if await self._providers.refresh() and not self._closed:
             await self._bus.publish(ConfigChanged("model", self._selection.value))
 
-    def slash_commands(self) -> tuple[tuple[str, str], ...]:
+    def slash_commands(self) -> tuple[CommandOffer, ...]:
         return self._commands.offered()
 
     async def refresh_commands(self, *, announce: bool = True) -> None:
