@@ -7,7 +7,7 @@ One room per job, lowest first (docs/layers.md):
                     and the errors, listings, MCP specs and `Frontend` a front end needs
 - `options.py`      mode, model, reasoning effort: the choices and what they mean for a turn
 - `commands.py`     `/compact`, `/context` answered without the model; custom commands
-- `command_table.py` the built-in slash commands, one row each: offer, dispatch, `/help`
+- `slash_commands.py` the built-in slash commands, one row each: offer, dispatch, `/help`
 - `rewind.py`       `/rewind`: the prompts, and going back before one (files, conversation)
 - `fork.py`         forks: `session/fork` and `/fork`, a new session sharing the history
 - `titles.py`       a session's title, from its first answered prompt

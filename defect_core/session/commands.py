@@ -6,7 +6,7 @@ demand, through the compactor, exactly as an automatic one), `answer_context` an
 `GOAL_USAGE`, and `CustomCommands`: the user's and project's Markdown commands
 (`defect_core/catalog/commands.py`), reloaded before each turn, each expanded into the prompt
 it stands for (`CustomPrompt`). Which commands exist, what each is
-offered as and which answer runs for which name is the table's (`command_table.py`).
+offered as and which answer runs for which name is the table's (`slash_commands.py`).
 
 Invariants:
 - A command never reaches the history: `/context` only reads it, and `/compact` rewrites it

@@ -75,7 +75,6 @@ from defect_core.selection import ModelSelection
 from defect_core.session import options
 from defect_core.session.calls import SessionToolCalls
 from defect_core.session.checkpointing import MessageId, SessionCheckpoints
-from defect_core.session.command_table import CommandBook, CommandFacts, CommandScope, SlashCommand
 from defect_core.session.notices import opening_notices
 from defect_core.session.permissions import SessionPermissions
 from defect_core.session.persistence import ReplayStateWriter, server_summary
@@ -92,6 +91,7 @@ from defect_core.session.protocol import (
     TurnInProgress,
 )
 from defect_core.session.rewind import Rewinder
+from defect_core.session.slash_commands import CommandBook, CommandFacts, CommandScope, SlashCommand
 from defect_core.session.titles import SessionTitle
 from defect_core.session.toolset import call_context
 from defect_core.session.trusting import ProjectTrusting
@@ -420,7 +420,7 @@ class DefaultSession:
     async def _run_command(
         self, turn: int, command: SlashCommand, args: str
     ) -> TurnStopReason | list[ContentBlock]:
-        """A built-in command (`command_table.py`): its answer is shown, without a model call
+        """A built-in command (`slash_commands.py`): its answer is shown, without a model call
         and outside the history; or it hands back the prompt the turn goes on with."""
         with anyio.CancelScope() as scope:
             self._scope = scope

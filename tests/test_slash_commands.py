@@ -1,4 +1,4 @@
-"""The table of built-in slash commands (`defect_core/session/command_table.py`), walked row by
+"""The table of built-in slash commands (`defect_core/session/slash_commands.py`), walked row by
 row: every row is offered with its hint, runs its own handler and is listed by `/help`; an
 unknown `/name` reaches the model as text; availability gates offer and dispatch alike.
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from defect_core.model import ContentBlock, ImageBlock, TextBlock
-from defect_core.session.command_table import (
+from defect_core.session.commands import GOAL_USAGE
+from defect_core.session.slash_commands import (
     RESERVED,
     SLASH_COMMANDS,
     CommandBook,
@@ -20,7 +21,6 @@ from defect_core.session.command_table import (
     CommandScope,
     Reply,
 )
-from defect_core.session.commands import GOAL_USAGE
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider
 from defect_fakeapi import Reply as ApiReply
 from tests.support.acp_harness import Agent, agent_env, spawn_defect
