@@ -13,7 +13,7 @@ One room per job, lowest first (docs/layers.md):
 - `titles.py`       a session's title, from its first answered prompt
 - `permissions.py`  remembered "always" answers and the open questions to the user
 - `persistence.py`  writes of replay state, and what a failing store means for the user
-- `toolset.py`      the built-in tools every session gets
+- `toolset.py`      every built-in tool, and the condition a session offers it under
 - `state.py`        `DefaultSession`: one conversation's state and turns
 - `core.py`         `DefaultAgentCore`: the process's sessions, providers and store
 

@@ -93,11 +93,10 @@ from defect_core.session.protocol import (
 from defect_core.session.rewind import Rewinder
 from defect_core.session.slash_commands import CommandBook, CommandFacts, CommandScope, SlashCommand
 from defect_core.session.titles import SessionTitle
-from defect_core.session.toolset import call_context
+from defect_core.session.toolset import ToolFacts, call_context, offer
 from defect_core.session.trusting import ProjectTrusting
 from defect_core.store import AsyncStore, SessionRecord, StoredSession
 from defect_core.tools.base import ToolContext, ToolRegistry
-from defect_core.tools.skill import SkillTool
 from defect_core.turn import TurnConfig, TurnDeps, TurnResult, TurnRunner, hook_note
 
 log = get_logger("defect.agent")
@@ -148,16 +147,12 @@ class DefaultSession:
         """Tool-call records: this process's; the stored ones are read when a replay asks."""
         record = stored.record if stored else None
         self.plan = SessionPlan(session_id, self._writer.plan, self._publish)
-        tools.add(self.plan.tool())
         self._mode: str = record.mode if record else policy.DEFAULT_MODE
         self._selection, self._unstamped_provider = options.first_selection(
             settings, providers, record, session_id
         )
-        self._effort = (
-            record.config.get("reasoning_effort", settings.reasoning_effort)
-            if record
-            else settings.reasoning_effort
-        )
+        stored_config = record.config if record else {}
+        self._effort = stored_config.get("reasoning_effort", settings.reasoning_effort)
         self._permissions = SessionPermissions(
             session_id, record.permissions if record else None, self._bus.publish
         )
@@ -207,6 +202,8 @@ class DefaultSession:
             mode=self.current_mode,
             ask_permission=self._permissions.ask,
         )  # subagents and background tasks (`defect_core/agents/`)
+        self._tool_facts = ToolFacts(plan=self.plan.replace, tasks=self.delegation.tasks)
+        offer(tools, self._tool_facts)  # the built-in tools a new session offers (toolset.py)
 
     # --- identity --------------------------------------------------------------------------
 
@@ -346,6 +343,8 @@ class DefaultSession:
         finally:
             if self._goal is not None:
                 self.last_goal, self._goal = self._goal.finish(), None
+                self._tool_facts.goal_reached = None
+                offer(self._tools, self._tool_facts)
             self._title.turn_ended()
             self._scope = None
             self._running = False
@@ -357,9 +356,9 @@ class DefaultSession:
             facts = await anyio.to_thread.run_sync(
                 self._prompt_facts.result, abandon_on_cancel=True
             )
-            if facts.skills and self._tools.get("skill") is None:
-                self._tools.add(SkillTool(facts.skills))
-            await self.delegation.offer(self._tools)
+            self._tool_facts.skills = facts.skills
+            self._tool_facts.lineage = await self.delegation.prepare(self._tools)
+            offer(self._tools, self._tool_facts)
             names = [spec.name for spec in self._tools.specs()]
             names += self._mcp.names_for_prompt() if self._mcp is not None else []
             self._system_prompt = system_prompt_from(facts, self._backends.frontend, names)
@@ -396,7 +395,9 @@ class DefaultSession:
 
     def start_goal(self, objective: str) -> list[ContentBlock]:
         """Make the next turn pursue `objective` (`defect_core/goal.py`); its prompt."""
-        self._goal = GoalRun(objective, self._settings.goal_max_rounds, self._tools, self._hooks)
+        self._goal = GoalRun(objective, self._settings.goal_max_rounds, self._hooks)
+        self._tool_facts.goal_reached = self._goal.reached
+        offer(self._tools, self._tool_facts)
         return [TextBlock(text=goal_prompt(objective))]
 
     async def _session_started(self, prompt: list[ContentBlock]) -> list[ContentBlock]:
