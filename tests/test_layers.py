@@ -40,7 +40,7 @@ ANTHROPIC_LAYERS = (
     "The Anthropic provider is layered: provider, client | stream | listing, "
     "errors | request, catalog"
 )
-TURN_LAYERS = "The turn package is layered: runner, request | calls, deps"
+TURN_LAYERS = "The turn package is layered: runner, request | call_steps, deps"
 TRANSCRIPT = (
     "The transcript tool is a client: it reaches defect acp only over stdio (defect_acp.client)"
 )
@@ -183,10 +183,10 @@ def test_the_repository_keeps_every_import_contract() -> None:
             id="stream-assembler-imports-its-provider",
         ),
         pytest.param(
-            "defect_core/turn/calls.py",
+            "defect_core/turn/call_steps.py",
             "\nfrom defect_core.turn.request import build_request\n",
             TURN_LAYERS,
-            "defect_core.turn.calls -> defect_core.turn.request",
+            "defect_core.turn.call_steps -> defect_core.turn.request",
             id="tool-calls-import-the-model-request",
         ),
         pytest.param(

@@ -73,7 +73,7 @@ from defect_core.providers.base import LlmProvider
 from defect_core.providers.live import ProviderSet
 from defect_core.selection import ModelSelection
 from defect_core.session import options
-from defect_core.session.calls import SessionToolCalls
+from defect_core.session.call_records import SessionToolCalls
 from defect_core.session.checkpointing import MessageId, SessionCheckpoints
 from defect_core.session.notices import opening_notices
 from defect_core.session.permissions import SessionPermissions
@@ -180,15 +180,15 @@ class DefaultSession:
         self._turn = 0
         self._scope: anyio.CancelScope | None = None
         self._closed = False
-        self._context = Compactor(
+        self._compactor = Compactor(
             history=self._history,
             provider=self._provider,
             publish=self._publish,
-            checkpoint=self._writer.checkpoint,
+            write_back=self._writer.write_back,
             before_compact=self._before_compact,
             after_compact=self._after_compact,
         )
-        self._context.use_provider(self._provider, self._own_thinking_only)
+        self._compactor.use_provider(self._provider, self._own_thinking_only)
         self.delegation = Delegation(
             session_id=session_id,
             cwd=cwd,
@@ -312,7 +312,7 @@ class DefaultSession:
                     rules_changed=self._rules_changed,
                     publish=self._publish,
                     cancel_turn=self.cancel_turn,
-                    compactor=self._context,
+                    compactor=self._compactor,
                     hooks=self._hooks,
                     notes=self.delegation.take_notes,
                     mode=self.current_mode,
@@ -436,7 +436,7 @@ class DefaultSession:
 
     def _command_scope(self) -> CommandScope:
         return CommandScope(
-            self._id, self._store, self._context, self._history, self._transcript, self._ids,
+            self._id, self._store, self._compactor, self._history, self._transcript, self._ids,
             self._turn_config, self._tools.specs, self._rewinder, self._trusting,
             self.start_goal, self._commands,
         )  # fmt: skip
@@ -555,7 +555,7 @@ class DefaultSession:
         web_search = hosted_web_search(self._settings, provider)
         previous, self._selection = self._selection, selection
         self._web_search = web_search
-        self._context.use_provider(provider, self._own_thinking_only)
+        self._compactor.use_provider(provider, self._own_thinking_only)
         change = {"previous": previous.value, "selection": selection.value}
         log.info("model_selected", session_id=self._id, **change)
         await self._writer.update(provider=selection.provider, model=selection.model)
@@ -590,7 +590,7 @@ class DefaultSession:
         self._closed = True
         self.cancel_turn()
         await self.delegation.aclose()
-        await self._context.aclose()
+        await self._compactor.aclose()
         if self._mcp is not None:
             await self._mcp.aclose()
         await self._trusting.aclose()
