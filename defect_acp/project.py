@@ -163,11 +163,23 @@ def usage_meta(usage: ev.TurnUsage) -> dict[str, int]:
     }
 
 
-def commands_update(commands: Sequence[tuple[str, str]]) -> s.AvailableCommandsUpdate:
+def commands_update(commands: Sequence[ev.CommandOffer]) -> s.AvailableCommandsUpdate:
     return s.AvailableCommandsUpdate(
         session_update="available_commands_update",
-        available_commands=[s.AvailableCommand(name=n, description=d) for n, d in commands],
+        available_commands=[
+            s.AvailableCommand(
+                name=c.name,
+                description=c.description,
+                input=_command_input(c.hint),
+            )
+            for c in commands
+        ],
     )
+
+
+def _command_input(hint: str | None) -> s.AvailableCommandInput | None:
+    """What to type after a command, when it takes something (ACP's unstructured input)."""
+    return None if hint is None else s.AvailableCommandInput(s.UnstructuredCommandInput(hint=hint))
 
 
 def config_update(options: Sequence[ConfigOption]) -> s.ConfigOptionUpdate:

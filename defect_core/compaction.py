@@ -33,8 +33,8 @@ Invariants:
   that calls a tool anyway gives its text; one with no text is asked again without tools.
 - A failed compaction is logged and skipped, never fatal: the turn goes on (and the provider's
   own "prompt is too long" error would then be reported as such).
-- The stored history is checkpointed after every rewrite, so a load restores the compacted
-  history; the transcript (what replay shows) is never rewritten.
+- The compacted history is written back to the store after every rewrite (`write_back`), so
+  a load restores it; the transcript (what replay shows) is never rewritten.
 - Estimates: the history's own (real baseline + chars/4 delta) once a model call has
   reported usage since the last rewrite; before that, chars/4 of the messages plus the system
   prompt and tool definitions, which a real baseline already includes.
@@ -339,7 +339,8 @@ async def _reply(provider: LlmProvider, request: ModelRequest) -> Message:
 # --- the compactor --------------------------------------------------------------------------
 
 Publish = Callable[[AgentEvent], Awaitable[None]]
-Checkpoint = Callable[[list[Message]], Awaitable[None]]
+WriteBack = Callable[[list[Message]], Awaitable[None]]
+"""Keeps the compacted history (`ReplayStateWriter.write_back`, `session/persistence.py`)."""
 BeforeCompact = Callable[[str, str], Awaitable[str]]
 """Told the kind and the reason of a summary about to be made; what to focus on besides."""
 AfterCompact = Callable[[CompactionReport], Awaitable[None]]
@@ -355,7 +356,7 @@ class Compactor:
         history: History,
         provider: LlmProvider,
         publish: Publish,
-        checkpoint: Checkpoint,
+        write_back: WriteBack,
         thresholds: Thresholds | None = None,
         before_compact: BeforeCompact | None = None,
         after_compact: AfterCompact | None = None,
@@ -368,7 +369,7 @@ class Compactor:
         self._provider = provider
         self._outbound: Callable[[list[Message]], list[Message]] | None = None
         self._publish = publish
-        self._checkpoint = checkpoint
+        self._write_back = write_back
         self.thresholds = thresholds or Thresholds()
         self._calibrated = False
         self._rewritten = False
@@ -441,7 +442,7 @@ class Compactor:
                 self._calibrated = False
                 self._rewritten = True
                 self.rewrites += 1
-                await self._checkpoint(self._history.snapshot())
+                await self._write_back(self._history.snapshot())
                 used = self.estimate(system, tools)
                 log.info("micro_compaction", tokens_before=before, tokens_after=used)
         if used >= t.hard * window:
@@ -575,13 +576,13 @@ class Compactor:
             log.warning("compaction_failed", kind=kind, error=err.message, retryable=err.retryable)
             self.failure = err.message
             return None
-        # No await between the splice, the snapshot and the checkpoint's submission: the
+        # No await between the splice, the snapshot and the write-back's submission: the
         # store sees this rewrite in the same order as the history's appends.
         dropped = self._history.splice_prefix(boundary, summary_message(text))
         self._calibrated = False
         self._rewritten = True
         self.rewrites += 1
-        await self._checkpoint(self._history.snapshot())
+        await self._write_back(self._history.snapshot())
         log.info("compaction_done", kind=kind, messages=dropped, tokens_before=before)
         report = CompactionReport(kind, before, 0, dropped)
         if self._after_compact is not None:

@@ -174,9 +174,19 @@ class TitleChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class CommandOffer:
+    """A slash command as a front end offers it: its name (without the `/`), what it does,
+    and what to type after it (None: nothing)."""
+
+    name: str
+    description: str
+    hint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CommandsChanged:
-    commands: tuple[tuple[str, str], ...]
-    """(name, description) of each slash command."""
+    commands: tuple[CommandOffer, ...]
+    """Every slash command the session offers, built-in first."""
 
 
 @dataclass(frozen=True, slots=True)

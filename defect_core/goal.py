@@ -1,11 +1,12 @@
 """Goal mode: the agent works on its own towards an objective until it says it is reached.
 
 Owns `GoalState` (the objective, the round, the outcome) and `GoalRun`, which runs one goal in
-a session: it offers the `goal_done` tool (`tools/goal_done.py`) and registers goal mode's
-"keep working" as a built-in `before_turn_end` hook (`hooks/engine.py`) while the goal runs,
-and takes both away when it ends. The turn runner does the rest: a `before_turn_end` denial
-sends the turn round again with the hook's note, and `max_rounds` bounds the rounds
-(`defect_core/turn/runner.py`).
+a session: it registers goal mode's "keep working" as a built-in `before_turn_end` hook
+(`hooks/engine.py`) while the goal runs, and takes it away when it ends. The `goal_done` tool
+(`tools/goal_done.py`) is offered while a goal runs by the session's table of built-in tools
+(`session/toolset.py`), reporting to `GoalRun.reached`. The turn runner does the rest: a
+`before_turn_end` denial sends the turn round again with the hook's note, and `max_rounds`
+bounds the rounds (`defect_core/turn/runner.py`).
 
 How a goal runs (`/goal <objective>` in a session, `defect exec --goal "<objective>"`):
 1. the prompt is the objective, framed so the model knows to call `goal_done` at the end;
@@ -15,8 +16,9 @@ How a goal runs (`/goal <objective>` in a session, `defect exec --goal "<objecti
 3. a cancel stops it at once (the turn's own cancel).
 
 Invariants:
-- `goal_done` exists only while a goal runs; a goal lasts one turn, and ends with it however
-  that turn ends (`finish`), so a later ordinary turn never inherits it.
+- A goal lasts one turn, and ends with it however that turn ends (`finish`), so a later
+  ordinary turn never inherits it (nor its `goal_done`: the session offers that tool only
+  between the goal's start and its `finish`).
 - Rounds never exceed `max_rounds` (`goal_max_rounds`); each round has the usual request
   limit (`max_turn_requests`).
 """
@@ -27,8 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from defect_core.hooks.engine import HookEngine, HookOutcome
-from defect_core.tools.base import ToolRegistry
-from defect_core.tools.goal_done import GOAL_DONE, GoalDoneTool
+from defect_core.tools.goal_done import GOAL_DONE
 
 GoalOutcome = Literal["running", "reached", "out_of_rounds", "stopped"]
 
@@ -69,22 +70,19 @@ def keep_working(objective: str) -> str:
 
 
 class GoalRun:
-    """One goal, attached to a session's tools and hooks for the turn that pursues it."""
+    """One goal, attached to a session's hooks for the turn that pursues it."""
 
-    def __init__(
-        self, objective: str, max_rounds: int, tools: ToolRegistry, hooks: HookEngine
-    ) -> None:
+    def __init__(self, objective: str, max_rounds: int, hooks: HookEngine) -> None:
         self.state = GoalState(objective, max_rounds)
-        self._tools = tools
         self._hooks = hooks
-        tools.add(GoalDoneTool(self._reached))
         hooks.add_builtin("before_turn_end", self._before_turn_end)
 
     @property
     def announcement(self) -> str:
         return f"Goal round {self.state.round}/{self.state.max_rounds}: {self.state.objective}"
 
-    def _reached(self, summary: str) -> None:
+    def reached(self, summary: str) -> None:
+        """What `goal_done` reports: the goal is reached, with its summary."""
         self.state.outcome = "reached"
         self.state.summary = summary
 
@@ -104,7 +102,6 @@ class GoalRun:
 
     def finish(self) -> GoalState:
         """Detach from the session (its turn ended, however it ended)."""
-        self._tools.remove(GOAL_DONE)
         self._hooks.remove_builtin("before_turn_end", self._before_turn_end)
         if self.state.outcome == "running":
             self.state.outcome = "stopped"

@@ -367,7 +367,7 @@ async def test_slash_commands_are_announced_and_answered(tmp_path: Path) -> None
             u for _, u in agent.client.updates if u.session_update == "available_commands_update"
         )
         names = {c.name for c in update.available_commands}
-        assert names == {"compact", "context", "goal", "rewind", "trust", "fork"}
+        assert names == {"compact", "context", "goal", "rewind", "trust", "fork", "help"}
         response = await agent.prompt(sid, "/context")
         assert response.stop_reason == "end_turn"
         assert agent.client.text(sid).startswith("Context: ~")

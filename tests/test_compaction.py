@@ -191,13 +191,13 @@ async def test_a_summary_that_calls_a_tool_gives_its_text_or_is_asked_without_to
 class Recorder:
     def __init__(self) -> None:
         self.events: list[AgentEvent] = []
-        self.checkpoints: list[list[Message]] = []
+        self.written_back: list[list[Message]] = []
 
     async def publish(self, event: AgentEvent) -> None:
         self.events.append(event)
 
-    async def checkpoint(self, history: list[Message]) -> None:
-        self.checkpoints.append(history)
+    async def write_back(self, history: list[Message]) -> None:
+        self.written_back.append(history)
 
 
 def manager(history: VecHistory, provider: Any, recorder: Recorder) -> Compactor:
@@ -205,7 +205,7 @@ def manager(history: VecHistory, provider: Any, recorder: Recorder) -> Compactor
         history=history,
         provider=provider,
         publish=recorder.publish,
-        checkpoint=recorder.checkpoint,
+        write_back=recorder.write_back,
         thresholds=Thresholds(micro_min_chars=1_000),
     )
 
@@ -229,7 +229,7 @@ async def test_background_compaction_keeps_messages_appended_meanwhile() -> None
     after = history.snapshot()
     assert after[-2].text() == "appended while the summary was in flight"
     assert after[-1].text() == "and an answer"
-    assert recorder.checkpoints and recorder.checkpoints[-1] == after
+    assert recorder.written_back and recorder.written_back[-1] == after
     outbound = repair_outbound([*after, user("next")])
     validate_request({"model": "m", "max_tokens": 10, "messages": encode_messages(outbound)})
 
@@ -359,7 +359,7 @@ async def test_micro_compaction_alone_below_the_soft_threshold() -> None:
         for m in snapshot
         for b in m.content
     )
-    assert recorder.checkpoints, "a rewrite is checkpointed"
+    assert recorder.written_back, "a rewrite is written back"
 
 
 async def test_micro_compaction_waits_for_a_batch_and_does_not_recur_every_turn() -> None:
@@ -375,16 +375,16 @@ async def test_micro_compaction_waits_for_a_batch_and_does_not_recur_every_turn(
     assert gain > 0
     ctx.thresholds = Thresholds(micro_min_chars=1_000, micro_batch=1.1 * gain / window)
     await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
-    assert not recorder.checkpoints, "too little to clear: the cached prefix is kept"
+    assert not recorder.written_back, "too little to clear: the cached prefix is kept"
     ctx.thresholds = Thresholds(micro_min_chars=1_000, micro_batch=0.9 * gain / window)
     await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
-    assert len(recorder.checkpoints) == 1 and micro_gain(history.snapshot(), ctx.thresholds) == 0
+    assert len(recorder.written_back) == 1 and micro_gain(history.snapshot(), ctx.thresholds) == 0
     assert ctx.estimate("", ()) >= 0.5 * window, "still past the micro threshold"
     for m in tool_round(6, 3_000):
         history.append(m)
     assert 0 < micro_gain(history.snapshot(), ctx.thresholds) < 0.9 * gain
     await ctx.before_request(model="m", system="", tools=(), max_tokens=4_000, window=window)
-    assert len(recorder.checkpoints) == 1, "one turn's results wait for a batch"
+    assert len(recorder.written_back) == 1, "one turn's results wait for a batch"
 
 
 # --- a long session through the real runner and the strict fake ---------------------------
@@ -529,8 +529,8 @@ async def test_slash_context_and_compact_need_no_model_call(tmp_path: Path) -> N
     history = session.history_snapshot()
     assert is_summary(history[0]) and "compacted by request" in history[0].text()
     assert not any("/context" in m.text() for m in session.transcript()), "commands are not history"
-    names = [name for name, _ in session.slash_commands()]
-    assert names == ["compact", "context", "goal", "rewind", "trust", "fork"]
+    names = [c.name for c in session.slash_commands()]
+    assert names == ["compact", "context", "goal", "rewind", "trust", "fork", "help"]
 
 
 async def test_an_oversized_tool_result_is_refused_with_advice(

@@ -43,7 +43,7 @@ ANTHROPIC_LAYERS = (
     "The Anthropic provider is layered: provider, client | stream | listing, "
     "errors | request, catalog"
 )
-TURN_LAYERS = "The turn package is layered: runner, request | calls, deps"
+TURN_LAYERS = "The turn package is layered: runner, request | call_steps, deps"
 OPENAI_LAYERS = "The OpenAI-compatible provider is layered: provider, request | assemble, errors"
 TRANSCRIPT = (
     "The transcript tool is a client: it reaches defect acp only over stdio (defect_acp.client)"
@@ -124,7 +124,7 @@ def test_the_repository_keeps_every_import_contract() -> None:
         pytest.param(
             "defect_core/session/titles.py",
             "\n\ndef _sibling() -> None:\n"
-            "    from defect_core.session.commands import SLASH_COMMANDS\n",
+            "    from defect_core.session.commands import parse_slash_command\n",
             SESSION_LAYERS,
             "defect_core.session.titles -> defect_core.session.commands",
             id="session-part-imports-a-sibling-lazily",
@@ -206,10 +206,10 @@ def test_the_repository_keeps_every_import_contract() -> None:
             id="one-wire-imports-the-other",
         ),
         pytest.param(
-            "defect_core/turn/calls.py",
+            "defect_core/turn/call_steps.py",
             "\nfrom defect_core.turn.request import build_request\n",
             TURN_LAYERS,
-            "defect_core.turn.calls -> defect_core.turn.request",
+            "defect_core.turn.call_steps -> defect_core.turn.request",
             id="tool-calls-import-the-model-request",
         ),
         pytest.param(

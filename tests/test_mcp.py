@@ -47,9 +47,9 @@ from defect_core.mcp import (
 )
 from defect_core.model import ImageBlock, TextBlock
 from defect_core.session import Backends, DefaultAgentCore, DefaultSession
+from defect_core.session.toolset import default_tools
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 from defect_core.tools.base import Safety, ToolContext, ToolOutput, ToolRegistry
-from defect_core.tools.builtin import builtin_tools
 from defect_core.turn import MAX_RESULT_CHARS
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply, ToolUseBlock
 
@@ -337,7 +337,7 @@ async def test_start_returns_at_once_and_tools_join_in_the_order_servers_became_
         told, publish = recorder()
         await until(lambda: hub.servers == ["zulu"])
         assert hub.starting == ["alpha"] and not gate.exists()
-        tools = ToolRegistry(builtin_tools())
+        tools = ToolRegistry(default_tools())
         async with anyio.create_task_group() as tg:
             tg.start_soon(hub.offer, tools, publish)
             await until(lambda: bool(told))
@@ -345,7 +345,7 @@ async def test_start_returns_at_once_and_tools_join_in_the_order_servers_became_
             assert not any(t.name.startswith("mcp__") for t in tools), "not before the wait"
             gate.touch()
         names = [t.name for t in tools]
-        built_in = [t.name for t in builtin_tools()]
+        built_in = [t.name for t in default_tools()]
         assert names[: len(built_in)] == built_in
         # In the order the servers became ready: neither the order given nor the names' order.
         assert [n.split("__")[1] for n in names[len(built_in) :]] == ["zulu"] * 11 + ["alpha"] * 11
@@ -633,7 +633,7 @@ async def test_mcp_tools_run_through_a_full_turn(
     hub = await McpHub.connect([stdio("echo", ECHO)], tmp_path, timeout=20)
     provider = anthropic_provider(settings_for(fake))
     core = DefaultAgentCore(
-        settings_for(fake), provider=provider, tools=lambda: [*builtin_tools(), *hub.tools]
+        settings_for(fake), provider=provider, tools=lambda: [*default_tools(), *hub.tools]
     )
     try:
         session = await core.create_session(

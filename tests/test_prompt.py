@@ -33,7 +33,7 @@ from defect_core.prompt.instructions import (
     project_instructions,
     user_instructions,
 )
-from defect_core.tools.builtin import builtin_tools
+from defect_core.session.toolset import default_tools
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply
 from tests.support.acp_harness import agent_env, spawn_defect
 
@@ -81,7 +81,7 @@ def test_the_assembled_prompt_matches_its_snapshot() -> None:
             recent_commits=("1a2b3c4 Add the app", "5d6e7f8 First commit"),
         ),
     )
-    names = [tool.name for tool in builtin_tools()] + ["update_plan", "skill", "mcp__docs__lookup"]
+    names = [tool.name for tool in default_tools()] + ["update_plan", "skill", "mcp__docs__lookup"]
     prompt = build_system_prompt(
         env,
         Frontend(client_name="Zed", fs_delegated=True, terminal_delegated=True),

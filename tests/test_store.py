@@ -216,7 +216,7 @@ def test_unknown_session_ids_raise_session_not_found(store: SqliteStore) -> None
     with pytest.raises(SessionNotFound):
         store.update("nope", title="x")
     with pytest.raises(SessionNotFound):
-        store.checkpoint("nope", [user("x")])
+        store.write_back("nope", [user("x")])
     with pytest.raises(SessionNotFound):
         store.upsert_tool_call(
             ToolCallRecord(session_id="nope", tool_call_id="t", title="", kind="read")
@@ -243,7 +243,7 @@ def conversation(n: int, start: int = 0) -> list[Message]:
     ]
 
 
-def test_replace_checkpoint_then_appends_load_as_the_live_history(
+def test_replace_write_back_then_appends_load_as_the_live_history(
     store: SqliteStore, db: Path
 ) -> None:
     store.create(record("s1"))
@@ -254,7 +254,7 @@ def test_replace_checkpoint_then_appends_load_as_the_live_history(
 
     summary = user("Summary of the conversation so far: questions 0-3 were answered.")
     live.replace([summary, *live.snapshot()[4:]])
-    assert store.checkpoint("s1", live.snapshot()) == 6
+    assert store.write_back("s1", live.snapshot()) == 6
 
     loaded = store.load("s1")
     assert loaded.history == live.snapshot()
@@ -270,7 +270,7 @@ def test_replace_checkpoint_then_appends_load_as_the_live_history(
     assert loaded.transcript == conversation(8)  # replay still shows the original conversation
 
 
-def test_splice_prefix_checkpoint_keeps_messages_appended_meanwhile(store: SqliteStore) -> None:
+def test_splice_prefix_write_back_keeps_messages_appended_meanwhile(store: SqliteStore) -> None:
     store.create(record("s1"))
     live = VecHistory()
     for m in conversation(4):
@@ -282,7 +282,7 @@ def test_splice_prefix_checkpoint_keeps_messages_appended_meanwhile(store: Sqlit
         store.append_message("s1", m)
     summary = user("summary of 0-3")
     live.splice_prefix(drop, summary)
-    store.checkpoint("s1", live.snapshot())
+    store.write_back("s1", live.snapshot())
     store.append_message("s1", assistant("after"))
     live.append(assistant("after"))
 
@@ -295,26 +295,26 @@ def test_splice_prefix_checkpoint_keeps_messages_appended_meanwhile(store: Sqlit
     assert loaded.transcript == [*conversation(6), assistant("after")]
 
 
-def test_checkpoint_with_explicit_covers_seq_keeps_a_later_append(store: SqliteStore) -> None:
+def test_write_back_with_explicit_covers_seq_keeps_a_later_append(store: SqliteStore) -> None:
     store.create(record("s1"))
     for m in conversation(4):
         store.append_message("s1", m)
-    late = store.append_message("s1", user("landed before the checkpoint was written"))
+    late = store.append_message("s1", user("landed before the write-back"))
     summary = user("summary")
-    assert store.checkpoint("s1", [summary], covers_seq=late - 1) == 4
-    assert store.load("s1").history == [summary, user("landed before the checkpoint was written")]
+    assert store.write_back("s1", [summary], covers_seq=late - 1) == 4
+    assert store.load("s1").history == [summary, user("landed before the write-back")]
     with pytest.raises(ValueError, match="log ends at seq 5"):
-        store.checkpoint("s1", [summary], covers_seq=9)
-    assert store.load("s1").history[0] == summary  # the failed checkpoint changed nothing
+        store.write_back("s1", [summary], covers_seq=9)
+    assert store.load("s1").history[0] == summary  # the failed write-back changed nothing
 
 
-def test_a_second_checkpoint_replaces_the_first(store: SqliteStore) -> None:
+def test_a_second_write_back_replaces_the_first(store: SqliteStore) -> None:
     store.create(record("s1"))
     for m in conversation(4):
         store.append_message("s1", m)
-    store.checkpoint("s1", [user("first summary"), *conversation(2, start=2)])
+    store.write_back("s1", [user("first summary"), *conversation(2, start=2)])
     store.append_message("s1", user("q4"))
-    store.checkpoint("s1", [user("second summary")])
+    store.write_back("s1", [user("second summary")])
     store.append_message("s1", assistant("a5"))
     loaded = store.load("s1")
     assert loaded.history == [user("second summary"), assistant("a5")]
@@ -388,7 +388,7 @@ def test_delete_removes_the_session_and_everything_stored_with_it(
     store.create(record("kept"))
     for sid in ("gone", "kept"):
         store.append_message(sid, user("x"))
-        store.checkpoint(sid, [user("summary")])
+        store.write_back(sid, [user("summary")])
         store.upsert_tool_call(
             ToolCallRecord(session_id=sid, tool_call_id="t1", title="t", kind="read")
         )
@@ -859,7 +859,7 @@ async def test_async_store_raises_the_store_errors(db: Path) -> None:
             ToolCallRecord(session_id="s1", tool_call_id="c", title="", kind="read")
         )
         await store.append_message("s1", user("x"))
-        assert await store.checkpoint("s1", [user("sum")]) == 1
+        assert await store.write_back("s1", [user("sum")]) == 1
         await store.delete("s1")
         assert not await store.exists("s1")
     with pytest.raises(StorageError, match="closed"):

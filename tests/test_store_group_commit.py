@@ -127,7 +127,7 @@ async def test_a_failing_write_fails_only_its_caller(db: Path, sqlite_store: Sql
             [
                 store.append_message("s1", user("one")),
                 # bumps s3's updated_at, then refuses: its savepoint must undo the bump
-                store.checkpoint("s3", [user("summary")], covers_seq=99),
+                store.write_back("s3", [user("summary")], covers_seq=99),
                 store.append_message("s2", user("two")),
                 store.append_message("missing", user("lost")),
                 store.append_message("s1", user("three")),

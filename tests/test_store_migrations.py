@@ -348,7 +348,7 @@ def test_migration_1_makes_a_session_database_of_a_new_file(db: Path, start: str
         store.create(SessionRecord(id="s1", cwd="/w", provider="anthropic", model="m", mode="d"))
         for message in turn:
             store.append_message("s1", message)
-        store.checkpoint("s1", [user("Summary.")])
+        store.write_back("s1", [user("Summary.")])
         store.upsert_tool_call(
             ToolCallRecord(session_id="s1", tool_call_id="t1", title="Read", kind="read")
         )

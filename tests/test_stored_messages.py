@@ -123,7 +123,7 @@ def test_the_store_hands_its_messages_over_as_stored_bodies(tmp_path: Path) -> N
         assert stored.transcript == messages and stored.history == messages
         assert stored.history[7] is stored.transcript[7]  # one parse for both
         summary = Message(role="user", content=(TextBlock(text="summary of 12"),))
-        store.checkpoint(SID, [summary], 12)
+        store.write_back(SID, [summary], 12)
         stored = store.load(SID)
         assert stored.transcript == messages
         assert stored.history == [summary, *messages[12:]]

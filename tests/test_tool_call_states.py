@@ -1,9 +1,9 @@
 """A loaded session keeps no tool-call record it does not need, yet shows and stores every
 call right: the store hands each part of a load only the records its messages make and keeps
 none (`SqliteStore.load(calls=False)`), reads records on demand (`SessionStore.tool_calls`,
-`defect_core/store/calls.py`), the streamed replay drops each record once shown
+`defect_core/store/call_rows.py`), the streamed replay drops each record once shown
 (`defect_core/session/core.py`), and the session holds only the calls it started or changed
-(`defect_core/session/calls.py`).
+(`defect_core/session/call_records.py`).
 
 Real SQLite files, the real core and replay, and the real `defect acp` processes for the
 end-to-end case; the only stand-in is the sink a replay is written to.
@@ -22,7 +22,7 @@ import pytest
 from defect_acp.updates import StreamedReplay, replay
 from defect_core.events import TextDisplay, ToolCallStarted, ToolCallUpdated
 from defect_core.model import message_from_dict
-from defect_core.session.calls import SessionToolCalls
+from defect_core.session.call_records import SessionToolCalls
 from defect_core.session.protocol import HistoryPart
 from defect_core.store import (
     AsyncStore,

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from defect_core.config import ConfigError, parse_layer
+from defect_core.session.toolset import default_tools
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 from defect_core.tools.base import Safety, ToolContext, ToolError
-from defect_core.tools.builtin import builtin_tools
 from defect_core.tools.fetch import (
     MAX_REDIRECTS,
     MAX_RESULT_CHARS,
@@ -91,7 +91,7 @@ async def fetch(tmp_path: Path, web: WebServer, path: str, **args: object) -> st
 
 
 def test_fetch_is_a_builtin_tool_with_a_schema_from_its_model() -> None:
-    tool = next(t for t in builtin_tools() if t.name == "fetch")
+    tool = next(t for t in default_tools() if t.name == "fetch")
     schema = tool.input_schema
     derived = FetchArgs.model_json_schema()
     assert schema["properties"].keys() == derived["properties"].keys()
@@ -355,8 +355,8 @@ def test_offering_the_tool_loads_no_http_client_nor_html_parser() -> None:
     """Sessions build their tools on `session/new`: that path stays light."""
     code = (
         "import sys\n"
-        "from defect_core.tools.builtin import builtin_tools\n"
-        "tools = {t.name: t for t in builtin_tools()}\n"
+        "from defect_core.session.toolset import default_tools\n"
+        "tools = {t.name: t for t in default_tools()}\n"
         "tools['fetch'].input_schema; tools['fetch'].describe({'url': 'https://x.org/'}, None)\n"
         "heavy = [m for m in ('httpx2', 'httpcore2', 'bs4', 'markdownify') if m in sys.modules]\n"
         "assert not heavy, heavy\n"

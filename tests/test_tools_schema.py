@@ -1,6 +1,6 @@
 """What a built-in tool's input schema promises is what its argument validation does.
 
-Every tool of the built-in registry is checked (a new tool is covered by being registered):
+Every built-in tool is checked (a new tool is covered by its row in `session/toolset.py`):
 its schema is the one derived from the model its `run` validates with; it is valid JSON
 Schema (draft 2020-12, checked with `jsonschema`) with nothing the Anthropic API rejects; and
 for every property, probes of every JSON type and the edges of every bound are judged by
@@ -23,22 +23,17 @@ import pytest
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, Field, ValidationError
 
-from defect_core.events import PlanEntry
+from defect_core.session.toolset import default_tools
 from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 from defect_core.tools.base import Tool, ToolContext, ToolError, ToolRegistry, input_schema
-from defect_core.tools.builtin import builtin_tools
-from defect_core.tools.plan import UpdatePlanTool
 from defect_core.tools.workspace import ToolArgs
+from tests.support.tool_facts import every_builtin_tool
 
-REGISTRY = ToolRegistry(builtin_tools())
+REGISTRY = ToolRegistry(default_tools())
 
-
-async def _keep_plan(entries: tuple[PlanEntry, ...]) -> None:
-    return None
-
-
-TOOLS = [*REGISTRY, UpdatePlanTool(_keep_plan)]
-"""The built-in registry, and the tools each session adds itself (bound to the session)."""
+TOOLS = every_builtin_tool()
+"""Every row of the table of built-in tools (`session/toolset.py`), each made under facts
+where its condition holds."""
 
 PROPERTY_KEY = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
 """The API refuses a property name outside this pattern (`input_schema.properties`)."""
@@ -206,7 +201,7 @@ def anyio_backend() -> str:
 
 
 def test_the_registry_holds_every_built_in_tool() -> None:
-    names = [t.name for t in builtin_tools()]
+    names = [t.name for t in default_tools()]
     assert len(set(names)) == len(names) == len(REGISTRY)
     assert {"read_file", "write_file", "edit_file", "bash", "search"} <= set(names)
 
@@ -257,7 +252,7 @@ def test_the_tool_list_is_byte_stable() -> None:
     def wire(registry: ToolRegistry) -> str:
         return json.dumps([(s.name, s.description, s.input_schema) for s in registry.specs()])
 
-    assert wire(REGISTRY) == wire(ToolRegistry(builtin_tools()))
+    assert wire(REGISTRY) == wire(ToolRegistry(default_tools()))
 
 
 # --- the helper on shapes the built-in tools do not use (yet) ---------------------------------

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field, create_model
 
+from defect_core.session.toolset import default_tools
 from defect_core.tools.base import input_schema
-from defect_core.tools.builtin import builtin_tools
 from defect_core.tools.files.read import ReadArgs
 from defect_core.tools.schema_cache import FILENAME, SchemaCache, model_key
 from tests.support.acp_harness import script_env, spawn_defect
@@ -123,5 +123,5 @@ async def test_agents_sharing_a_state_directory_offer_the_same_tools(tmp_path: P
     kept = json.loads((tmp_path / "state" / FILENAME).read_text())["schemas"]
     read_args = f"{ReadArgs.__module__}.{ReadArgs.__qualname__}"
     assert kept[read_args]["schema"] == input_schema(ReadArgs)
-    built_in = {f"{t.args_model.__module__}.{t.args_model.__qualname__}" for t in builtin_tools()}
+    built_in = {f"{t.args_model.__module__}.{t.args_model.__qualname__}" for t in default_tools()}
     assert built_in <= set(kept)

@@ -11,7 +11,7 @@ Invariants:
 - Never more authority than its parent: its tools are the parent's (narrowed by the profile's
   `tools`), its "always" answers are a copy of the parent's at spawn time, the user's tool
   hooks apply, and it is not interactive — a call the parent's policy would ask about is
-  refused (`TurnDeps.interactive`, `turn/calls.py`), so a child never waits on a question.
+  refused (`TurnDeps.interactive`, `turn/call_steps.py`), so a child never waits on a question.
 - The session's mode binds it as it changes: each of its tool calls is judged under the
   session's mode at that moment (`Lineage.mode`), so a switch to `read-only` refuses a
   running background child's next command, saying the mode changed. After a switch to a mode
@@ -262,7 +262,7 @@ async def _record(store: AsyncStore | None, record: SubagentRecord) -> None:
 
 
 def _asker(lineage: Lineage, profile: AgentProfile) -> PermissionWaiter:
-    """How a child asks (only after a mode change, `turn/calls.py`): the session's question,
+    """How a child asks (only after a mode change, `turn/call_steps.py`): the session's question,
     its title naming the subagent; a cancelled question is a rejection."""
     ask = lineage.ask
 

@@ -1,15 +1,17 @@
 """`Delegation`: what a session owns of subagents — their tools, its task table, their records.
 
 Owns the session's side of delegation: loading the agent profiles (`catalog/agents.py`) once,
-off the `session/new` path, and offering `spawn_agent` and the background-task tools
-(`tools.py`) with them; the background task table (`tasks.py`) and what the editor sees when a
-task ends; the outcomes waiting for the model (`take_notes`, the turn's `TurnDeps.notes`); the
-stored subagent runs a `session/load` replays (`views`); and closing it all with the session.
+off the `session/new` path, into the `Lineage` that `spawn_agent` starts subagents from (the
+tools themselves, `tools.py`, are registered in the session's table of built-in tools,
+`session/toolset.py`, offered when a lineage exists); the background task table (`tasks.py`)
+and what the editor sees when a task ends; the outcomes waiting for the model (`take_notes`,
+the turn's `TurnDeps.notes`); the stored subagent runs a `session/load` replays (`views`); and
+closing it all with the session.
 
 Invariants:
-- The tools are added once, before the system prompt is built, so the tool list (and the
+- The lineage is prepared once, before the system prompt is built, so the tool list (and the
   profiles listed in `spawn_agent`'s description) stays byte-stable for the session.
-- No `spawn_agent` when `subagent_max_depth` is 0; the task tools only beside it.
+- No lineage, and so no `spawn_agent` nor task tools, when `subagent_max_depth` is 0.
 - A task that ends is shown on the call that started it: a `tool_call_update` with its final
   status (`completed`, or `failed` for a failure or a cancel) and its progress and outcome.
 - `aclose` cancels every background task and waits for them (the session's `close`).
@@ -29,11 +31,6 @@ from defect_core import policy
 from defect_core.agents.child import Lineage
 from defect_core.agents.progress import transcript_view
 from defect_core.agents.tasks import BackgroundTask, BackgroundTasks
-from defect_core.agents.tools import (
-    CancelBackgroundTaskTool,
-    InspectBackgroundTaskTool,
-    SpawnAgentTool,
-)
 from defect_core.catalog.agents import load_profiles
 from defect_core.config import Settings
 from defect_core.errors import StorageError
@@ -81,15 +78,18 @@ class Delegation:
         self._rules = rules
         self._mode = mode
         self._ask = ask_permission
-        self._offered = False
+        self._prepared = False
+        self.lineage: Lineage | None = None
+        """What subagents start from (None: not prepared yet, or subagents not allowed)."""
         self._stored: list[SubagentRecord] = []
         self.tasks = BackgroundTasks(settings.background_max_tasks, self._task_ended)
 
-    async def offer(self, tools: ToolRegistry) -> None:
-        """Add `spawn_agent` and the task tools to the session's tools (once)."""
-        if self._offered or self._settings.subagent_max_depth < 1:
-            return
-        self._offered = True
+    async def prepare(self, tools: ToolRegistry) -> Lineage | None:
+        """Load the profiles into the `lineage` subagents start from, with the session's
+        `tools` (once); None when subagents are not allowed."""
+        if self._prepared or self._settings.subagent_max_depth < 1:
+            return self.lineage
+        self._prepared = True
         profiles, problems = await anyio.to_thread.run_sync(load_profiles, self._cwd)
         for problem in problems:
             log.warning("agent_profile_skipped", problem=str(problem))
@@ -99,7 +99,7 @@ class Delegation:
             cwd=self._cwd,
             env=self._settings.env_policy(),
         )
-        lineage = Lineage(
+        self.lineage = Lineage(
             session_id=self._session_id,
             cwd=self._cwd,
             profiles=tuple(profiles),
@@ -114,9 +114,7 @@ class Delegation:
             mode=self._mode,
             ask=self._ask,
         )
-        tools.add(SpawnAgentTool(lineage, self.tasks))
-        tools.add(InspectBackgroundTaskTool(self.tasks))
-        tools.add(CancelBackgroundTaskTool(self.tasks))
+        return self.lineage
 
     def take_notes(self) -> list[ContentBlock]:
         """Finished background tasks the model has not been told of, as user-side notes."""

@@ -20,7 +20,7 @@ Invariants:
 - `tools` only ever grows, at its end: a server's tools join together, once, when it is
   ready, after those of the servers ready before it, and are never re-sorted nor removed (a
   server lost later keeps its tools, whose calls then fail saying so). The tool list opens
-  the prompt cache's prefix (`defect_core/tools/builtin.py`): a server joining breaks it
+  the prompt cache's prefix (`defect_core/session/toolset.py`): a server joining breaks it
   once at most, and nothing else about the hub ever does.
 - `aclose` stops the start-up task and every server and waits for them (bounded, shielded
   from cancellation), so no process outlives the session, whether its server had started or

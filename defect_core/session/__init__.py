@@ -6,13 +6,14 @@ One room per job, lowest first (docs/layers.md):
 - `protocol.py`     the door: the `AgentCore`/`Session` protocols, the values they exchange,
                     and the errors, listings, MCP specs and `Frontend` a front end needs
 - `options.py`      mode, model, reasoning effort: the choices and what they mean for a turn
-- `commands.py`     `/compact`, `/context`: answered without the model
+- `commands.py`     `/compact`, `/context` answered without the model; custom commands
+- `slash_commands.py` the built-in slash commands, one row each: offer, dispatch, `/help`
 - `rewind.py`       `/rewind`: the prompts, and going back before one (files, conversation)
 - `fork.py`         forks: `session/fork` and `/fork`, a new session sharing the history
 - `titles.py`       a session's title, from its first answered prompt
 - `permissions.py`  remembered "always" answers and the open questions to the user
 - `persistence.py`  writes of replay state, and what a failing store means for the user
-- `toolset.py`      the built-in tools every session gets
+- `toolset.py`      every built-in tool, and the condition a session offers it under
 - `state.py`        `DefaultSession`: one conversation's state and turns
 - `core.py`         `DefaultAgentCore`: the process's sessions, providers and store
 

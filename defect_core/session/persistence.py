@@ -1,10 +1,10 @@
 """What a session writes to the store besides its messages, and what it does when that fails.
 
 Owns `ReplayStateWriter` — the writes of what a replay shows (tool-call states, title, mode,
-options, "always" answers, the plan, the compacted history) —, `server_summary`, what the store
-keeps of an MCP server, and `ToolCallSnapshots` (what a replay shows of the stored tool
-calls). The messages themselves are written by the session's `_commit` (`state.py`), whose
-failure stops the turn.
+options, "always" answers, the plan, the compacted history: `write_back`) —,
+`server_summary`, what the store keeps of an MCP server, and `ToolCallSnapshots` (what a
+replay shows of the stored tool calls). The messages themselves are written by the session's
+`_commit` (`state.py`), whose failure stops the turn.
 
 Invariants:
 - A write of replay state never stops the session (what the model sees is the message log),
@@ -59,11 +59,11 @@ class ReplayStateWriter:
         if self._store is not None:
             await self._save(self._store.save_plan(self._session_id, plan))
 
-    async def checkpoint(self, history: list[Message]) -> None:
+    async def write_back(self, history: list[Message]) -> None:
         """Compaction rewrote the history: the store keeps it (the transcript is untouched)."""
         if self._store is not None:
             with anyio.CancelScope(shield=True):
-                await self._store.checkpoint(self._session_id, history)
+                await self._store.write_back(self._session_id, history)
 
     async def _save(self, write: Awaitable[Any]) -> None:
         try:

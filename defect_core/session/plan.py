@@ -1,8 +1,9 @@
 """`SessionPlan`: a session's current plan — what `update_plan` last sent, kept and shown.
 
-Owns the session's latest plan, the `update_plan` tool bound to it (`tools/plan.py`), and the
-plan's JSON form in the store (`plan_to_json` / `plan_from_json`: the `session_plans` table,
-migration 4 in `defect_core/store/migrations.py`).
+Owns the session's latest plan, what the `update_plan` tool (`tools/plan.py`, offered by
+`toolset.py`) replaces it with (`replace`), and the plan's JSON form in the store
+(`plan_to_json` / `plan_from_json`: the `session_plans` table, migration 4 in
+`defect_core/store/migrations.py`).
 
 Invariants:
 - A new plan is saved before it is published: a session killed right after the user saw a
@@ -26,7 +27,7 @@ from defect_core.events import AgentEvent, PlanEntry, PlanPriority, PlanStatus, 
 from defect_core.log import get_logger
 from defect_core.model import Message, ToolResultBlock, ToolUseBlock
 from defect_core.store import AsyncStore
-from defect_core.tools.plan import UPDATE_PLAN, UpdatePlanTool
+from defect_core.tools.plan import UPDATE_PLAN
 
 log = get_logger("defect.agent")
 
@@ -47,10 +48,6 @@ class SessionPlan:
         self._publish = publish
         self.entries: tuple[PlanEntry, ...] = ()
         """The current plan (empty: none)."""
-
-    def tool(self) -> UpdatePlanTool:
-        """The `update_plan` tool of this session."""
-        return UpdatePlanTool(self.replace)
 
     async def replace(self, entries: tuple[PlanEntry, ...]) -> None:
         self.entries = entries

@@ -49,6 +49,7 @@ from defect_core.errors import (
 )
 from defect_core.events import (
     AgentEvent,
+    CommandOffer,
     Location,
     PlanEntry,
     ToolDisplay,
@@ -67,6 +68,7 @@ __all__ = [
     "AgentCore",
     "AgentError",
     "Backends",
+    "CommandOffer",
     "ConfigOption",
     "DuplicateSessionId",
     "Frontend",
@@ -201,7 +203,9 @@ class Session(Protocol):
         for the model option."""
         ...
 
-    def slash_commands(self) -> tuple[tuple[str, str], ...]: ...
+    def slash_commands(self) -> tuple[CommandOffer, ...]:
+        """The slash commands offered now: the built-in table's, then the custom ones."""
+        ...
 
     async def refresh_commands(self, *, announce: bool = True) -> None:
         """Reload the commands the user and the project defined (`CommandsChanged` if new and

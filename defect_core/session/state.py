@@ -46,6 +46,7 @@ from defect_core.config import Settings
 from defect_core.events import (
     AgentEvent,
     AgentTextDelta,
+    CommandOffer,
     CommandsChanged,
     ConfigChanged,
     EventBus,
@@ -72,10 +73,8 @@ from defect_core.providers.base import LlmProvider
 from defect_core.providers.live import ProviderSet
 from defect_core.selection import ModelSelection
 from defect_core.session import options
-from defect_core.session.calls import SessionToolCalls
+from defect_core.session.call_records import SessionToolCalls
 from defect_core.session.checkpointing import MessageId, SessionCheckpoints
-from defect_core.session.commands import CommandBook, answer_command, slash_command
-from defect_core.session.fork import answer_fork
 from defect_core.session.notices import opening_notices
 from defect_core.session.permissions import SessionPermissions
 from defect_core.session.persistence import ReplayStateWriter, server_summary
@@ -92,12 +91,12 @@ from defect_core.session.protocol import (
     TurnInProgress,
 )
 from defect_core.session.rewind import Rewinder
+from defect_core.session.slash_commands import CommandBook, CommandFacts, CommandScope, SlashCommand
 from defect_core.session.titles import SessionTitle
-from defect_core.session.toolset import call_context
+from defect_core.session.toolset import ToolFacts, call_context, offer
 from defect_core.session.trusting import ProjectTrusting
 from defect_core.store import AsyncStore, SessionRecord, StoredSession
 from defect_core.tools.base import ToolContext, ToolRegistry
-from defect_core.tools.skill import SkillTool
 from defect_core.turn import TurnConfig, TurnDeps, TurnResult, TurnRunner, hook_note
 
 log = get_logger("defect.agent")
@@ -148,16 +147,12 @@ class DefaultSession:
         """Tool-call records: this process's; the stored ones are read when a replay asks."""
         record = stored.record if stored else None
         self.plan = SessionPlan(session_id, self._writer.plan, self._publish)
-        tools.add(self.plan.tool())
         self._mode: str = record.mode if record else policy.DEFAULT_MODE
         self._selection, self._unstamped_provider = options.first_selection(
             settings, providers, record, session_id
         )
-        self._effort = (
-            record.config.get("reasoning_effort", settings.reasoning_effort)
-            if record
-            else settings.reasoning_effort
-        )
+        stored_config = record.config if record else {}
+        self._effort = stored_config.get("reasoning_effort", settings.reasoning_effort)
         self._permissions = SessionPermissions(
             session_id, record.permissions if record else None, self._bus.publish
         )
@@ -170,7 +165,7 @@ class DefaultSession:
         self._system_prompt = ""
         """Built once, before the first request (`_ready_prompt`); stable for the cache."""
         self._web_search = hosted_web_search(settings, self._provider)
-        self._commands = CommandBook(cwd)
+        self._commands = CommandBook(cwd, CommandFacts(saved=store is not None))
         env = settings.env_policy()
         self._trusting = ProjectTrusting(
             settings.project, cwd, tools, self._permissions.ask, mcp, env
@@ -185,15 +180,15 @@ class DefaultSession:
         self._turn = 0
         self._scope: anyio.CancelScope | None = None
         self._closed = False
-        self._context = Compactor(
+        self._compactor = Compactor(
             history=self._history,
             provider=self._provider,
             publish=self._publish,
-            checkpoint=self._writer.checkpoint,
+            write_back=self._writer.write_back,
             before_compact=self._before_compact,
             after_compact=self._after_compact,
         )
-        self._context.use_provider(self._provider, self._own_thinking_only)
+        self._compactor.use_provider(self._provider, self._own_thinking_only)
         self.delegation = Delegation(
             session_id=session_id,
             cwd=cwd,
@@ -207,6 +202,8 @@ class DefaultSession:
             mode=self.current_mode,
             ask_permission=self._permissions.ask,
         )  # subagents and background tasks (`defect_core/agents/`)
+        self._tool_facts = ToolFacts(plan=self.plan.replace, tasks=self.delegation.tasks)
+        offer(tools, self._tool_facts)  # the built-in tools a new session offers (toolset.py)
 
     # --- identity --------------------------------------------------------------------------
 
@@ -294,11 +291,11 @@ class DefaultSession:
         try:
             await self.refresh_commands()
             await self._ready_prompt()
-            command = slash_command(prompt)
-            if command is not None and command[0] == "goal" and command[1].strip():
-                prompt = self.start_goal(command[1].strip())
-            elif command is not None:
-                return await self._run_command(turn, *command)
+            if (command := self._commands.builtin(prompt)) is not None:
+                answered = await self._run_command(turn, *command)
+                if not isinstance(answered, list):
+                    return answered
+                prompt = answered  # `/goal <objective>`: the turn pursues it
             if (custom := self._commands.custom_prompt(prompt)) is not None:
                 prompt = [TextBlock(text=custom.text)]
             self._title.turn_started(prompt)
@@ -315,7 +312,7 @@ class DefaultSession:
                     rules_changed=self._rules_changed,
                     publish=self._publish,
                     cancel_turn=self.cancel_turn,
-                    compactor=self._context,
+                    compactor=self._compactor,
                     hooks=self._hooks,
                     notes=self.delegation.take_notes,
                     mode=self.current_mode,
@@ -346,6 +343,8 @@ class DefaultSession:
         finally:
             if self._goal is not None:
                 self.last_goal, self._goal = self._goal.finish(), None
+                self._tool_facts.goal_reached = None
+                offer(self._tools, self._tool_facts)
             self._title.turn_ended()
             self._scope = None
             self._running = False
@@ -357,9 +356,9 @@ class DefaultSession:
             facts = await anyio.to_thread.run_sync(
                 self._prompt_facts.result, abandon_on_cancel=True
             )
-            if facts.skills and self._tools.get("skill") is None:
-                self._tools.add(SkillTool(facts.skills))
-            await self.delegation.offer(self._tools)
+            self._tool_facts.skills = facts.skills
+            self._tool_facts.lineage = await self.delegation.prepare(self._tools)
+            offer(self._tools, self._tool_facts)
             names = [spec.name for spec in self._tools.specs()]
             names += self._mcp.names_for_prompt() if self._mcp is not None else []
             self._system_prompt = system_prompt_from(facts, self._backends.frontend, names)
@@ -396,7 +395,9 @@ class DefaultSession:
 
     def start_goal(self, objective: str) -> list[ContentBlock]:
         """Make the next turn pursue `objective` (`defect_core/goal.py`); its prompt."""
-        self._goal = GoalRun(objective, self._settings.goal_max_rounds, self._tools, self._hooks)
+        self._goal = GoalRun(objective, self._settings.goal_max_rounds, self._hooks)
+        self._tool_facts.goal_reached = self._goal.reached
+        offer(self._tools, self._tool_facts)
         return [TextBlock(text=goal_prompt(objective))]
 
     async def _session_started(self, prompt: list[ContentBlock]) -> list[ContentBlock]:
@@ -417,30 +418,28 @@ class DefaultSession:
         data = {"kind": report.kind, "messages": report.messages_summarised}
         await self._hooks.fire("after_compact", data)
 
-    async def _run_command(self, turn: int, name: str, args: str) -> TurnStopReason:
-        """A slash command: answered here, without a model call, and not put in history."""
+    async def _run_command(
+        self, turn: int, command: SlashCommand, args: str
+    ) -> TurnStopReason | list[ContentBlock]:
+        """A built-in command (`slash_commands.py`): its answer is shown, without a model call
+        and outside the history; or it hands back the prompt the turn goes on with."""
         with anyio.CancelScope() as scope:
             self._scope = scope
-            if name == "rewind":
-                text = await self._rewinder().answer(args)
-            elif name == "trust":
-                text = await self._trusting.answer(args)
-            elif name == "fork":
-                text = await answer_fork(args, self._id, self._store, self._transcript, self._ids)
-            else:
-                text = await answer_command(
-                    name,
-                    args,
-                    context=self._context,
-                    history=self._history,
-                    config=self._turn_config(),
-                    tools=self._tools.specs(),
-                )
-            await self._bus.publish(AgentTextDelta(text))
+            reply = await command.handler(self._command_scope(), args)
+            if isinstance(reply, list):
+                return reply
+            await self._bus.publish(AgentTextDelta(reply))
         stop: TurnStopReason = "cancelled" if scope.cancelled_caught else "end_turn"
         with anyio.CancelScope(shield=True):
             await self._bus.publish(TurnEnded(turn, stop))
         return stop
+
+    def _command_scope(self) -> CommandScope:
+        return CommandScope(
+            self._id, self._store, self._compactor, self._history, self._transcript, self._ids,
+            self._turn_config, self._tools.specs, self._rewinder, self._trusting,
+            self.start_goal, self._commands,
+        )  # fmt: skip
 
     def _rewinder(self) -> Rewinder:
         async def adopt(stored: StoredSession) -> None:  # the store's branch, now the live one
@@ -556,7 +555,7 @@ class DefaultSession:
         web_search = hosted_web_search(self._settings, provider)
         previous, self._selection = self._selection, selection
         self._web_search = web_search
-        self._context.use_provider(provider, self._own_thinking_only)
+        self._compactor.use_provider(provider, self._own_thinking_only)
         change = {"previous": previous.value, "selection": selection.value}
         log.info("model_selected", session_id=self._id, **change)
         await self._writer.update(provider=selection.provider, model=selection.model)
@@ -568,7 +567,7 @@ class DefaultSession:
         if await self._providers.refresh() and not self._closed:
             await self._bus.publish(ConfigChanged("model", self._selection.value))
 
-    def slash_commands(self) -> tuple[tuple[str, str], ...]:
+    def slash_commands(self) -> tuple[CommandOffer, ...]:
         return self._commands.offered()
 
     async def refresh_commands(self, *, announce: bool = True) -> None:
@@ -591,7 +590,7 @@ class DefaultSession:
         self._closed = True
         self.cancel_turn()
         await self.delegation.aclose()
-        await self._context.aclose()
+        await self._compactor.aclose()
         if self._mcp is not None:
             await self._mcp.aclose()
         await self._trusting.aclose()

@@ -25,8 +25,8 @@ One room per job, in four layers, lowest first (docs/layers.md, "Inside the stor
 - `door.py`        `AsyncStore`: the event loop's door, reads and writes, shielded calls
 
 Invariants (kept by the modules above, stated here once): the message log is append-only and
-each append is durable when it returns; `load` returns the live `history` (last compaction
-checkpoint + later messages) and the full `transcript`; rows are stored as-is, never repaired;
+each append is durable when it returns; `load` returns the live `history` (compaction's last
+write-back + later messages) and the full `transcript`; rows are stored as-is, never repaired;
 every fault is a per-call `StorageError` that destroys nothing; a database from a newer defect
 is refused. Callers import from `defect_core.store`, never from its modules, so the rooms may
 move without touching them.

@@ -100,12 +100,12 @@ class AsyncStore:
     async def upsert_tool_call(self, record: ToolCallRecord) -> None:
         await self._write(self.store.upsert_tool_call, record)
 
-    async def checkpoint(
+    async def write_back(
         self, session_id: str, history: builtins.list[Message], covers_seq: int | None = None
     ) -> int:
         # A copy: the caller's list may change while the worker is still writing this one.
         snapshot = builtins.list(history)
-        return await self._write(self.store.checkpoint, session_id, snapshot, covers_seq)
+        return await self._write(self.store.write_back, session_id, snapshot, covers_seq)
 
     async def save_file_checkpoint(self, record: FileCheckpointRecord) -> None:
         await self._write(self.store.save_file_checkpoint, record)

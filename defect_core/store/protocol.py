@@ -8,8 +8,8 @@ Invariants every implementation keeps:
 - The message log is append-only: `append_message` is atomic (a transaction of its own, or a
   savepoint of a group of writes committed at once, `transactions.py`) and durable when it
   returns; messages are numbered per session (`seq` = 1, 2, …, gap-free).
-- History vs transcript: `checkpoint` records what compaction wrote back without rewriting the
-  log, so `load` returns `history` (the last checkpoint + every message appended after it) and
+- History vs transcript: `write_back` records what compaction wrote back without rewriting the
+  log, so `load` returns `history` (the last write-back + every message appended after it) and
   `transcript` (the whole original log of the current branch, which `session/load` replays).
 - The log is a tree of turns (`tree.py`): `rewind` and `fork` move or share heads, never
   delete a message; a session's branch is what `load` returns.
@@ -87,14 +87,14 @@ class SessionStore(Protocol):
 
     def upsert_tool_call(self, record: ToolCallRecord) -> None: ...
 
-    def checkpoint(
+    def write_back(
         self, session_id: str, history: builtins.list[Message], covers_seq: int | None = None
     ) -> int:
         """Compaction rewrote the live history: `history` is all of it, covering the log up to
         `covers_seq` (default: the last logged message). Returns the seq covered.
 
         The default is exact when the store sees writes in the order history saw them: with
-        `AsyncStore`, call `append_message` right after `History.append` and `checkpoint` right
+        `AsyncStore`, call `append_message` right after `History.append` and `write_back` right
         after `replace`/`splice_prefix` + `snapshot`, with no `await` in between. Otherwise pass
         the seq `append_message` returned for the last message `history` contains.
         """

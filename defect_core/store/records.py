@@ -211,7 +211,7 @@ class ToolCallRecord:
 class StoredSession:
     """A loaded session.
 
-    `history` is what the session resumes from (last compaction checkpoint + the messages
+    `history` is what the session resumes from (compaction's last write-back + the messages
     appended after it); `transcript` is the full original log, for replay. Without any
     compaction the two are equal. A load hands both as `StoredMessages` (parsed when read).
     """

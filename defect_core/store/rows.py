@@ -2,7 +2,8 @@
 
 Owns the JSON a column holds (`dumps`, `message_json`), the `list` cursor (`encode_cursor`,
 `decode_cursor`) and `session_from_rows`, which turns the rows of one session into a
-`StoredSession` (history = last checkpoint + the messages after it; transcript = the log).
+`StoredSession` (history = compaction's last write-back + the messages after it;
+transcript = the log).
 
 Invariants: nothing here runs SQL (`session_from_rows` reads the rows it is handed, cursors
 included: `SqliteStore.load` hands them over inside its read transaction, so a long session's

@@ -13,7 +13,7 @@ Invariants:
   processes appending to one session still get distinct, gap-free numbers, and it is durable
   when it returns (see "Durability"): a SIGKILL, a crash or a power cut loses at most the
   message in flight.
-- The log is never rewritten: `checkpoint` stores compaction's history beside it and the seq it
+- The log is never rewritten: `write_back` stores compaction's history beside it and the seq it
   covers; `load` reads both inside one read transaction (a consistent view under WAL).
 - Every sqlite error becomes a `StorageError` (`faults.storage_error`); a value that is not
   JSON is refused before its transaction starts.
@@ -57,8 +57,8 @@ from defect_core.listing import SessionPage, SessionSummary
 from defect_core.log import get_logger
 from defect_core.model import Message
 from defect_core.store import rows, tree
-from defect_core.store.calls import ToolCallRows
-from defect_core.store.calls import tool_rows as calls_of
+from defect_core.store.call_rows import ToolCallRows
+from defect_core.store.call_rows import tool_rows as calls_of
 from defect_core.store.migrations import MIGRATIONS, Migration, check_version, migrate, numbered
 from defect_core.store.paths import default_store_path
 from defect_core.store.protocol import UNSET, Unset
@@ -283,7 +283,7 @@ class SqliteStore(ToolCallRows):
                 (*values, now),
             )
 
-    def checkpoint(
+    def write_back(
         self, session_id: str, history: builtins.list[Message], covers_seq: int | None = None
     ) -> int:
         bodies = [rows.message_json(m) for m in history]
@@ -300,7 +300,7 @@ class SqliteStore(ToolCallRows):
                 covers = covers_seq
                 if not 0 <= covers <= int(last):
                     raise ValueError(
-                        f"checkpoint of session {session_id!r} claims to cover seq {covers}, "
+                        f"write-back of session {session_id!r} claims to cover seq {covers}, "
                         f"but the log ends at seq {last}"
                     )
                 found = conn.execute(

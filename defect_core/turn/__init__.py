@@ -29,13 +29,13 @@ run by `calls.execute` (`spawn_agent`, `defect_core/agents/`), each with a `Turn
 own.
 
 Modules, top down (import-linter keeps the order, pyproject.toml): `runner` (the loop) →
-`request` | `calls` (the model request; the tool calls) → `deps` (`TurnDeps`, `TurnConfig`,
-`TurnResult`). The module invariants live with each.
+`request` | `call_steps` (the model request; the steps of a tool call) → `deps` (`TurnDeps`,
+`TurnConfig`, `TurnResult`). The module invariants live with each.
 """
 
 from __future__ import annotations
 
-from defect_core.turn.calls import CANCELLED_RESULT_TEXT, MAX_RESULT_CHARS
+from defect_core.turn.call_steps import CANCELLED_RESULT_TEXT, MAX_RESULT_CHARS
 from defect_core.turn.deps import TurnConfig, TurnDeps, TurnResult
 from defect_core.turn.runner import TurnRunner, hook_note
 

@@ -3,7 +3,7 @@
 Owns the loop of a turn and the order of its phases (the package docstring,
 `defect_core/turn/__init__.py`, lists them and the hook points they leave): it commits what
 becomes history and decides when the turn ends. What each phase does inside lives beside it:
-the model request in `request.py`, the tool calls in `calls.py`.
+the model request in `request.py`, the tool calls in `call_steps.py`.
 
 Invariants:
 - Only a `Completed` reply becomes history (docs/architecture.md, Integrity): a failed, cut or
@@ -38,8 +38,8 @@ from defect_core.integrity import drop_malformed_tool_uses
 from defect_core.model import ContentBlock, Message, TextBlock, ToolUseBlock
 from defect_core.provenance import stamp_origin
 from defect_core.providers.base import Completed
-from defect_core.turn import calls as tool_calls
-from defect_core.turn.calls import ToolCall
+from defect_core.turn import call_steps as tool_calls
+from defect_core.turn.call_steps import ToolCall
 from defect_core.turn.deps import TurnConfig, TurnDeps, TurnResult
 from defect_core.turn.request import context_used, fit_context_window, stop_reason, stream_reply
 

@@ -9,7 +9,7 @@ corrupt row is `CorruptSession` naming it, and changes nothing on disk.
 
 Why apart from `sqlite.py`: a loaded session keeps no record of its past calls in memory
 (a long session has tens of thousands, most of the memory a load would hold,
-`defect_core/session/calls.py`); it reads the few it needs from here when it needs them.
+`defect_core/session/call_records.py`); it reads the few it needs from here when it needs them.
 """
 
 from __future__ import annotations
