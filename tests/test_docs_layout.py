@@ -48,7 +48,7 @@ def test_a_module_left_out_or_made_up_is_found() -> None:
 
 
 def test_a_layer_out_of_step_is_found() -> None:
-    text = LAYERS.replace("`toolset` | `trusting` → `calls`", "`toolset` → `calls`")
+    text = LAYERS.replace("`toolset` | `trusting` → `call_records`", "`toolset` → `call_records`")
     text = text.replace("| 2½ | `catalog` |", "| 2½ | `catalog` \\| `goal` |")
     text = text.replace("`restore` | `fs` | `shell`", "`restore` | `fs`")
     problems = layer_problems(text)
