@@ -18,8 +18,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-PACKAGES = ("defect_core", "defect_acp", "defect_fakeapi", "defect_transcript")
+PACKAGES = ("defect_core", "defect_acp", "defect_cli", "defect_fakeapi", "defect_transcript")
 
+PACKAGE_LAYERS = (
+    "The packages are layered: the command, the transcript tool, the ACP bridge, the runtime"
+)
 LAYERS = "defect_core is layered: no import runs back up (docs/layers.md)"
 SESSION_LAYERS = "The session package is layered: core, state, its parts, protocol"
 MCP_LAYERS = "The MCP package is layered: hub, tool, connection | convert, spec"
@@ -48,7 +51,9 @@ CHECKPOINT_LAYERS = (
     "The checkpoints package is layered: restore | fs, capture, gitsnap | blobs | budget, model"
 )
 INTEGRITY_LAYERS = "The outbound repair is layered: repair, proven, validate, rules"
+AGENTS_LAYERS = "The agents package is layered: delegation, tools, tasks | child, progress"
 CONTRACTS = (
+    PACKAGE_LAYERS,
     LAYERS,
     SESSION_LAYERS,
     MCP_LAYERS,
@@ -64,6 +69,7 @@ CONTRACTS = (
     TRANSCRIPT,
     CHECKPOINT_LAYERS,
     INTEGRITY_LAYERS,
+    AGENTS_LAYERS,
 )
 
 
@@ -99,6 +105,13 @@ def test_the_repository_keeps_every_import_contract() -> None:
 @pytest.mark.parametrize(
     ("module", "code", "contract", "edge"),
     [
+        pytest.param(
+            "defect_acp/server.py",
+            "\n\ndef _upward() -> None:\n    from defect_cli.wiring import acp_core\n",
+            PACKAGE_LAYERS,
+            "defect_acp.server -> defect_cli.wiring",
+            id="bridge-imports-the-command-that-wires-it-lazily",
+        ),
         pytest.param(
             "defect_core/model.py",
             "\n\ndef _upward() -> None:\n"
@@ -209,6 +222,14 @@ def test_the_repository_keeps_every_import_contract() -> None:
             TRANSCRIPT,
             "defect_acp.client -> acp",
             id="shared-client-imports-the-acp-sdk",
+        ),
+        pytest.param(
+            "defect_core/agents/progress.py",
+            "\n\ndef _upward() -> None:\n"
+            "    from defect_core.agents.tasks import BackgroundTasks\n",
+            AGENTS_LAYERS,
+            "defect_core.agents.progress -> defect_core.agents.tasks",
+            id="subagent-progress-imports-the-task-table-lazily",
         ),
     ],
 )

@@ -8,7 +8,7 @@ stderr, and turns the stop reason into the exit status. For CI and scripts:
     defect exec --mode yolo --goal "make the tests pass"  # a goal, until goal_done
     defect exec --output stream-json "list the TODOs"     # one JSON event per line
 
-Output (`--output`, written by `defect_acp/exec_output.py`):
+Output (`--output`, written by `defect_cli/exec_output.py`):
 - `text` (default): the answer's text as it streams (a blank line between the texts of
   successive model requests); tool calls with their results, goal rounds and notices on
   stderr.
@@ -58,7 +58,7 @@ from typing import IO, Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from defect_acp.exec_output import OUTPUTS, Printer
+from defect_cli.exec_output import OUTPUTS, Printer
 from defect_core import events as ev
 from defect_core.config import ConfigError, Settings, load_settings
 from defect_core.errors import AgentError, InvalidOption
