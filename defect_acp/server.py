@@ -40,18 +40,17 @@ from defect_acp.transport import LineWriter, StdioTransport, open_stdin_reader
 from defect_acp.updates import SessionPump, StreamedReplay, after_open_updates, replay
 from defect_core import __version__
 from defect_core.log import get_logger
-from defect_core.mcp import supported_transports
-from defect_core.session import (
+from defect_core.session.protocol import (
     AgentCore,
     AgentError,
     Backends,
     Frontend,
     HistoryPart,
+    LocalFsBackend,
     McpServerSpec,
     Session,
     TurnError,
 )
-from defect_core.tools.backends import LocalFsBackend
 
 log = get_logger("defect.acp")
 
@@ -173,7 +172,7 @@ class DefectAgent:
             if protocol_version in SUPPORTED_PROTOCOL_VERSIONS
             else max(SUPPORTED_PROTOCOL_VERSIONS)
         )
-        transports = supported_transports()
+        transports = self._core.mcp_transports()
         # Loading, listing and resuming stored sessions only when sessions are saved: with an
         # unusable store, nothing could be loaded after a restart (each new session says why).
         saved = self._core.storage_problem is None

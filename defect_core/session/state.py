@@ -31,7 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -153,11 +153,8 @@ class DefaultSession:
         self._selection, self._unstamped_provider = options.first_selection(
             settings, providers, record, session_id
         )
-        self._effort = (
-            record.config.get("reasoning_effort", settings.reasoning_effort)
-            if record
-            else settings.reasoning_effort
-        )
+        chosen = record.config if record else {}
+        self._effort = chosen.get("reasoning_effort", settings.reasoning_effort)
         self._permissions = SessionPermissions(
             session_id, record.permissions if record else None, self._bus.publish
         )
@@ -283,21 +280,30 @@ class DefaultSession:
     # --- turns ------------------------------------------------------------------------------
 
     async def run_turn(self, prompt: list[ContentBlock]) -> TurnStopReason:
+        command = slash_command(prompt)  # `/goal <objective>`: the door `defect exec` uses
+        goal = command[1].strip() if command is not None and command[0] == "goal" else ""
+        return await (self.run_goal(goal) if goal else self._run_turn(prompt, None))
+
+    async def run_goal(self, objective: str, prompt: Sequence[ContentBlock] = ()) -> TurnStopReason:
+        """A turn pursuing `objective` until `goal_done` (`goal.py`); `prompt` follows its own."""
+        return await self._run_turn(list(prompt), objective)
+
+    async def _run_turn(self, prompt: list[ContentBlock], goal: str | None) -> TurnStopReason:
         if self._running:
             raise TurnInProgress(
                 "a turn is already running in this session; wait for it or cancel it first"
             )
-        if not prompt:
+        if not prompt and goal is None:
             raise InvalidOption("the prompt is empty")
         self._running, self._turn = True, self._turn + 1
         turn = self._turn
         try:
             await self.refresh_commands()
             await self._ready_prompt()
-            command = slash_command(prompt)
-            if command is not None and command[0] == "goal" and command[1].strip():
-                prompt = self.start_goal(command[1].strip())
-            elif command is not None:
+            if goal is not None:
+                self._goal = GoalRun(goal, self._settings.goal_max_rounds, self._tools, self._hooks)
+                prompt = [TextBlock(text=goal_prompt(goal)), *prompt]
+            elif (command := slash_command(prompt)) is not None:
                 return await self._run_command(turn, *command)
             if (custom := self._commands.custom_prompt(prompt)) is not None:
                 prompt = [TextBlock(text=custom.text)]
@@ -394,11 +400,6 @@ class DefaultSession:
 
     # --- goals and hooks --------------------------------------------------------------------
 
-    def start_goal(self, objective: str) -> list[ContentBlock]:
-        """Make the next turn pursue `objective` (`defect_core/goal.py`); its prompt."""
-        self._goal = GoalRun(objective, self._settings.goal_max_rounds, self._tools, self._hooks)
-        return [TextBlock(text=goal_prompt(objective))]
-
     async def _session_started(self, prompt: list[ContentBlock]) -> list[ContentBlock]:
         """Fire `session_start` once, with the first prompt; the round-1 goal announcement."""
         if self._goal is not None:
@@ -410,8 +411,7 @@ class DefaultSession:
         return [*prompt, hook_note("session_start", verdict.context)] if verdict.context else prompt
 
     async def _before_compact(self, kind: str, focus: str) -> str:
-        verdict = await self._hooks.fire("before_compact", {"kind": kind, "focus": focus})
-        return verdict.context
+        return (await self._hooks.fire("before_compact", {"kind": kind, "focus": focus})).context
 
     async def _after_compact(self, report: CompactionReport) -> None:
         data = {"kind": report.kind, "messages": report.messages_summarised}
