@@ -52,6 +52,7 @@ CHECKPOINT_LAYERS = (
 )
 INTEGRITY_LAYERS = "The outbound repair is layered: repair, proven, validate, rules"
 AGENTS_LAYERS = "The agents package is layered: delegation, tools, tasks | child, progress"
+BRIDGE_DOOR = "The ACP bridge reaches the runtime only through the session door"
 CONTRACTS = (
     PACKAGE_LAYERS,
     LAYERS,
@@ -70,6 +71,7 @@ CONTRACTS = (
     CHECKPOINT_LAYERS,
     INTEGRITY_LAYERS,
     AGENTS_LAYERS,
+    BRIDGE_DOOR,
 )
 
 
@@ -111,6 +113,20 @@ def test_the_repository_keeps_every_import_contract() -> None:
             PACKAGE_LAYERS,
             "defect_acp.server -> defect_cli.wiring",
             id="bridge-imports-the-command-that-wires-it-lazily",
+        ),
+        pytest.param(
+            "defect_acp/updates.py",
+            "\nfrom defect_core.store import ToolCallRecord\n",
+            BRIDGE_DOOR,
+            "defect_acp.updates -> defect_core.store",
+            id="bridge-reads-the-store-behind-the-door",
+        ),
+        pytest.param(
+            "defect_acp/server.py",
+            "\n\ndef _runtime() -> None:\n    from defect_core.session import DefaultAgentCore\n",
+            BRIDGE_DOOR,
+            "defect_acp.server -> defect_core.session",
+            id="bridge-names-the-runtime-behind-the-door-lazily",
         ),
         pytest.param(
             "defect_core/model.py",
