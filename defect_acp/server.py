@@ -6,7 +6,10 @@ questions, the replay of a stored session — is `defect_acp/updates.py`; every 
 SDK's internals is `defect_acp/sdk_compat.py`.
 
 Invariants:
-- The bridge reaches the runtime only through `AgentCore`/`Session` (docs/architecture.md, rule 2).
+- The bridge reaches the runtime only through `AgentCore`/`Session` (docs/architecture.md, rule 2):
+  `serve` is handed a core built by the composition root (`defect_cli/wiring.py`), and of the
+  runtime only the door module (`defect_core.session.protocol`) is imported (docs/layers.md,
+  contract 18).
 - A `session/prompt` is answered only after every update of its turn has been written: the
   handler waits until the pump has forwarded the turn's last event. Nothing of that turn is
   sent after the answer.
