@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	# Compile once at install time: this machine may set PYTHONDONTWRITEBYTECODE,
 	# which would otherwise recompile the editable sources at every start.
-	$(BIN)/python -m compileall -q defect_core defect_acp defect_fakeapi defect_transcript >/dev/null
+	$(BIN)/python -m compileall -q defect_core defect_acp defect_cli defect_fakeapi defect_transcript >/dev/null
 	touch $(STAMP)
 
 run: $(STAMP)

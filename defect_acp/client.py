@@ -2,7 +2,7 @@
 
 Owns what every client of defect's own shares — `defect transcript run|record`
 (`defect_transcript`), the demo of `make run` (`scripts/demo_client.py`) and the benchmarks:
-`agent_command` (this checkout's `python -m defect_acp acp`), `with_checkout_on_path` (so that
+`agent_command` (this checkout's `python -m defect_cli acp`), `with_checkout_on_path` (so that
 command imports this checkout), `spawn_agent` (the agent in its own process group, its stdio
 piped, lines up to `LINE_LIMIT`), `kill_group` and `end_agent`.
 
@@ -47,8 +47,8 @@ def checkout_root() -> Path:
 
 
 def agent_command(python: str | None = None) -> list[str]:
-    """`defect acp` as this interpreter runs it: `python -m defect_acp acp`."""
-    return [python or sys.executable, "-m", "defect_acp", "acp"]
+    """`defect acp` as this interpreter runs it: `python -m defect_cli acp`."""
+    return [python or sys.executable, "-m", "defect_cli", "acp"]
 
 
 def with_checkout_on_path(env: Mapping[str, str], *extra: str) -> dict[str, str]:

@@ -44,8 +44,9 @@ from typing import Any, Protocol
 from acp import RequestError
 from acp.schema import ClientCapabilities, EnvVariable
 
-from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
-from defect_core.tools.backends import (
+from defect_core.session.protocol import (
+    DEFAULT_POLICY,
+    EnvPolicy,
     FileStat,
     FsBackend,
     LocalFsBackend,

@@ -28,9 +28,7 @@ from pydantic_core import PydanticSerializationError
 from defect_acp.transport import encode_message
 from defect_core import events as ev
 from defect_core.model import ContentBlock, ImageBlock, TextBlock
-from defect_core.policy import ModeInfo
-from defect_core.session import ConfigOption, OptionChoice
-from defect_core.tools.plan import UPDATE_PLAN
+from defect_core.session.protocol import UPDATE_PLAN, ConfigOption, ModeInfo, OptionChoice
 
 Update = (
     s.AgentMessageChunk

@@ -34,7 +34,7 @@ from defect_acp import project, replay_walk
 from defect_acp.replayed import INTERRUPTED, ReplayedCall, replayed_status, result_text
 from defect_core import events as ev
 from defect_core.model import ImageBlock, ToolResultBlock
-from defect_core.store import ToolCallRecord
+from defect_core.session.protocol import ToolCallRecord
 
 _HEAD = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
 _TAIL = b"}}\n"

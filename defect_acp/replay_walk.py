@@ -46,10 +46,10 @@ from defect_core.model import (
     ToolUseBlock,
     WebSearchResultBlock,
 )
-from defect_core.session import ToolCallSnapshot
+from defect_core.session.protocol import ToolCallSnapshot
 
 if TYPE_CHECKING:
-    from defect_core.store import ToolCallRecord
+    from defect_core.session.protocol import ToolCallRecord
 
 T_co = TypeVar("T_co", covariant=True)
 T = TypeVar("T")

@@ -28,18 +28,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from defect_core import events as ev
-from defect_core.hosted import search_outcome, search_title
-from defect_core.integrity.rules import INTERRUPTED_RESULT_TEXT
 from defect_core.model import (
     ServerToolUseBlock,
     ToolResultBlock,
     WebSearchResultBlock,
     result_from_dict,
 )
-from defect_core.session import ToolCallSnapshot
+from defect_core.session.protocol import (
+    INTERRUPTED_RESULT_TEXT,
+    ToolCallSnapshot,
+    search_outcome,
+    search_title,
+)
 
 if TYPE_CHECKING:
-    from defect_core.store import ToolCallRecord
+    from defect_core.session.protocol import ToolCallRecord
 
 Result = ToolResultBlock | dict[str, Any]
 """A tool result as a replay met it: the model, or a plain result block's JSON value."""

@@ -6,7 +6,10 @@ questions, the replay of a stored session — is `defect_acp/updates.py`; every 
 SDK's internals is `defect_acp/sdk_compat.py`.
 
 Invariants:
-- The bridge reaches the runtime only through `AgentCore`/`Session` (docs/architecture.md, rule 2).
+- The bridge reaches the runtime only through `AgentCore`/`Session` (docs/architecture.md, rule 2):
+  `serve` is handed a core built by the composition root (`defect_cli/wiring.py`), and of the
+  runtime only the door module (`defect_core.session.protocol`) is imported (docs/layers.md,
+  contract 18).
 - A `session/prompt` is answered only after every update of its turn has been written: the
   handler waits until the pump has forwarded the turn's last event. Nothing of that turn is
   sent after the answer.
@@ -40,18 +43,17 @@ from defect_acp.transport import LineWriter, StdioTransport, open_stdin_reader
 from defect_acp.updates import SessionPump, StreamedReplay, after_open_updates, replay
 from defect_core import __version__
 from defect_core.log import get_logger
-from defect_core.mcp import supported_transports
-from defect_core.session import (
+from defect_core.session.protocol import (
     AgentCore,
     AgentError,
     Backends,
     Frontend,
     HistoryPart,
+    LocalFsBackend,
     McpServerSpec,
     Session,
     TurnError,
 )
-from defect_core.tools.backends import LocalFsBackend
 
 log = get_logger("defect.acp")
 
@@ -173,7 +175,7 @@ class DefectAgent:
             if protocol_version in SUPPORTED_PROTOCOL_VERSIONS
             else max(SUPPORTED_PROTOCOL_VERSIONS)
         )
-        transports = supported_transports()
+        transports = self._core.mcp_transports()
         # Loading, listing and resuming stored sessions only when sessions are saved: with an
         # unusable store, nothing could be loaded after a restart (each new session says why).
         saved = self._core.storage_problem is None

@@ -49,7 +49,7 @@ from defect_acp import project, replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_core import events as ev
 from defect_core.log import get_logger
-from defect_core.session import HistoryPart, Session
+from defect_core.session.protocol import HistoryPart, Session
 
 if TYPE_CHECKING:
     from acp.agent.connection import AgentSideConnection

@@ -8,7 +8,7 @@ should load from the moment the process starts - but an import is Python code th
 the GIL, and on the same core it would slow the `initialize` and `session/new` answers the
 editor waits on by as much as it runs. So the foreground says when it does not need the
 interpreter: the front end closes the gate at start-up and its event loop opens it whenever
-it sleeps waiting for input (`defect_acp/idle_loop.py`); the import thread runs only then.
+it sleeps waiting for input (`defect_cli/idle_loop.py`); the import thread runs only then.
 
 Invariants:
 - The gate is open unless a front end closed it: a process without an idle-aware loop (an

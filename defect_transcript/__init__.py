@@ -4,7 +4,7 @@ A tool beside the agent, not part of it: like an editor, it starts `defect acp` 
 (through `defect_acp.client`, the package's client API) and speaks JSON-RPC to it over stdio,
 as raw lines — it must be able to send what no SDK would. It imports nothing of the server,
 the runtime or the ACP SDK (an import-linter contract in pyproject.toml, docs/layers.md), so a
-transcript proves what the wire does, never what the code meant. `defect_acp.cli` only hands
+transcript proves what the wire does, never what the code meant. `defect_cli.cli` only hands
 it the `transcript` subcommand.
 
 Owns the transcript feature, one job per module, each importing only those above it:

@@ -1,7 +1,7 @@
 """The `transcript run|record` commands: `add_parser` (for `defect`), `build_parser`, `main`.
 
 Owns the arguments of `defect transcript run|record` and what each action calls: `run_files`
-or `record`. `defect transcript …` (through `defect_acp.cli`) and `python -m
+or `record`. `defect transcript …` (through `defect_cli.cli`) and `python -m
 defect_transcript …` (through `__main__.py`) both end in `main`.
 
 Invariant: the exit status is the contract — 0 when no transcript failed (skips are fine) or
@@ -97,7 +97,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         if agent and agent[0] == "--":
             agent = agent[1:]
         if not agent:
-            agent = [sys.executable, "-m", "defect_acp", "acp"]
+            agent = [sys.executable, "-m", "defect_cli", "acp"]
         client = shlex.split(args.client) if args.client else None
         return asyncio.run(record(agent, args.out, client_command=client))
     parser = getattr(args, "transcript_parser", None)

@@ -290,7 +290,7 @@ def _recorded_header(
     acp_at = None
     for i, part in enumerate(command):
         if part == "acp" and (
-            (i >= 2 and command[i - 2 : i] == ["-m", "defect_acp"])
+            (i >= 2 and command[i - 2 : i] == ["-m", "defect_cli"])
             or (i >= 1 and Path(command[i - 1]).name == "defect")
         ):
             acp_at = i

@@ -88,7 +88,7 @@ def _first_chunk(m: dict[str, Any]) -> bool:
 def agent_run(url: str, workspace: str, state: str, *, private: bool = True) -> dict[str, float]:
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "defect_acp", "acp"],
+        [sys.executable, "-m", "defect_cli", "acp"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -11,7 +11,7 @@ with thinking and tool calls (read_file, edit_file, bash, search), a user messag
 batch of tool results (file contents, diffs, command output), until the log holds the
 count; every tool call has its `ToolCallRecord` (title, kind, final status, display).
 
-Each run spawns `python -m defect_acp acp` and times, on the client side (raw JSON lines over
+Each run spawns `python -m defect_cli acp` and times, on the client side (raw JSON lines over
 pipes, no SDK, so the figures are the agent's own):
 - spawn → `initialize` answered (process start-up, reference),
 - `session/load` sent → answered, with every replayed update read off the pipe (the
@@ -259,7 +259,7 @@ class Agent:
     def __init__(self, state: Path, cwd: Path, script: Path | None = None) -> None:
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "defect_acp", "acp"],
+            [sys.executable, "-m", "defect_cli", "acp"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

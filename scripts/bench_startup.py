@@ -70,7 +70,7 @@ def _peak_rss_mb(pid: int) -> float:
 def one_agent_run(workspace: str) -> dict[str, float]:
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "defect_acp", "acp"],
+        [sys.executable, "-m", "defect_cli", "acp"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -365,7 +365,7 @@ async def run(
             relay = [sys.executable, str(REPO / "scripts" / "stamp_relay.py"), str(stamps)]
             profile = os.environ.get("BENCH_TURN_PROFILE")
             python = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else [])]
-            command = [*relay, *python, "-m", "defect_acp", "acp"]
+            command = [*relay, *python, "-m", "defect_cli", "acp"]
             async with spawn_defect(
                 env=env, cwd=Path(workspace), command=command, validate_at_exit=True
             ) as agent:

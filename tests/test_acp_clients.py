@@ -145,7 +145,7 @@ async def test_a_load_after_restart_still_shows_what_the_command_printed(
 
 def _defect(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "defect_acp", *args],
+        [sys.executable, "-m", "defect_cli", *args],
         env=kwargs.pop("env", agent_env()),
         cwd=str(REPO),
         capture_output=True,
@@ -204,7 +204,7 @@ async def test_a_person_at_a_terminal_is_told_what_this_is_then_served() -> None
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "defect_acp",
+        "defect_cli",
         "acp",
         stdin=slave,
         stdout=asyncio.subprocess.PIPE,

@@ -140,7 +140,7 @@ async def raw_agent(tmp_path: Path, env: dict[str, str] | None = None) -> AsyncI
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "defect_acp",
+            "defect_cli",
             "acp",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

@@ -243,7 +243,7 @@ def test_defect_exec_streams_each_plan_as_a_json_line_and_shows_it_on_stderr(
     script = tmp_path / "script.json"
     script.write_text(json.dumps(replies))
     done = subprocess.run(
-        [sys.executable, "-m", "defect_acp", "exec", "--output", "stream-json", "plan it"],
+        [sys.executable, "-m", "defect_cli", "exec", "--output", "stream-json", "plan it"],
         cwd=tmp_path,
         env=agent_env(
             DEFECT_SCRIPT=str(script),

@@ -404,18 +404,18 @@ def test_cli_version_and_help() -> None:
 
     env = agent_env()
     version = subprocess.run(
-        [sys.executable, "-m", "defect_acp", "--version"], capture_output=True, text=True, env=env
+        [sys.executable, "-m", "defect_cli", "--version"], capture_output=True, text=True, env=env
     )
     assert version.returncode == 0 and version.stdout.startswith("defect ")
     helped = subprocess.run(
-        [sys.executable, "-m", "defect_acp", "acp", "--help"],
+        [sys.executable, "-m", "defect_cli", "acp", "--help"],
         capture_output=True,
         text=True,
         env=env,
     )
     assert helped.returncode == 0 and "--provider" in helped.stdout and "--resume" in helped.stdout
     bad = subprocess.run(
-        [sys.executable, "-m", "defect_acp", "acp", "--provider", "nope"],
+        [sys.executable, "-m", "defect_cli", "acp", "--provider", "nope"],
         capture_output=True,
         text=True,
         env=env,

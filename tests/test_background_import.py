@@ -1,7 +1,7 @@
 """The background import yields to the foreground and never deadlocks with it.
 
 `defect_core/background_import.py` imports the provider's SDK in a thread that runs a module
-only while the foreground gate is open; `defect_acp/idle_loop.py` opens the gate while the
+only while the foreground gate is open; `defect_cli/idle_loop.py` opens the gate while the
 event loop sleeps. Real modules (written to a temporary directory), real threads, a real
 selector.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from defect_acp.idle_loop import IdleAwareSelector
+from defect_cli.idle_loop import IdleAwareSelector
 from defect_core.background_import import BackgroundImport, ForegroundGate
 
 

@@ -48,7 +48,7 @@ def defect_exec(
         }
     )
     return subprocess.run(
-        [sys.executable, "-m", "defect_acp", "exec", *args],
+        [sys.executable, "-m", "defect_cli", "exec", *args],
         cwd=work,
         env=environment,
         input=stdin,
@@ -205,7 +205,7 @@ def test_mcp_servers_start_in_the_background_and_a_failure_is_said_once(
 
 def test_exec_runs_from_a_repository_checkout() -> None:
     help_text = subprocess.run(
-        [sys.executable, "-m", "defect_acp", "exec", "--help"],
+        [sys.executable, "-m", "defect_cli", "exec", "--help"],
         cwd=REPO,
         env=agent_env(),
         capture_output=True,
@@ -216,7 +216,7 @@ def test_exec_runs_from_a_repository_checkout() -> None:
     assert "--goal" in help_text and "130 cancelled" in help_text
     assert "6 every tool call refused" in help_text and "--log-format" in help_text
     top = subprocess.run(
-        [sys.executable, "-m", "defect_acp", "--help"],
+        [sys.executable, "-m", "defect_cli", "--help"],
         cwd=REPO,
         env=agent_env(),
         capture_output=True,
@@ -233,7 +233,7 @@ def test_sigint_cancels_the_turn_and_exits_130(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"text": "counting " * 200, "chunk_delay_ms": 50}]))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "defect_acp", "exec", "Count slowly"],
+        [sys.executable, "-m", "defect_cli", "exec", "Count slowly"],
         cwd=work,
         env=agent_env(DEFECT_SCRIPT=str(script), DEFECT_STATE_DIR=str(tmp_path / "state")),
         stdout=subprocess.PIPE,
@@ -433,7 +433,7 @@ def test_a_reader_that_goes_away_cancels_the_run_without_a_traceback(tmp_path: P
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"text": "word " * 2000, "chunk_delay_ms": 1}]))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "defect_acp", "exec", "--output", "stream-json", "Talk"],
+        [sys.executable, "-m", "defect_cli", "exec", "--output", "stream-json", "Talk"],
         cwd=work,
         env=agent_env(DEFECT_SCRIPT=str(script), DEFECT_STATE_DIR=str(tmp_path / "state")),
         stdin=subprocess.DEVNULL,

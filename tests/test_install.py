@@ -100,10 +100,12 @@ def test_version_from_the_install(installed: Path, tmp_path: Path) -> None:
     done = run(installed / "defect", "--version", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("defect ")
-    where = run(
-        installed / "python", "-c", "import defect_acp; print(defect_acp.__file__)", cwd=tmp_path
-    )
-    assert not where.stdout.strip().startswith(str(REPO)), where.stdout
+    for package in ("defect_cli", "defect_acp"):
+        where = run(
+            installed / "python", "-c", f"import {package}; print({package}.__file__)", cwd=tmp_path
+        )
+        assert where.returncode == 0, where.stderr
+        assert not where.stdout.strip().startswith(str(REPO)), where.stdout
 
 
 def test_acp_answers_initialize_and_session_new_from_the_install(

@@ -18,8 +18,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-PACKAGES = ("defect_core", "defect_acp", "defect_fakeapi", "defect_transcript")
+PACKAGES = ("defect_core", "defect_acp", "defect_cli", "defect_fakeapi", "defect_transcript")
 
+PACKAGE_LAYERS = (
+    "The packages are layered: the command, the transcript tool, the ACP bridge, the runtime"
+)
 LAYERS = "defect_core is layered: no import runs back up (docs/layers.md)"
 SESSION_LAYERS = "The session package is layered: core, state, its parts, protocol"
 MCP_LAYERS = "The MCP package is layered: hub, tool, connection | convert, spec"
@@ -52,7 +55,10 @@ CHECKPOINT_LAYERS = (
     "The checkpoints package is layered: restore | fs, capture, gitsnap | blobs | budget, model"
 )
 INTEGRITY_LAYERS = "The outbound repair is layered: repair, proven, validate, rules"
+AGENTS_LAYERS = "The agents package is layered: delegation, tools, tasks | child, progress"
+BRIDGE_DOOR = "The ACP bridge reaches the runtime only through the session door"
 CONTRACTS = (
+    PACKAGE_LAYERS,
     LAYERS,
     SESSION_LAYERS,
     MCP_LAYERS,
@@ -70,6 +76,8 @@ CONTRACTS = (
     TRANSCRIPT,
     CHECKPOINT_LAYERS,
     INTEGRITY_LAYERS,
+    AGENTS_LAYERS,
+    BRIDGE_DOOR,
 )
 
 
@@ -105,6 +113,27 @@ def test_the_repository_keeps_every_import_contract() -> None:
 @pytest.mark.parametrize(
     ("module", "code", "contract", "edge"),
     [
+        pytest.param(
+            "defect_acp/server.py",
+            "\n\ndef _upward() -> None:\n    from defect_cli.wiring import acp_core\n",
+            PACKAGE_LAYERS,
+            "defect_acp.server -> defect_cli.wiring",
+            id="bridge-imports-the-command-that-wires-it-lazily",
+        ),
+        pytest.param(
+            "defect_acp/updates.py",
+            "\nfrom defect_core.store import ToolCallRecord\n",
+            BRIDGE_DOOR,
+            "defect_acp.updates -> defect_core.store",
+            id="bridge-reads-the-store-behind-the-door",
+        ),
+        pytest.param(
+            "defect_acp/server.py",
+            "\n\ndef _runtime() -> None:\n    from defect_core.session import DefaultAgentCore\n",
+            BRIDGE_DOOR,
+            "defect_acp.server -> defect_core.session",
+            id="bridge-names-the-runtime-behind-the-door-lazily",
+        ),
         pytest.param(
             "defect_core/model.py",
             "\n\ndef _upward() -> None:\n"
@@ -247,6 +276,14 @@ def test_the_repository_keeps_every_import_contract() -> None:
             TRANSCRIPT,
             "defect_acp.client -> acp",
             id="shared-client-imports-the-acp-sdk",
+        ),
+        pytest.param(
+            "defect_core/agents/progress.py",
+            "\n\ndef _upward() -> None:\n"
+            "    from defect_core.agents.tasks import BackgroundTasks\n",
+            AGENTS_LAYERS,
+            "defect_core.agents.progress -> defect_core.agents.tasks",
+            id="subagent-progress-imports-the-task-table-lazily",
         ),
     ],
 )

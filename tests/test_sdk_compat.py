@@ -276,7 +276,7 @@ PRIVATE_REACH = re.compile(
 
 def test_no_other_module_reaches_into_the_sdk() -> None:
     offenders = []
-    for package in ("defect_acp", "defect_core"):
+    for package in ("defect_acp", "defect_cli", "defect_core"):
         for path in sorted((REPO / package).rglob("*.py")):
             if path.name == "sdk_compat.py" and path.parent.name == "defect_acp":
                 continue

@@ -332,7 +332,7 @@ async def test_the_recorder_proxies_a_client_and_the_recording_replays(tmp_path:
         "--",
         sys.executable,
         "-m",
-        "defect_acp",
+        "defect_cli",
         "acp",
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,

@@ -4,7 +4,8 @@ behind it (`DefaultAgentCore`, `DefaultSession`).
 One room per job, lowest first (docs/layers.md):
 
 - `protocol.py`     the door: the `AgentCore`/`Session` protocols, the values they exchange,
-                    and the errors, listings, MCP specs and `Frontend` a front end needs
+                    and the errors, listings, MCP specs, `Frontend`, backends and replay
+                    facts a front end needs (the ACP bridge imports this module alone)
 - `options.py`      mode, model, reasoning effort: the choices and what they mean for a turn
 - `commands.py`     `/compact`, `/context` answered without the model; custom commands
 - `slash_commands.py` the built-in slash commands, one row each: offer, dispatch, `/help`
@@ -24,30 +25,50 @@ imports one above it, so the door never depends on the implementation behind it.
 
 from defect_core.session.core import DefaultAgentCore
 from defect_core.session.protocol import (
+    DEFAULT_POLICY,
+    INTERRUPTED_RESULT_TEXT,
+    UPDATE_PLAN,
     AgentCore,
     AgentError,
     Backends,
     ConfigOption,
     DuplicateSessionId,
+    EnvPolicy,
+    FileStat,
     Frontend,
+    FsBackend,
+    GoalState,
     HistoryPart,
     InvalidCwd,
     InvalidOption,
+    LocalFsBackend,
+    LocalShellBackend,
     McpServerSpec,
+    ModeInfo,
     OptionChoice,
     Session,
     SessionNotFound,
     SessionPage,
     SessionSummary,
+    ShellBackend,
+    ShellExit,
+    ShellOutput,
     StorageError,
+    ToolCallRecord,
     ToolCallSnapshot,
     TurnError,
     TurnInProgress,
+    local_stat,
+    search_outcome,
+    search_title,
 )
 from defect_core.session.state import DefaultSession
 from defect_core.session.toolset import default_tools
 
 __all__ = [
+    "DEFAULT_POLICY",
+    "INTERRUPTED_RESULT_TEXT",
+    "UPDATE_PLAN",
     "AgentCore",
     "AgentError",
     "Backends",
@@ -55,19 +76,33 @@ __all__ = [
     "DefaultAgentCore",
     "DefaultSession",
     "DuplicateSessionId",
+    "EnvPolicy",
+    "FileStat",
     "Frontend",
+    "FsBackend",
+    "GoalState",
     "HistoryPart",
     "InvalidCwd",
     "InvalidOption",
+    "LocalFsBackend",
+    "LocalShellBackend",
     "McpServerSpec",
+    "ModeInfo",
     "OptionChoice",
     "Session",
     "SessionNotFound",
     "SessionPage",
     "SessionSummary",
+    "ShellBackend",
+    "ShellExit",
+    "ShellOutput",
     "StorageError",
+    "ToolCallRecord",
     "ToolCallSnapshot",
     "TurnError",
     "TurnInProgress",
     "default_tools",
+    "local_stat",
+    "search_outcome",
+    "search_title",
 ]

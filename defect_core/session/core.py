@@ -32,7 +32,7 @@ from defect_core.agents.delegation import read_subagents, subagent_views
 from defect_core.config import ProviderSpec, Settings, provider_settings
 from defect_core.hosted import hosted_web_search
 from defect_core.log import get_logger
-from defect_core.mcp import McpHub, merge_servers
+from defect_core.mcp import McpHub, merge_servers, supported_transports
 from defect_core.providers.base import LlmProvider
 from defect_core.providers.live import ModelCatalog, ProviderSet
 from defect_core.providers.registry import build_named
@@ -135,6 +135,9 @@ class DefaultAgentCore:
         warm = getattr(self.provider(), "warm", None)
         if callable(warm):
             warm()
+
+    def mcp_transports(self) -> frozenset[str]:
+        return frozenset(supported_transports())
 
     async def create_session(
         self,

@@ -4,7 +4,8 @@ for a turn (thinking budget, context window).
 Owns the choices offered (`config_options`; the model picker's `(provider, model)` pairs,
 grouped by provider: `model_choices`), the check of a requested value (`checked_choice`,
 `check_mode`, `resolve_model`), and the translations a turn needs: an effort as a thinking
-budget (`thinking_budget`), a model as a context window (`context_window`).
+budget (`thinking_budget`), a model as a context window (`context_window`), and the whole
+`TurnConfig` a turn runs with (`turn_config`).
 
 Invariants:
 - A value is applied only if it is one of the choices offered; anything else is an
@@ -23,11 +24,12 @@ from defect_core import policy
 from defect_core.config import Settings, default_selection
 from defect_core.errors import InvalidOption
 from defect_core.log import get_logger
-from defect_core.providers.base import ModelInfo
+from defect_core.providers.base import HostedWebSearch, ModelInfo
 from defect_core.providers.live import ProviderSet
 from defect_core.selection import ModelSelection
 from defect_core.session.protocol import ConfigOption, OptionChoice
 from defect_core.store import SessionRecord
+from defect_core.turn import TurnConfig
 
 log = get_logger("defect.agent")
 
@@ -186,3 +188,34 @@ def first_selection(
         fix="configure that provider again ([providers.NAME]) to continue on it",
     )
     return fallback, record.provider
+
+
+def turn_config(
+    settings: Settings,
+    providers: ProviderSet,
+    selection: ModelSelection,
+    session: tuple[str, str, str, str],
+    web_search: HostedWebSearch | None,
+    unstamped_provider: str | None,
+) -> TurnConfig:
+    """What one turn runs with: the settings, under the session's choices. `session` is its
+    id, system prompt, mode and reasoning effort."""
+    session_id, system_prompt, mode, effort = session
+    info = providers.model_info(selection.provider, selection.model)
+    return TurnConfig(
+        session_id=session_id,
+        model=selection.model,
+        system_prompt=system_prompt,
+        mode=mode,
+        max_tokens=settings.max_tokens,
+        max_turn_requests=settings.max_turn_requests,
+        thinking_budget=thinking_budget(effort, settings.max_tokens),
+        context_window=context_window(settings, info, selection.model),
+        retries=settings.retries,
+        retry_base_delay=settings.retry_base_delay,
+        retry_max_delay=settings.retry_max_delay,
+        web_search=web_search,
+        provider=selection.provider,
+        unstamped_provider=unstamped_provider,
+        max_rounds=settings.goal_max_rounds,
+    )

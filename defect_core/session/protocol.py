@@ -5,13 +5,21 @@ snapshots, the backends). Four kinds of value cross the door but are defined low
 lower layers produce or read them: the errors (`errors.py`: the store and the turn runner
 raise them), session listings (`listing.py`: the store builds them), MCP server specs
 (`mcp/spec.py`: the configuration parses them) and the front end's description (`prompt.py`:
-the system prompt reads it). This module re-exports them (`__all__`), and the package
-(`defect_core/session/__init__.py`) re-exports this module, so a front end finds everything it
-needs to drive the runtime in `defect_core.session`.
+the system prompt reads it). So do the facts and protocols a front end needs to show a
+session and to serve it: the permission modes (`policy.ModeInfo`), a goal's outcome
+(`goal.GoalState`), the plan tool's name, a stored tool call (`store.ToolCallRecord`) and the
+wording of an interrupted one, how a hosted web search shows (`hosted.py`), and the
+`FsBackend`/`ShellBackend` protocols with their local implementations and the environment
+policy a front end that runs commands itself applies (`tools/backends.py`, `child_env.py`).
+This module re-exports them (`__all__`), and the package (`defect_core/session/__init__.py`)
+re-exports this module, so a front end finds everything it needs to drive the runtime in
+`defect_core.session`; the ACP bridge imports this module itself, the door alone (an
+import-linter contract, docs/layers.md).
 
 - `AgentCore` is the process-level root: it creates, loads, finds and lists sessions.
-- `Session` is one conversation: it runs turns, cancels them, streams `AgentEvent`s to any
-  number of subscribers, and exposes its modes and config options.
+- `Session` is one conversation: it runs turns (and goals: `run_goal`, the one way every
+  front end runs goal mode), cancels them, streams `AgentEvent`s to any number of
+  subscribers, and exposes its modes and config options.
 
 Invariants:
 - The bridge reaches the runtime only through these protocols (docs/architecture.md, rule 2):
@@ -37,6 +45,7 @@ from typing import Any, Literal, Protocol
 
 from anyio.abc import ObjectReceiveStream
 
+from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
 from defect_core.errors import (
     AgentError,
     DuplicateSessionId,
@@ -57,34 +66,65 @@ from defect_core.events import (
     ToolStatus,
     TurnStopReason,
 )
+from defect_core.goal import GoalState
+from defect_core.hosted import search_outcome, search_title
+from defect_core.integrity.rules import INTERRUPTED_RESULT_TEXT
 from defect_core.listing import SessionPage, SessionSummary
 from defect_core.mcp.spec import McpServerSpec
 from defect_core.model import ContentBlock, Message, PlainMessage
 from defect_core.policy import ModeInfo
 from defect_core.prompt import Frontend
-from defect_core.tools.backends import FsBackend, ShellBackend
+from defect_core.store.records import ToolCallRecord
+from defect_core.tools.backends import (
+    FileStat,
+    FsBackend,
+    LocalFsBackend,
+    LocalShellBackend,
+    ShellBackend,
+    ShellExit,
+    ShellOutput,
+    local_stat,
+)
+from defect_core.tools.plan import UPDATE_PLAN
 
 __all__ = [
+    "DEFAULT_POLICY",
+    "INTERRUPTED_RESULT_TEXT",
+    "UPDATE_PLAN",
     "AgentCore",
     "AgentError",
     "Backends",
     "CommandOffer",
     "ConfigOption",
     "DuplicateSessionId",
+    "EnvPolicy",
+    "FileStat",
     "Frontend",
+    "FsBackend",
+    "GoalState",
     "HistoryPart",
     "InvalidCwd",
     "InvalidOption",
+    "LocalFsBackend",
+    "LocalShellBackend",
     "McpServerSpec",
+    "ModeInfo",
     "OptionChoice",
     "Session",
     "SessionNotFound",
     "SessionPage",
     "SessionSummary",
+    "ShellBackend",
+    "ShellExit",
+    "ShellOutput",
     "StorageError",
+    "ToolCallRecord",
     "ToolCallSnapshot",
     "TurnError",
     "TurnInProgress",
+    "local_stat",
+    "search_outcome",
+    "search_title",
 ]
 
 # --- values -------------------------------------------------------------------------------
@@ -159,7 +199,22 @@ class Session(Protocol):
     @property
     def title(self) -> str | None: ...
 
-    async def run_turn(self, prompt: list[ContentBlock]) -> TurnStopReason: ...
+    async def run_turn(self, prompt: list[ContentBlock]) -> TurnStopReason:
+        """Run one prompt to its stop reason; `/goal <objective>` alone runs `run_goal`."""
+        ...
+
+    async def run_goal(self, objective: str, prompt: Sequence[ContentBlock] = ()) -> TurnStopReason:
+        """Run one turn pursuing `objective` on its own, round after round, until the model
+        calls `goal_done` or the rounds run out (`goal_max_rounds`: `max_turn_requests`);
+        `prompt`, if any, follows the goal's own. `/goal` from an editor and `defect exec
+        --goal` both come here (`defect_core/goal.py`)."""
+        ...
+
+    @property
+    def last_goal(self) -> GoalState | None:
+        """The objective, rounds and outcome of the last goal once its turn has ended (None:
+        no goal has run in this session)."""
+        ...
 
     def cancel_turn(self) -> None:
         """Cancel the running turn, if any. Idempotent."""
@@ -282,6 +337,11 @@ class AgentCore(Protocol):
 
     def warm(self) -> None:
         """Start loading what the first prompt will need (in the background; never raises)."""
+        ...
+
+    def mcp_transports(self) -> frozenset[str]:
+        """The MCP transports the runtime can connect (cheap: no SDK is imported), which a
+        front end advertises."""
         ...
 
     async def aclose(self) -> None: ...

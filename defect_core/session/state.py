@@ -31,7 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -280,22 +280,33 @@ class DefaultSession:
     # --- turns ------------------------------------------------------------------------------
 
     async def run_turn(self, prompt: list[ContentBlock]) -> TurnStopReason:
+        command = self._commands.builtin(prompt)  # `/goal <objective>`: as `defect exec` does
+        goal = command[1].strip() if command is not None and command[0].name == "goal" else ""
+        return await (self.run_goal(goal) if goal else self._run_turn(prompt, None))
+
+    async def run_goal(self, objective: str, prompt: Sequence[ContentBlock] = ()) -> TurnStopReason:
+        """A turn pursuing `objective` until `goal_done` (`goal.py`); `prompt` follows its own."""
+        return await self._run_turn(list(prompt), objective)
+
+    async def _run_turn(self, prompt: list[ContentBlock], goal: str | None) -> TurnStopReason:
         if self._running:
             raise TurnInProgress(
                 "a turn is already running in this session; wait for it or cancel it first"
             )
-        if not prompt:
+        if not prompt and goal is None:
             raise InvalidOption("the prompt is empty")
         self._running, self._turn = True, self._turn + 1
         turn = self._turn
         try:
             await self.refresh_commands()
             await self._ready_prompt()
-            if (command := self._commands.builtin(prompt)) is not None:
+            if goal is not None:
+                prompt = [*self.start_goal(goal), *prompt]
+            elif (command := self._commands.builtin(prompt)) is not None:
                 answered = await self._run_command(turn, *command)
                 if not isinstance(answered, list):
                     return answered
-                prompt = answered  # `/goal <objective>`: the turn pursues it
+                prompt = answered  # a command's prompt the turn goes on with
             if (custom := self._commands.custom_prompt(prompt)) is not None:
                 prompt = [TextBlock(text=custom.text)]
             self._title.turn_started(prompt)
@@ -368,28 +379,11 @@ class DefaultSession:
             self._scope.cancel()
 
     def _turn_config(self) -> TurnConfig:
-        s = self._settings
-        return TurnConfig(
-            session_id=self._id,
-            model=self._selection.model,
-            system_prompt=self._system_prompt,
-            mode=self._mode,
-            max_tokens=s.max_tokens,
-            max_turn_requests=s.max_turn_requests,
-            thinking_budget=options.thinking_budget(self._effort, s.max_tokens),
-            context_window=options.context_window(
-                s,
-                self._providers.model_info(self._selection.provider, self._selection.model),
-                self._selection.model,
-            ),
-            retries=s.retries,
-            retry_base_delay=s.retry_base_delay,
-            retry_max_delay=s.retry_max_delay,
-            web_search=self._web_search,
-            provider=self._selection.provider,
-            unstamped_provider=self._unstamped_provider,
-            max_rounds=s.goal_max_rounds,
-        )
+        session = (self._id, self._system_prompt, self._mode, self._effort)
+        return options.turn_config(
+            self._settings, self._providers, self._selection, session, self._web_search,
+            self._unstamped_provider,
+        )  # fmt: skip
 
     # --- goals and hooks --------------------------------------------------------------------
 
@@ -411,8 +405,7 @@ class DefaultSession:
         return [*prompt, hook_note("session_start", verdict.context)] if verdict.context else prompt
 
     async def _before_compact(self, kind: str, focus: str) -> str:
-        verdict = await self._hooks.fire("before_compact", {"kind": kind, "focus": focus})
-        return verdict.context
+        return (await self._hooks.fire("before_compact", {"kind": kind, "focus": focus})).context
 
     async def _after_compact(self, report: CompactionReport) -> None:
         data = {"kind": report.kind, "messages": report.messages_summarised}

@@ -1,6 +1,6 @@
 """Drive the real `defect acp` process over real stdio with the ACP SDK's client side.
 
-Owns `spawn_defect`, which starts `python -m defect_acp acp` with a chosen environment,
+Owns `spawn_defect`, which starts `python -m defect_cli acp` with a chosen environment,
 connects a `RecordingClient` (the test's editor) through the SDK's `ClientSideConnection`,
 and validates every message the agent writes against the ACP schema as it arrives.
 
@@ -341,7 +341,7 @@ async def spawn_defect(
     command: list[str] | None = None,
     validate_at_exit: bool = False,
 ) -> AsyncIterator[Agent]:
-    """The real agent (`python -m defect_acp acp *args`), or `command` in its place (a test
+    """The real agent (`python -m defect_cli acp *args`), or `command` in its place (a test
     of the harness itself), connected to `client` and validated message by message: as each
     arrives, or with `validate_at_exit` all at once when the test body has passed or asks
     (`Wire.deferred`: for a benchmark, whose client must not compete with the agent)."""
@@ -356,7 +356,7 @@ async def spawn_defect(
     try:
         async with spawn_agent_process(
             lambda _agent: client,
-            *(command or [sys.executable, "-m", "defect_acp", "acp", *args]),
+            *(command or [sys.executable, "-m", "defect_cli", "acp", *args]),
             env=env or agent_env(),
             cwd=str(cwd or REPO),
             # A loaded CI machine can take more than the SDK's 2 s to let the agent exit
@@ -394,7 +394,7 @@ async def raw_session(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "defect_acp",
+        "defect_cli",
         "acp",
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,

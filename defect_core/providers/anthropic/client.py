@@ -141,7 +141,7 @@ def freeze_once() -> None:
     only: called once a first model call has completed, when the SDK's modules, classes,
     validators and client (tens of thousands of objects, as long-lived as the process, most
     of them loaded lazily by that call) are all there. The CLI does the same with what it
-    imported before serving (`defect_acp/cli.py`). Left in, every full collection walked them
+    imported before serving (`defect_cli/cli.py`). Left in, every full collection walked them
     all on the event loop: a stall of every stream at once (scripts/bench_turn.py prints the
     delta latencies it would show up in)."""
     global _frozen

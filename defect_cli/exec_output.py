@@ -1,5 +1,5 @@
 """What `defect exec` prints: the answer, the tool activity and the result, in one of its
-three output formats (`defect_acp/headless.py` runs the turn and hands each event here).
+three output formats (`defect_cli/headless.py` runs the turn and hands each event here).
 
 Owns `Printer` and how a tool call's result is rendered as text (`result_text`).
 

@@ -1,14 +1,16 @@
 """`defect exec`: one turn (or one goal) in the current directory, without an editor.
 
-Owns the headless front end: it drives the runtime directly (`DefaultAgentCore`, local
-backends, the session store — no ACP), prints the answer on stdout and the tool activity on
-stderr, and turns the stop reason into the exit status. For CI and scripts:
+Owns the headless front end: it drives the runtime through the same door as the ACP bridge
+(`AgentCore`/`Session`, on a core from `defect_cli/wiring.py`, with local backends and the
+session store — no ACP), prints the answer on stdout and the tool activity on stderr, and
+turns the stop reason into the exit status. A goal runs as an editor's `/goal` does
+(`Session.run_goal`). For CI and scripts:
 
     defect exec "summarise the failing tests"             # the answer, streamed, on stdout
     defect exec --mode yolo --goal "make the tests pass"  # a goal, until goal_done
     defect exec --output stream-json "list the TODOs"     # one JSON event per line
 
-Output (`--output`, written by `defect_acp/exec_output.py`):
+Output (`--output`, written by `defect_cli/exec_output.py`):
 - `text` (default): the answer's text as it streams (a blank line between the texts of
   successive model requests); tool calls with their results, goal rounds and notices on
   stderr.
@@ -58,16 +60,22 @@ from typing import IO, Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from defect_acp.exec_output import OUTPUTS, Printer
+from defect_cli.exec_output import OUTPUTS, Printer
+from defect_cli.wiring import exec_core
 from defect_core import events as ev
 from defect_core.config import ConfigError, Settings, load_settings
 from defect_core.errors import AgentError, InvalidOption
 from defect_core.log import get_logger
-from defect_core.model import TextBlock
+from defect_core.model import ContentBlock, TextBlock
 from defect_core.policy import NOBODY_TO_ASK
-from defect_core.session import Backends, DefaultAgentCore, DefaultSession, Frontend
+from defect_core.session import (
+    Backends,
+    Frontend,
+    LocalFsBackend,
+    LocalShellBackend,
+    Session,
+)
 from defect_core.store import AsyncStore
-from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
 
 log = get_logger("defect.exec")
 
@@ -120,7 +128,7 @@ async def _run(
     store: AsyncStore | None,
     store_problem: str | None,
 ) -> int:
-    core = DefaultAgentCore(settings, store=store, store_problem=store_problem)
+    core = exec_core(settings, store, store_problem)
     printer = Printer(request.output, out)
     try:
         session = await core.create_session(
@@ -161,7 +169,7 @@ async def _run(
     return code
 
 
-async def _select_model(session: DefaultSession, model: str) -> None:
+async def _select_model(session: Session, model: str) -> None:
     """Talk to `model`, one of the models the provider offers (its live list is asked for
     only when its catalogue does not name it); else `InvalidOption`, naming the choices."""
     try:
@@ -171,17 +179,10 @@ async def _select_model(session: DefaultSession, model: str) -> None:
         await session.set_config_option("model", model)
 
 
-async def _turn(
-    session: DefaultSession, request: ExecRequest, printer: Printer
-) -> tuple[str, str | None]:
-    """Run the turn while printing its events; (stop reason, failure message or None)."""
-    text = request.prompt
-    if request.goal is not None:
-        session_prompt = session.start_goal(request.goal)
-        if text:
-            session_prompt.append(TextBlock(text=text))
-    else:
-        session_prompt = [TextBlock(text=text)]
+async def _turn(session: Session, request: ExecRequest, printer: Printer) -> tuple[str, str | None]:
+    """Run the turn (or the goal) while printing its events; (stop reason, failure message
+    or None)."""
+    text: list[ContentBlock] = [TextBlock(text=request.prompt)] if request.prompt else []
     stream = session.subscribe()
     assert isinstance(stream, MemoryObjectReceiveStream)  # read without waiting, below
     outcome: dict[str, Any] = {"stop": "cancelled", "error": None}
@@ -205,7 +206,10 @@ async def _turn(
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 tg.start_soon(_cancel_on_signal, signals, session)
                 try:
-                    outcome["stop"] = await session.run_turn(session_prompt)
+                    if request.goal is not None:
+                        outcome["stop"] = await session.run_goal(request.goal, text)
+                    else:
+                        outcome["stop"] = await session.run_turn(text)
                 except AgentError as exc:
                     outcome["stop"], outcome["error"] = "failed", str(exc)
             tg.cancel_scope.cancel()
@@ -219,7 +223,7 @@ async def _turn(
     return str(outcome["stop"]), outcome["error"]
 
 
-async def _cancel_on_signal(signals: Any, session: DefaultSession) -> None:
+async def _cancel_on_signal(signals: Any, session: Session) -> None:
     async for _ in signals:
         session.cancel_turn()
 

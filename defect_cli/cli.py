@@ -1,6 +1,7 @@
 """The `defect` command.
 
-Owns argument parsing and process set-up for `defect acp` (serve ACP on stdio),
+Owns argument parsing and process set-up for `defect acp` (serve ACP on stdio, on a core
+wired by `defect_cli/wiring.py`), `defect exec`, `defect transcript`, `defect fake-api`,
 `defect --version` and `defect --help`.
 
 Invariants:
@@ -10,7 +11,7 @@ Invariants:
 - `defect fake-api` serves the strict fake Anthropic/Bedrock API (`defect_fakeapi`), for
   `provider_fake` transcripts and offline runs; it is imported only for that command.
 - `defect exec [--goal G] [--mode M] [--output text|json|stream-json] [--trust-project]
-  "prompt"` runs one turn (or a goal) without an editor (`defect_acp/headless.py`: its output,
+  "prompt"` runs one turn (or a goal) without an editor (`defect_cli/headless.py`: its output,
   exit codes and project trust). The prompt may come from stdin (`-`, or a pipe and no prompt
   argument). Its stderr is read by a person: logs there are plain lines, at `error` unless a
   level is asked for, so what the run reports itself is not said twice; `--log-format json`
@@ -21,7 +22,7 @@ Invariants:
 - Nothing heavy is imported before it is needed: `--help`/`--version` import no SDK, and
   `defect acp` imports the ACP SDK; the provider's SDK starts loading in a background thread
   as soon as the provider is known, and runs only while the event loop sleeps
-  (`defect_acp/idle_loop.py`), so it never slows `initialize` or `session/new`.
+  (`defect_cli/idle_loop.py`), so it never slows `initialize` or `session/new`.
 - A person gets one line, never a traceback: a TTY on stdin is told what this command is
   for (then it serves as usual), an unusable stdin or a bad log level (`--log-level`,
   `DEFECT_LOG_LEVEL`, for `acp` and `exec` alike) exits non-zero.
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from defect_core.config import Settings
-    from defect_core.store import AsyncStore
 
 HELP_EPILOG = """\
 configuration: ~/.config/defect/config.toml < <repo>/.defect/config.toml
@@ -202,8 +202,9 @@ def run_exec(args: argparse.Namespace) -> int:
     prompt = _exec_prompt(args.prompt, goal=bool((args.goal or "").strip()))
     if prompt is None:
         return 2
-    from defect_acp.headless import ExecRequest, claim_stdout
-    from defect_acp.headless import run_exec as run
+    from defect_cli.headless import ExecRequest, claim_stdout
+    from defect_cli.headless import run_exec as run
+    from defect_cli.wiring import open_store
     from defect_core import log
 
     if args.log_format == "json":
@@ -214,7 +215,7 @@ def run_exec(args: argparse.Namespace) -> int:
         log.configure(level=level or "error", fmt="human")
     out = claim_stdout()
     # The session's own notice says why it is not saved: the log would say it twice.
-    store, problem = _open_store(logged=args.log_format == "json")
+    store, problem = open_store(logged=args.log_format == "json")
     request = ExecRequest(
         prompt=prompt,
         goal=args.goal.strip() if args.goal else None,
@@ -291,70 +292,13 @@ def run_acp(args: argparse.Namespace) -> int:
 
     log.configure(level=level)
 
-    from defect_core.config import ConfigError, load_settings, provider_spec, settings_without_files
-    from defect_core.providers.registry import UnknownProvider, build_named
+    from defect_cli.wiring import Refused, acp_settings, refuse
 
-    flags = {"provider": args.provider, "model": args.model}
     try:
-        # The user's file only: a project's file applies to the sessions in that project,
-        # not to the process that happens to start there.
-        settings = load_settings(None, cli=flags)
-    except ConfigError as exc:
-        if exc.source in ("DEFECT_PROVIDER", "the --provider flag"):  # no such provider
-            sys.stderr.write(f"defect: {exc}\n")
-            return 2
-        # A broken file must not hide the agent: the editor still gets `initialize`, and every
-        # session/new answers with this error (file, line, reason) until the file is fixed.
-        log.get_logger("defect.cli").error("config_invalid", error=str(exc))
-        try:
-            settings = settings_without_files(cli=flags)
-        except ConfigError as bad:  # the environment or a flag: the person at hand
-            sys.stderr.write(f"defect: {bad}\n")
-            return 2
-    try:
-        spec = provider_spec(settings, settings.provider)
-        # None: a table of the broken file, whose error every session reports.
-        provider = build_named(spec, settings) if spec is not None else None
-    except (ConfigError, UnknownProvider, ValueError) as exc:
-        sys.stderr.write(f"defect: {exc}\n")
-        return 2
-    _preload_provider_sdk(provider)
-
-    def settings_for(cwd: Path) -> Settings:
-        return load_settings(cwd, cli=flags)
-
+        settings, settings_for = acp_settings({"provider": args.provider, "model": args.model})
+    except Refused as exc:
+        return refuse(exc)
     return _serve(settings, settings_for, protocol_fd, args.resume)
-
-
-def _preload_provider_sdk(provider: object) -> None:
-    """Start loading the provider's SDK now, yielding to the editor's requests: the gate is
-    closed until the event loop first sleeps (`defect_acp/idle_loop.py`)."""
-    warm = getattr(provider, "warm", None)
-    if callable(warm):
-        from defect_core.background_import import FOREGROUND
-
-        FOREGROUND.close()
-        warm()
-
-
-def _open_store(*, logged: bool = True) -> tuple[AsyncStore | None, str | None]:
-    """The session store, or None and why it cannot be used (a read-only or full disk, a
-    damaged or locked database). Sessions then still work, unsaved: the core tells the client
-    (no `loadSession`, a warning in each new session) or refuses them (`require_persistence`).
-    `logged=False`: the front end shows that warning itself and nothing else reads the log."""
-    from defect_core.log import get_logger
-    from defect_core.session import StorageError
-    from defect_core.store import AsyncStore, SqliteStore
-
-    try:
-        return AsyncStore(SqliteStore()), None
-    except (StorageError, OSError) as exc:
-        if not logged:
-            return None, str(exc)
-        get_logger("defect.cli").error(
-            "session_store_unavailable", error=str(exc), effect="sessions will not be saved"
-        )
-        return None, str(exc)
 
 
 def _serve(
@@ -366,15 +310,12 @@ def _serve(
     import asyncio
     import signal
 
-    from defect_acp.idle_loop import new_event_loop
     from defect_acp.server import serve
-    from defect_core.session import DefaultAgentCore
+    from defect_cli.idle_loop import new_event_loop
+    from defect_cli.wiring import acp_core
 
     async def main_task() -> None:
-        store, problem = _open_store()
-        core = DefaultAgentCore(
-            settings, store=store, store_problem=problem, settings_for=settings_for
-        )
+        core = acp_core(settings, settings_for)
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
