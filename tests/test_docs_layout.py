@@ -57,3 +57,13 @@ def test_a_layer_out_of_step_is_found() -> None:
     assert "goal | catalog" in problems[0] or "catalog | goal" in problems[0]
     assert problems[1].startswith("docs/layers.md: defect_core.session: ")
     assert problems[2].startswith("docs/layers.md: defect_core.checkpoints: ")
+
+
+def test_the_top_packages_out_of_step_are_found() -> None:
+    text = LAYERS.replace(
+        "lowest first, `defect_core` → `defect_acp` →",
+        "lowest first, `defect_acp` → `defect_core` →",
+    )
+    assert text != LAYERS
+    [problem] = layer_problems(text)
+    assert problem.startswith("docs/layers.md: the top packages: defect_acp → defect_core"), problem

@@ -194,6 +194,15 @@ def package_orders(layers_md: str) -> list[tuple[str, Layers]]:
     return found
 
 
+def top_order(layers_md: str) -> Layers:
+    """The order of the top packages: the contract sentence "lowest first, `a` → `b` …" that
+    names no container."""
+    match = re.search(r"lowest first,\s+(`[\w.]+`(?:\s*(?:→|\|)\s*`[\w.]+`)+)", layers_md)
+    if match is None:
+        return []
+    return [_layer(part) for part in " ".join(match.group(1).split()).split("→")]
+
+
 def _without_remarks(text: str) -> str:
     while True:
         shorter = re.sub(r"\([^()]*\)", "", text)
@@ -204,12 +213,16 @@ def _without_remarks(text: str) -> str:
 
 def layer_problems(layers_md: str, root: Path = REPO) -> list[str]:
     problems = []
-    layered = {c["containers"][0]: c for c in contracts(root) if c["type"] == "layers"}
+    layered = {
+        (c.get("containers") or [""])[0]: c for c in contracts(root) if c["type"] == "layers"
+    }
     orders = package_orders(layers_md)
     for container, contract in layered.items():
         expected = contract_layers(contract["layers"])
         if container == "defect_core":
             stated: list[Layers] = [layer_rows(layers_md)]
+        elif not container:  # the top packages: "lowest first, `a` → `b` → …"
+            stated = [top_order(layers_md)]
         else:
             stated = [layers for name, layers in orders if name == container]
             if not stated:
@@ -217,7 +230,8 @@ def layer_problems(layers_md: str, root: Path = REPO) -> list[str]:
         for layers in stated:
             if layers != expected:
                 problems.append(
-                    f"docs/layers.md: {container}: {_show(layers)}; pyproject.toml: "
+                    f"docs/layers.md: {container or 'the top packages'}: {_show(layers)}; "
+                    f"pyproject.toml: "
                     f"{_show(expected)}"
                 )
     problems.extend(
