@@ -2,7 +2,7 @@
 
 Owns `ReplayLines`, the `replay_walk.ReplayView` that turns each shown piece of a stored
 conversation into its `session/update` line without building the schema's models: the JSON
-object a model would dump (`project.update_line`: by alias, no None, no defaults, its fields
+object a model would dump (`projection.update_line`: by alias, no None, no defaults, its fields
 in the model's order) is built as a dict and written by pydantic-core's own JSON writer, the
 one `model_dump_json` uses (same escapes, same floats, a non-finite one as null).
 
@@ -10,7 +10,7 @@ A tool call's card is written straight from its stored record (`stored_call`: th
 display and location JSON turned into the schema's), not from the `ToolCallSnapshot`,
 `ReplayedCall` and model a record would otherwise become one after the other.
 
-Invariant: every line is the line `project.update_line` writes for the update
+Invariant: every line is the line `projection.update_line` writes for the update
 `replay_walk.UpdateModels` builds from the same piece - byte for byte, which tests check for every
 kind of piece (tests/test_replay_lines.py, tests/test_replay_stored_calls.py). A piece the
 writer refuses (a lone surrogate, a value that is not JSON) goes through the models and
@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from defect_acp import project, replay_walk
+from defect_acp import projection, replay_walk
 from defect_acp.replayed import INTERRUPTED, ReplayedCall, replayed_status, result_text
 from defect_core import events as ev
 from defect_core.model import ImageBlock, ToolResultBlock
@@ -48,19 +48,21 @@ class ReplayLines:
         self._session_id = session_id
         self._models = replay_walk.UpdateModels()
 
-    def _line(self, update: dict[str, Any], model: Callable[[], project.Update]) -> bytes | None:
+    def _line(self, update: dict[str, Any], model: Callable[[], projection.Update]) -> bytes | None:
         try:
             return self._head + to_json(update, inf_nan_mode="null") + _TAIL
         except ValueError:  # PydanticSerializationError: not JSON, or not UTF-8 (a surrogate)
-            return project.update_line(self._session_id, model())
+            return projection.update_line(self._session_id, model())
 
-    def _chunk(self, kind: str, text: str, model: Callable[[str], project.Update]) -> bytes | None:
+    def _chunk(
+        self, kind: str, text: str, model: Callable[[str], projection.Update]
+    ) -> bytes | None:
         """A text chunk's line: the most frequent piece, written with no call it can spare."""
         update = {"content": {"text": text, "type": "text"}, "sessionUpdate": kind}
         try:
             return self._head + to_json(update, inf_nan_mode="null") + _TAIL
         except ValueError:  # as `_line`
-            return project.update_line(self._session_id, model(text))
+            return projection.update_line(self._session_id, model(text))
 
     def user_text(self, text: str) -> bytes | None:
         return self._chunk("user_message_chunk", text, self._models.user_text)
@@ -114,7 +116,7 @@ class ReplayLines:
         try:  # `_line`, inline: a card is every other piece of a long replay
             return self._head + to_json(update, inf_nan_mode="null") + _TAIL
         except ValueError:
-            return project.update_line(self._session_id, self._models.tool_call(call()))
+            return projection.update_line(self._session_id, self._models.tool_call(call()))
 
 
 def _stored_update(
@@ -212,7 +214,7 @@ def _text(text: str) -> dict[str, Any]:
 
 
 def _display(item: ev.ToolDisplay) -> dict[str, Any] | None:
-    """`project.displays` of one item, as its JSON."""
+    """`projection.displays` of one item, as its JSON."""
     if isinstance(item, ev.TextDisplay):
         return {"content": _text(item.text), "type": "content"}
     if isinstance(item, ev.DiffDisplay):

@@ -9,7 +9,7 @@ Invariant: the pieces are the same, in the same order, however the conversation 
 parts and whether a message comes as the model or as its JSON value; a tool call is shown
 once its result is known (or at the end), with its last stored state (`replayed.py`).
 
-Why apart from `project.py`: that module is the live projection, event by event; this is the
+Why apart from `projection.py`: that module is the live projection, event by event; this is the
 walk over a stored conversation, with its own ordering rule (a card waits for its result).
 """
 
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from acp import schema as s
 from acp.helpers import update_agent_message_text, update_agent_thought_text
 
-from defect_acp.project import SHOWN_BY_THEIR_EVENT, Update, displays, locations
+from defect_acp.projection import SHOWN_BY_THEIR_EVENT, Update, displays, locations
 from defect_acp.replayed import (
     SPENT,
     ReplayedCall,

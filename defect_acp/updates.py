@@ -14,9 +14,9 @@ Invariants:
 - A permission question never hangs a turn: a client that cannot answer it counts as a
   rejection.
 - A call shown by what it publishes (`update_plan`: its `plan` update) gets no tool-call card;
-  only a refused one does, once it failed, with why (`project.SHOWN_BY_THEIR_EVENT`).
+  only a refused one does, once it failed, with why (`projection.SHOWN_BY_THEIR_EVENT`).
 - What an event or a stored message looks like on the wire is decided in
-  `defect_acp/project.py`; this module only decides when, and to which session, it is sent.
+  `defect_acp/projection.py`; this module only decides when, and to which session, it is sent.
 
 - A fast stream never backs up one write per delta: the pump takes the event it waited for
   plus whatever the session has already queued behind it (never waiting for more, so the first
@@ -45,7 +45,7 @@ import anyio
 from acp import schema as s
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from defect_acp import project, replay_walk
+from defect_acp import projection, replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_core import events as ev
 from defect_core.log import get_logger
@@ -95,7 +95,7 @@ class SessionPump:
         """Text deltas' lines, written straight (`replay_lines.py`: the line `update_line`
         writes for the model, without building one per delta)."""
         self._held: dict[str, ev.ToolCallStarted] = {}
-        """Calls shown by their own event (`project.SHOWN_BY_THEIR_EVENT`), until they end:
+        """Calls shown by their own event (`projection.SHOWN_BY_THEIR_EVENT`), until they end:
         a refused one is shown then, as a failed card."""
         self.last_usage: ev.TurnUsage | None = None
         """The token usage of the last turn, for the prompt answer's `_meta`."""
@@ -177,12 +177,13 @@ class SessionPump:
                     self._turns_ended += 1
                     self._ended.notify_all()
             elif isinstance(event, ev.ConfigChanged):
-                pending.append(project.config_update(self._session.config_options()))
+                pending.append(projection.config_update(self._session.config_options()))
             elif isinstance(event, ev.ModeChanged):
-                pending.append(project.event_to_update(event))
-                pending.append(project.config_update(self._session.config_options()))
+                pending.append(projection.event_to_update(event))
+                pending.append(projection.config_update(self._session.config_options()))
             elif (
-                isinstance(event, ev.ToolCallStarted) and event.name in project.SHOWN_BY_THEIR_EVENT
+                isinstance(event, ev.ToolCallStarted)
+                and event.name in projection.SHOWN_BY_THEIR_EVENT
             ):
                 self._held[event.tool_call_id] = event  # shown only if it fails
             elif isinstance(event, ev.ToolCallUpdated) and event.tool_call_id in self._held:
@@ -190,10 +191,10 @@ class SessionPump:
                 if event.status in ("completed", "failed"):
                     del self._held[event.tool_call_id]
                 if event.status == "failed":
-                    pending.append(project.event_to_update(started))
-                    pending.append(project.event_to_update(event))
+                    pending.append(projection.event_to_update(started))
+                    pending.append(projection.event_to_update(event))
             else:
-                update = project.event_to_update(event)
+                update = projection.event_to_update(event)
                 if update is not None:
                     pending.append(update)
         await self._flush(pending)
@@ -203,7 +204,7 @@ class SessionPump:
         if pending:
             session_id = self._session.id
             lines = [
-                item if isinstance(item, bytes) else project.update_line(session_id, item)
+                item if isinstance(item, bytes) else projection.update_line(session_id, item)
                 for item in pending
                 if item is not None
             ]
@@ -215,8 +216,8 @@ class SessionPump:
         try:
             response = await self._agent.connection.request_permission(
                 session_id=self._session.id,
-                tool_call=project.tool_call_for_permission(event),
-                options=project.permission_options(event),
+                tool_call=projection.tool_call_for_permission(event),
+                options=projection.permission_options(event),
             )
             outcome = response.outcome
             option = outcome.option_id if isinstance(outcome, s.AllowedOutcome) else None
@@ -305,7 +306,7 @@ async def _send_replayed(sink: UpdateSink, session_id: str, lines: Iterator[byte
 
 async def _send_plan(sink: UpdateSink, session: Session) -> None:
     if plan := session.current_plan():
-        await sink.send_update(session.id, project.plan_update(plan))
+        await sink.send_update(session.id, projection.plan_update(plan))
 
 
 async def after_open_updates(sink: UpdateSink, session: Session) -> None:
@@ -316,7 +317,7 @@ async def after_open_updates(sink: UpdateSink, session: Session) -> None:
     await session.refresh_commands(announce=False)
     commands = session.slash_commands()
     if commands:
-        await sink.send_update(session.id, project.commands_update(commands))
+        await sink.send_update(session.id, projection.commands_update(commands))
     for notice in session.notices():
-        update = project.event_to_update(ev.Notice(notice, level="warning"))
+        update = projection.event_to_update(ev.Notice(notice, level="warning"))
         await sink.send_update(session.id, update)

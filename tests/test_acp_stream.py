@@ -21,7 +21,7 @@ import anyio
 import pytest
 from acp.helpers import update_agent_message_text
 
-from defect_acp import project, replay_walk
+from defect_acp import projection, replay_walk
 from defect_acp.transport import encode_message
 from defect_acp.updates import REPLAY_BATCH, coalesce
 from defect_core import events as ev
@@ -230,7 +230,7 @@ async def test_a_long_replay_sends_the_same_updates_in_order(tmp_path: Path) -> 
     }
     # What the SDK itself would have written for each update of the whole-list projection.
     expected = [
-        project.session_notification(sid, u)["params"]
+        projection.session_notification(sid, u)["params"]
         for u in replay_walk.replay_updates(stored.transcript, snapshots)
     ]
     assert len(expected) == 4 * turns
@@ -248,11 +248,11 @@ async def test_a_long_replay_sends_the_same_updates_in_order(tmp_path: Path) -> 
 
 def test_update_line_is_the_line_encode_message_writes() -> None:
     update = update_agent_message_text('quote " newline \n tab \t \u00e9 \U0001f600 \x01')
-    line = project.update_line("sess-1", update)
-    assert line == encode_message(project.session_notification("sess-1", update))
+    line = projection.update_line("sess-1", update)
+    assert line == encode_message(projection.session_notification("sess-1", update))
     # A lone surrogate (UTF-8 cannot carry it) is mended as the transport mends it.
     broken = update_agent_message_text("half \ud800 pair")
-    mended = project.update_line("sess-1", broken)
-    assert mended == encode_message(project.session_notification("sess-1", broken))
+    mended = projection.update_line("sess-1", broken)
+    assert mended == encode_message(projection.session_notification("sess-1", broken))
     assert mended is not None
     assert json.loads(mended)["params"]["update"]["content"]["text"] == "half \ufffd pair"

@@ -1,13 +1,13 @@
 """A replay's protocol lines, written straight (`defect_acp/replay_lines.py`), are the lines the
-schema's models give (`replay_walk.UpdateModels` + `project.update_line`), byte for byte, for every
-kind of piece a stored conversation shows — and the same when the writer refuses a piece."""
+schema's models give (`replay_walk.UpdateModels` + `projection.update_line`), byte for byte, for
+every kind of piece a stored conversation shows — and the same when the writer refuses a piece."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from defect_acp import project, replay_walk
+from defect_acp import projection, replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_core import events as ev
 from defect_core.integrity.rules import INTERRUPTED_RESULT_TEXT
@@ -136,7 +136,7 @@ def conversation() -> tuple[list[Message], dict[str, ToolCallSnapshot], dict[str
 def test_every_piece_is_the_line_the_models_give() -> None:
     transcript, snapshots, subagents = conversation()
     models = list(replay_walk.iter_replay_updates(transcript, snapshots, subagents))
-    expected = [project.update_line(SID, u) for u in models]
+    expected = [projection.update_line(SID, u) for u in models]
     lines = list(replay_walk.iter_replay(transcript, snapshots, ReplayLines(SID), subagents))
     assert len(lines) == len(expected)
     for line, want in zip(lines, expected, strict=True):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from defect_acp import project, replay_walk
+from defect_acp import projection, replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_acp.replayed import ReplayedCall
 from defect_core.integrity.rules import INTERRUPTED_RESULT_TEXT
@@ -184,7 +184,7 @@ def _by_models(
     """The reference: every card from its snapshot, through the schema's models."""
     snapshots = dict(ToolCallSnapshots(records))  # a plain mapping: no record to write from
     updates = replay_walk.iter_replay_updates(transcript, snapshots, SUBAGENTS)
-    return [project.update_line(SID, u) for u in updates]
+    return [projection.update_line(SID, u) for u in updates]
 
 
 def test_a_card_written_from_its_record_is_the_line_the_models_give() -> None:
