@@ -21,12 +21,12 @@ import anyio
 import pytest
 from acp.helpers import update_agent_message_text
 
-from defect_acp import projection, replay_walk
+from defect_acp import projection
 from defect_acp.transport import encode_message
 from defect_acp.updates import REPLAY_BATCH, coalesce
 from defect_core import events as ev
 from defect_core.model import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from defect_core.session.state import ToolCallSnapshot
+from defect_core.session.persistence import ToolCallSnapshots
 from defect_core.store import (
     DB_FILENAME,
     SessionRecord,
@@ -36,6 +36,7 @@ from defect_core.store import (
 )
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply
 from tests.support.acp_harness import agent_env, script_env, spawn_defect
+from tests.support.replay_models import iter_models
 
 pytestmark = pytest.mark.anyio
 
@@ -215,23 +216,10 @@ async def test_a_long_replay_sends_the_same_updates_in_order(tmp_path: Path) -> 
     sid = write_long_session(db, work, turns)
     with SqliteStore(db) as store:
         stored = store.load(sid)
-    snapshots = {
-        call_id: ToolCallSnapshot(
-            tool_call_id=call_id,
-            title=r.title,
-            kind=r.kind,
-            status=r.status,
-            content=r.displays(),
-            locations=r.location_values(),
-            raw_input=r.raw_input,
-            raw_output=r.raw_output,
-        )
-        for call_id, r in stored.tool_calls.items()
-    }
     # What the SDK itself would have written for each update of the whole-list projection.
     expected = [
         projection.session_notification(sid, u)["params"]
-        for u in replay_walk.replay_updates(stored.transcript, snapshots)
+        for u in iter_models(stored.transcript, ToolCallSnapshots(stored.tool_calls))
     ]
     assert len(expected) == 4 * turns
 

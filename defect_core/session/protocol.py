@@ -1,13 +1,15 @@
 """`AgentCore` and `Session`: the only door from a front end (the ACP bridge) into the runtime.
 
 Owns the two protocols and the values only the door exchanges (config options, tool-call
-snapshots, the backends). Four kinds of value cross the door but are defined lower, because
-lower layers produce or read them: the errors (`errors.py`: the store and the turn runner
-raise them), session listings (`listing.py`: the store builds them), MCP server specs
-(`mcp/spec.py`: the configuration parses them) and the front end's description (`prompt.py`:
-the system prompt reads it). This module re-exports them (`__all__`), and the package
-(`defect_core/session/__init__.py`) re-exports this module, so a front end finds everything it
-needs to drive the runtime in `defect_core.session`.
+snapshots and the stored calls a replay looks up, the backends). Five kinds of value cross
+the door but are defined lower, because lower layers produce or read them: the errors
+(`errors.py`: the store and the turn runner raise them), session listings (`listing.py`: the
+store builds them), MCP server specs (`mcp/spec.py`: the configuration parses them), the
+front end's description (`prompt.py`: the system prompt reads it) and a stored tool call's
+record (`store/records.py`: a replay writes its card straight from it). This module
+re-exports them (`__all__`), and the package (`defect_core/session/__init__.py`) re-exports
+this module, so a front end finds everything it needs to drive the runtime in
+`defect_core.session`.
 
 - `AgentCore` is the process-level root: it creates, loads, finds and lists sessions.
 - `Session` is one conversation: it runs turns, cancels them, streams `AgentEvent`s to any
@@ -30,6 +32,7 @@ Invariants:
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +64,7 @@ from defect_core.mcp.spec import McpServerSpec
 from defect_core.model import ContentBlock, Message, PlainMessage
 from defect_core.policy import ModeInfo
 from defect_core.prompt import Frontend
+from defect_core.store.records import ToolCallRecord
 from defect_core.tools.backends import FsBackend, ShellBackend
 
 __all__ = [
@@ -80,6 +84,8 @@ __all__ = [
     "SessionPage",
     "SessionSummary",
     "StorageError",
+    "StoredToolCalls",
+    "ToolCallRecord",
     "ToolCallSnapshot",
     "TurnError",
     "TurnInProgress",
@@ -121,6 +127,17 @@ class ToolCallSnapshot:
     raw_output: Any = None
 
 
+class StoredToolCalls(Mapping[str, ToolCallSnapshot]):
+    """A session's stored tool calls as a replay looks them up: each call's snapshot by id,
+    or its stored record as it is (`record`), from which a front end writes the call's card
+    straight, without the snapshot (`defect_acp/cards.py`). The implementation:
+    `persistence.ToolCallSnapshots`."""
+
+    @abstractmethod
+    def record(self, call_id: str) -> ToolCallRecord | None:
+        """The stored record of `call_id` as it is (None: no such call)."""
+
+
 @dataclass(frozen=True, slots=True)
 class HistoryPart:
     """Some messages of a session being loaded, oldest first, handed to `load_session`'s
@@ -133,7 +150,7 @@ class HistoryPart:
     any other as the model."""
 
     messages: Sequence[Message | PlainMessage]
-    tool_calls: Mapping[str, ToolCallSnapshot]
+    tool_calls: StoredToolCalls
     subagents: Mapping[str, str]
 
 
@@ -171,7 +188,7 @@ class Session(Protocol):
         """The whole original conversation (not what compaction rewrote), for replay."""
         ...
 
-    async def tool_calls(self) -> Mapping[str, ToolCallSnapshot]:
+    async def tool_calls(self) -> StoredToolCalls:
         """Every tool call as a replay shows it (read from the store: a loaded session does
         not hold its past calls)."""
         ...
