@@ -2,40 +2,39 @@
 
 Owns `ReplayWalk` (the conversation fed a part at a time, as `session/load` reads it, each
 shown piece made as soon as what it shows is known), `iter_replay` (the same over a whole
-transcript), `ReplayView` (what each piece becomes) and `UpdateModels`, the view that builds
-the schema's models (the reference `defect_acp/replay_lines.py` writes the lines of).
+transcript) and `ReplayView` (what each piece becomes: its protocol line,
+`defect_acp/replay_lines.py`, each card made by the one projection of a tool call,
+`defect_acp/cards.py`; tests hold the schema's models to it).
 
 Invariant: the pieces are the same, in the same order, however the conversation is cut into
-parts and whether a message comes as the model or as its JSON value; a tool call is shown
-once its result is known (or at the end), with its last stored state (`replayed.py`).
+parts and whether a message comes as the model or as its JSON value (`PlainMessage`); a tool
+call is shown once its result is known (or at the end), with its last stored state
+(`replayed.py`), looked up in the session's stored calls (`StoredToolCalls`).
 
-Why apart from `project.py`: that module is the live projection, event by event; this is the
-walk over a stored conversation, with its own ordering rule (a card waits for its result).
+Why apart from `cards.py` and `projection.py`: they make each update, live and replayed;
+this is the walk over a stored conversation, with its own ordering rule (a card waits for its
+result).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from acp import schema as s
-from acp.helpers import update_agent_message_text, update_agent_thought_text
-
-from defect_acp.project import SHOWN_BY_THEIR_EVENT, Update, displays, locations
+from defect_acp.cards import SHOWN_BY_THEIR_EVENT
 from defect_acp.replayed import (
     SPENT,
     ReplayedCall,
     Result,
-    StoredCalls,
     failed,
-    has_terminal,
     replayed_call,
     replayed_search,
     result_block,
     stored_terminal,
 )
 from defect_core.model import (
+    ContentBlock,
     ImageBlock,
     Message,
     PlainMessage,
@@ -46,19 +45,18 @@ from defect_core.model import (
     ToolUseBlock,
     WebSearchResultBlock,
 )
-from defect_core.session.protocol import ToolCallSnapshot
-
-if TYPE_CHECKING:
-    from defect_core.session.protocol import ToolCallRecord
+from defect_core.session.protocol import StoredToolCalls, ToolCallRecord
 
 T_co = TypeVar("T_co", covariant=True)
 T = TypeVar("T")
 
+Block = ContentBlock | dict[str, Any]
+"""A block as the walk meets it: the model, or, in a `PlainMessage`, its JSON value."""
+
 
 class ReplayView(Protocol[T_co]):
-    """What each shown piece of a replayed conversation becomes: the schema's update models
-    (`UpdateModels`, the reference) or, for a long replay, its protocol lines straight
-    (`defect_acp/replay_lines.py`, which must write what `update_line` writes of the model)."""
+    """What each shown piece of a replayed conversation becomes: its protocol line
+    (`defect_acp/replay_lines.py`), or, in tests, the schema's model it is held to."""
 
     def user_text(self, text: str) -> T_co: ...
 
@@ -83,69 +81,9 @@ class ReplayView(Protocol[T_co]):
         ...
 
 
-class UpdateModels:
-    """The `ReplayView` that builds each update with the schema's models."""
-
-    def user_text(self, text: str) -> Update:
-        return _user_chunk(s.TextContentBlock(type="text", text=text))
-
-    def user_image(self, block: ImageBlock) -> Update:
-        image = s.ImageContentBlock(
-            type="image", data=block.data or "", mime_type=block.media_type or "", uri=block.url
-        )
-        return _user_chunk(image)
-
-    def agent_text(self, text: str) -> Update:
-        return update_agent_message_text(text)
-
-    def thought(self, text: str) -> Update:
-        return update_agent_thought_text(text)
-
-    def tool_call(self, call: ReplayedCall) -> Update:
-        return s.ToolCallStart(
-            session_update="tool_call",
-            tool_call_id=call.tool_call_id,
-            title=call.title,
-            kind=call.kind,
-            status=call.status,
-            content=displays(call.content) or None,
-            locations=locations(call.locations) or None,
-            raw_input=call.raw_input,
-            raw_output=call.raw_output,
-        )
-
-    def stored_call(
-        self,
-        record: ToolCallRecord,
-        tool_input: Any,
-        result: ToolResultBlock | None,
-        shown: str | None,
-        call: Callable[[], ReplayedCall],
-    ) -> Update:
-        return self.tool_call(call())
-
-
-def replay_updates(
-    transcript: Sequence[Message],
-    tool_calls: Mapping[str, ToolCallSnapshot],
-    subagents: dict[str, str] | None = None,
-) -> list[Update]:
-    """The whole conversation as the updates a client saw live, in order (a list)."""
-    return list(iter_replay_updates(transcript, tool_calls, subagents))
-
-
-def iter_replay_updates(
-    transcript: Sequence[Message],
-    tool_calls: Mapping[str, ToolCallSnapshot],
-    subagents: dict[str, str] | None = None,
-) -> Iterator[Update]:
-    """`iter_replay` as the schema's update models."""
-    return iter_replay(transcript, tool_calls, UpdateModels(), subagents)
-
-
 def iter_replay(
     transcript: Sequence[Message],
-    tool_calls: Mapping[str, ToolCallSnapshot],
+    tool_calls: StoredToolCalls,
     view: ReplayView[T_co],
     subagents: dict[str, str] | None = None,
 ) -> Iterator[T_co]:
@@ -180,27 +118,27 @@ class ReplayWalk(Generic[T]):
 
     def __init__(
         self,
-        tool_calls: Mapping[str, ToolCallSnapshot],
+        tool_calls: StoredToolCalls,
         view: ReplayView[T],
         subagents: Mapping[str, str] | None = None,
     ) -> None:
         self._tool_calls = tool_calls
-        self._record = tool_calls.record if isinstance(tool_calls, StoredCalls) else None
+        self._record = tool_calls.record
         self._view = view
         self._subagents = subagents or {}
         self._results: dict[str, Result] = {}
         self._searches: dict[str, WebSearchResultBlock] = {}
-        self._held: deque[tuple[str, Any]] = deque()  # (role, a block or a plain one's dict)
+        self._held: deque[tuple[str, Block]] = deque()
 
     def know(self, messages: Iterable[Message | PlainMessage]) -> None:
         """Take note of the results in `messages` (what the calls before them wait for)."""
         for m in messages:
-            self._know(m["content"] if type(m) is dict else m.content)  # type: ignore[union-attr]
+            self._know(m["content"] if isinstance(m, dict) else m.content)
 
-    def _know(self, content: Iterable[Any]) -> None:
+    def _know(self, content: Iterable[Block]) -> None:
         results = self._results
         for b in content:
-            if type(b) is dict:
+            if isinstance(b, dict):
                 if b["type"] == "tool_result":
                     results[b["tool_use_id"]] = b
             elif isinstance(b, ToolResultBlock):
@@ -211,11 +149,12 @@ class ReplayWalk(Generic[T]):
     def feed(self, messages: Iterable[Message | PlainMessage]) -> Iterator[T]:
         """The pieces of the next `messages` that can be made now, and of those held before."""
         held, know, waits, piece_of = self._held, self._know, self._waits, self._piece
+        content: Sequence[Block]
         for message in messages:
-            if type(message) is dict:
+            if isinstance(message, dict):
                 role, content = message["role"], message["content"]
             else:
-                role, content = message.role, message.content  # type: ignore[union-attr]
+                role, content = message.role, message.content
             know(content)
             if held:
                 yield from self._release(final=False)
@@ -229,10 +168,10 @@ class ReplayWalk(Generic[T]):
         """Whatever is still held: the conversation ended before its results."""
         yield from self._release(final=True)
 
-    def _waits(self, role: str, block: Any) -> bool:
+    def _waits(self, role: str, block: Block) -> bool:
         if role == "user":
             return False
-        if type(block) is dict:
+        if isinstance(block, dict):
             return block["type"] == "tool_use" and block["id"] not in self._results
         if isinstance(block, ToolUseBlock):
             return block.id not in self._results
@@ -246,10 +185,10 @@ class ReplayWalk(Generic[T]):
             if (piece := piece_of(*held.popleft())) is not HIDDEN:
                 yield piece  # type: ignore[misc]
 
-    def _piece(self, role: str, block: Any) -> T | _Hidden:
+    def _piece(self, role: str, block: Block) -> T | _Hidden:
         """What `block` shows (made by the view), or `HIDDEN`."""
         view = self._view
-        if type(block) is dict:  # a plain block (`is_plain_message`)
+        if isinstance(block, dict):  # a plain block (`is_plain_message`)
             kind = block["type"]
             if kind == "text":
                 return (
@@ -284,41 +223,29 @@ class ReplayWalk(Generic[T]):
         failure = known is not None and failed(known)
         if name in SHOWN_BY_THEIR_EVENT and not failure:
             return HIDDEN
-        record = None if self._record is None else self._record(call_id)
-        snap = None if record is not None else self._tool_calls.get(call_id)
-        if record is not None:  # a terminal's card reads the result's text
-            terminal = stored_terminal(record.content)
-        else:
-            terminal = snap is not None and has_terminal(snap.content)
+        record = self._record(call_id)
+        # A terminal's card reads the result's text.
+        terminal = record is not None and stored_terminal(record.content)
         result = None if known is None else result_block(known) if terminal else SPENT[failure]
         if known is not None and not terminal:
             # Shown: only whether it failed is asked again (a load would keep every result's
             # text alive until the end).
             self._results[call_id] = SPENT[failure]
         shown = self._subagents.get(call_id)
-        if record is not None:  # the card is written from the record as it is stored
-            return self._view.stored_call(
-                record,
-                tool_input,
-                result,
-                shown,
-                lambda: self._replayed(call_id, name, tool_input, None, result, shown),
+        if record is None:  # no stored state: the card says what the history does
+            return self._view.tool_call(
+                replayed_call(call_id, name, tool_input, None, result, shown)
             )
-        return self._view.tool_call(self._replayed(call_id, name, tool_input, snap, result, shown))
-
-    def _replayed(
-        self,
-        call_id: str,
-        name: str,
-        tool_input: dict[str, Any],
-        snap: ToolCallSnapshot | None,
-        result: ToolResultBlock | None,
-        shown: str | None,
-    ) -> ReplayedCall:
-        """The call as a replay shows it, from its snapshot (looked up when not given)."""
-        if snap is None:
-            snap = self._tool_calls.get(call_id)
-        return replayed_call(call_id, name, tool_input, snap, result, shown)
+        # The card is written from the record as it is stored, or from its snapshot.
+        return self._view.stored_call(
+            record,
+            tool_input,
+            result,
+            shown,
+            lambda: replayed_call(
+                call_id, name, tool_input, self._tool_calls.get(call_id), result, shown
+            ),
+        )
 
 
 class _Hidden:
@@ -326,7 +253,3 @@ class _Hidden:
 
 
 HIDDEN = _Hidden()
-
-
-def _user_chunk(content: Any) -> s.UserMessageChunk:
-    return s.UserMessageChunk(session_update="user_message_chunk", content=content)

@@ -2,12 +2,11 @@
 
 Owns `ReplayedCall` (a tool call as `session/load` shows it) and how one is made: from the
 call's stored snapshot and the result the model read (`replayed_call`), or, for a search the
-provider ran, from its blocks alone (`replayed_search`); and `StoredCalls`, the tool calls
-that hand over each stored record as it is, from which a replay writes a call's card
-straight (`ReplayLines.stored_call`: same card, without a snapshot, a `ReplayedCall` and a
-model per call). A result is a `ToolResultBlock`, or
+provider ran, from its blocks alone (`replayed_search`). A result is a `ToolResultBlock`, or
 a plain tool result's JSON value when the replay read its message without the model
-(`defect_core.model.is_plain_message`): both read the same.
+(`defect_core.model.is_plain_message`): both read the same. What a card looks like on the
+wire is `defect_acp/cards.py`'s, which also makes it straight from a call's stored record
+(`cards.stored`: the same card, without a snapshot and a `ReplayedCall` per call).
 
 Invariant: a call's card is what the client saw live, as far as the store knows it, and
 final: its last recorded status and content (a terminal released long ago shown by what it
@@ -17,15 +16,15 @@ model is told (`integrity.rules.INTERRUPTED_RESULT_TEXT`) — never `pending` or
 `in_progress`, which an editor would show as running forever. The stored history stays as it
 is: the call has no result there.
 
-Why apart from `replay_walk.py`: the replay walk (`replay_walk.ReplayWalk`) and the two views
-that write its pieces share these.
+Why apart from `replay_walk.py`: the replay walk (`replay_walk.ReplayWalk`) and the card
+projection (`cards.py`) share these.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any
 
 from defect_core import events as ev
 from defect_core.model import (
@@ -40,9 +39,6 @@ from defect_core.session.protocol import (
     search_outcome,
     search_title,
 )
-
-if TYPE_CHECKING:
-    from defect_core.session.protocol import ToolCallRecord
 
 Result = ToolResultBlock | dict[str, Any]
 """A tool result as a replay met it: the model, or a plain result block's JSON value."""
@@ -61,15 +57,6 @@ class ReplayedCall:
     locations: tuple[ev.Location, ...] = ()
     raw_input: Any = None
     raw_output: Any = None
-
-
-@runtime_checkable
-class StoredCalls(Protocol):
-    """Tool calls whose stored record can be had as it is (`ToolCallSnapshots.record`): a
-    replay writes each card straight from the record, as `replayed_call` would show its
-    snapshot (`ReplayLines.stored_call`)."""
-
-    def record(self, call_id: str) -> ToolCallRecord | None: ...
 
 
 INTERRUPTED = ev.TextDisplay(INTERRUPTED_RESULT_TEXT)

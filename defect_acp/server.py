@@ -34,7 +34,7 @@ from acp import PROTOCOL_VERSION, RequestError
 from acp import schema as s
 from acp.agent.connection import AgentSideConnection
 
-from defect_acp import project
+from defect_acp import projection
 from defect_acp.delegate import select_backends
 from defect_acp.fastimport import warm_turn_path
 from defect_acp.params import guard_params
@@ -123,7 +123,7 @@ class DefectAgent:
                     await self.connection.session_update(session_id=session_id, update=update)
                 return
             await self._transport.send_encoded(
-                [line for update in shown if (line := project.update_line(session_id, update))]
+                [line for update in shown if (line := projection.update_line(session_id, update))]
             )
         except ConnectionError:
             log.debug("update_dropped_connection_closed", session_id=session_id)
@@ -242,8 +242,8 @@ class DefectAgent:
             self._core.warm()
         return s.NewSessionResponse(
             session_id=session.id,
-            modes=project.modes(session.current_mode(), session.available_modes()),
-            config_options=project.config_options(session.config_options()),
+            modes=projection.modes(session.current_mode(), session.available_modes()),
+            config_options=projection.config_options(session.config_options()),
         )
 
     async def _resume_first(
@@ -264,8 +264,8 @@ class DefectAgent:
         self._after_answer.setdefault(session.id, []).insert(0, replay_stored)
         return s.NewSessionResponse(
             session_id=session.id,
-            modes=project.modes(session.current_mode(), session.available_modes()),
-            config_options=project.config_options(session.config_options()),
+            modes=projection.modes(session.current_mode(), session.available_modes()),
+            config_options=projection.config_options(session.config_options()),
         )
 
     async def load_session(
@@ -279,8 +279,8 @@ class DefectAgent:
         session = await self._restore(session_id, cwd, mcp_servers, replaying.part)
         await replaying.finish(session)
         return s.LoadSessionResponse(
-            modes=project.modes(session.current_mode(), session.available_modes()),
-            config_options=project.config_options(session.config_options()),
+            modes=projection.modes(session.current_mode(), session.available_modes()),
+            config_options=projection.config_options(session.config_options()),
         )
 
     async def resume_session(
@@ -292,8 +292,8 @@ class DefectAgent:
     ) -> s.ResumeSessionResponse:
         session = await self._restore(session_id, cwd, mcp_servers)
         return s.ResumeSessionResponse(
-            modes=project.modes(session.current_mode(), session.available_modes()),
-            config_options=project.config_options(session.config_options()),
+            modes=projection.modes(session.current_mode(), session.available_modes()),
+            config_options=projection.config_options(session.config_options()),
         )
 
     async def fork_session(
@@ -317,8 +317,8 @@ class DefectAgent:
         self._attach(session)
         return s.ForkSessionResponse(
             session_id=session.id,
-            modes=project.modes(session.current_mode(), session.available_modes()),
-            config_options=project.config_options(session.config_options()),
+            modes=projection.modes(session.current_mode(), session.available_modes()),
+            config_options=projection.config_options(session.config_options()),
         )
 
     async def list_sessions(
@@ -403,13 +403,13 @@ class DefectAgent:
             options = await session.set_config_option(config_id, str(value))
         except AgentError as err:
             raise to_request_error(err) from None
-        return s.SetSessionConfigOptionResponse(config_options=project.config_options(options))
+        return s.SetSessionConfigOptionResponse(config_options=projection.config_options(options))
 
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> s.PromptResponse:
         session = self._session(session_id)
         try:
-            blocks = project.prompt_to_blocks(prompt)
-        except project.UnsupportedContent as exc:
+            blocks = projection.prompt_to_blocks(prompt)
+        except projection.UnsupportedContent as exc:
             raise RequestError(-32602, str(exc)) from None
         pump = self._pumps[session.id]
         ended_before = pump.turns_ended
@@ -423,7 +423,7 @@ class DefectAgent:
             raise to_request_error(err) from None
         await pump.wait_turn_ended(ended_before + 1)
         usage = pump.last_usage
-        meta = {"usage": project.usage_meta(usage)} if usage is not None else None
+        meta = {"usage": projection.usage_meta(usage)} if usage is not None else None
         return s.PromptResponse(stop_reason=stop, field_meta=meta)
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:

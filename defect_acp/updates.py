@@ -14,20 +14,22 @@ Invariants:
 - A permission question never hangs a turn: a client that cannot answer it counts as a
   rejection.
 - A call shown by what it publishes (`update_plan`: its `plan` update) gets no tool-call card;
-  only a refused one does, once it failed, with why (`project.SHOWN_BY_THEIR_EVENT`).
+  only a refused one does, once it failed, with why (`cards.SHOWN_BY_THEIR_EVENT`).
 - What an event or a stored message looks like on the wire is decided in
-  `defect_acp/project.py`; this module only decides when, and to which session, it is sent.
+  `defect_acp/projection.py` and, for a tool call's card, live or replayed, in
+  `defect_acp/cards.py`; this module only decides when, and to which session, it is sent.
 
 - A fast stream never backs up one write per delta: the pump takes the event it waited for
   plus whatever the session has already queued behind it (never waiting for more, so the first
   delta leaves at once, as it came), merges adjacent queued text deltas of one kind into one
   (`coalesce`: only when the writer is behind, and never across any other event), and writes
-  the batch as one write with one flush (`UpdateSink.send_lines`; a text delta's line is
-  written straight, as a replay's are, without a model per delta). A replay goes out the
-  same way, `REPLAY_BATCH` updates per write as they are built, so the first leave before the
-  last are made (as protocol lines straight: `replay_lines.py`). A `session/load` replay
-  streams further (`StreamedReplay`): each part of the history is sent as soon as the store
-  has read it, before the rest is read; every update still precedes the load's answer.
+  the batch as one write with one flush (`UpdateSink.send_lines`; a text delta's line and a
+  card's are written straight from their JSON, as a replay's are, without a model each). A
+  replay goes out the same way, `REPLAY_BATCH` updates per write as they are built, so the
+  first leave before the last are made (as protocol lines straight: `replay_lines.py`). A
+  `session/load` replay streams further (`StreamedReplay`): each part of the history is sent
+  as soon as the store has read it, before the rest is read; every update still precedes the
+  load's answer.
 
 Why apart from the server: the server maps requests to the runtime; this is the other
 direction, the stream the runtime produces, with its own ordering rules.
@@ -45,7 +47,7 @@ import anyio
 from acp import schema as s
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from defect_acp import project, replay_walk
+from defect_acp import cards, projection, replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_core import events as ev
 from defect_core.log import get_logger
@@ -91,11 +93,11 @@ class SessionPump:
         self._task: asyncio.Task[None] | None = None
         self._questions: set[asyncio.Task[None]] = set()
         self._refresh: asyncio.Task[None] | None = None
-        self._lines = ReplayLines(session.id)
-        """Text deltas' lines, written straight (`replay_lines.py`: the line `update_line`
-        writes for the model, without building one per delta)."""
+        self._lines = projection.UpdateLines(session.id)
+        """Text deltas' and cards' lines, written straight from their JSON (the line
+        `update_line` writes for the model, without building one per update)."""
         self._held: dict[str, ev.ToolCallStarted] = {}
-        """Calls shown by their own event (`project.SHOWN_BY_THEIR_EVENT`), until they end:
+        """Calls shown by their own event (`cards.SHOWN_BY_THEIR_EVENT`), until they end:
         a refused one is shown then, as a failed card."""
         self.last_usage: ev.TurnUsage | None = None
         """The token usage of the last turn, for the prompt answer's `_meta`."""
@@ -162,9 +164,9 @@ class SessionPump:
         pending: list[Any] = []
         for event in events:
             if isinstance(event, ev.AgentTextDelta):
-                pending.append(self._lines.agent_text(event.text))
+                pending.append(self._lines.chunk("agent_message_chunk", event.text))
             elif isinstance(event, ev.AgentThoughtDelta):
-                pending.append(self._lines.thought(event.text))
+                pending.append(self._lines.chunk("agent_thought_chunk", event.text))
             elif isinstance(event, ev.PermissionRequested):
                 await self._flush(pending)
                 task = asyncio.create_task(self._ask(event))
@@ -177,33 +179,36 @@ class SessionPump:
                     self._turns_ended += 1
                     self._ended.notify_all()
             elif isinstance(event, ev.ConfigChanged):
-                pending.append(project.config_update(self._session.config_options()))
+                pending.append(projection.config_update(self._session.config_options()))
             elif isinstance(event, ev.ModeChanged):
-                pending.append(project.event_to_update(event))
-                pending.append(project.config_update(self._session.config_options()))
-            elif (
-                isinstance(event, ev.ToolCallStarted) and event.name in project.SHOWN_BY_THEIR_EVENT
-            ):
-                self._held[event.tool_call_id] = event  # shown only if it fails
-            elif isinstance(event, ev.ToolCallUpdated) and event.tool_call_id in self._held:
-                started = self._held[event.tool_call_id]
-                if event.status in ("completed", "failed"):
-                    del self._held[event.tool_call_id]
-                if event.status == "failed":
-                    pending.append(project.event_to_update(started))
-                    pending.append(project.event_to_update(event))
+                pending.append(projection.event_to_update(event))
+                pending.append(projection.config_update(self._session.config_options()))
+            elif isinstance(event, ev.ToolCallStarted):
+                if event.name in cards.SHOWN_BY_THEIR_EVENT:
+                    self._held[event.tool_call_id] = event  # shown only if it fails
+                else:
+                    pending.append(self._lines.line(cards.started(event)))
+            elif isinstance(event, ev.ToolCallUpdated):
+                if event.tool_call_id in self._held:
+                    started = self._held[event.tool_call_id]
+                    if event.status in ("completed", "failed"):
+                        del self._held[event.tool_call_id]
+                    if event.status != "failed":
+                        continue
+                    pending.append(self._lines.line(cards.started(started)))
+                pending.append(self._lines.line(cards.progress(event)))
             else:
-                update = project.event_to_update(event)
+                update = projection.event_to_update(event)
                 if update is not None:
                     pending.append(update)
         await self._flush(pending)
 
     async def _flush(self, pending: list[Any]) -> None:
-        """Send `pending` (update models, and text deltas' lines) as one write."""
+        """Send `pending` (update models, and the lines of those made as JSON) as one write."""
         if pending:
             session_id = self._session.id
             lines = [
-                item if isinstance(item, bytes) else project.update_line(session_id, item)
+                item if isinstance(item, bytes) else projection.update_line(session_id, item)
                 for item in pending
                 if item is not None
             ]
@@ -215,8 +220,8 @@ class SessionPump:
         try:
             response = await self._agent.connection.request_permission(
                 session_id=self._session.id,
-                tool_call=project.tool_call_for_permission(event),
-                options=project.permission_options(event),
+                tool_call=cards.for_permission(event),
+                options=projection.permission_options(event),
             )
             outcome = response.outcome
             option = outcome.option_id if isinstance(outcome, s.AllowedOutcome) else None
@@ -305,7 +310,7 @@ async def _send_replayed(sink: UpdateSink, session_id: str, lines: Iterator[byte
 
 async def _send_plan(sink: UpdateSink, session: Session) -> None:
     if plan := session.current_plan():
-        await sink.send_update(session.id, project.plan_update(plan))
+        await sink.send_update(session.id, projection.plan_update(plan))
 
 
 async def after_open_updates(sink: UpdateSink, session: Session) -> None:
@@ -316,7 +321,7 @@ async def after_open_updates(sink: UpdateSink, session: Session) -> None:
     await session.refresh_commands(announce=False)
     commands = session.slash_commands()
     if commands:
-        await sink.send_update(session.id, project.commands_update(commands))
+        await sink.send_update(session.id, projection.commands_update(commands))
     for notice in session.notices():
-        update = project.event_to_update(ev.Notice(notice, level="warning"))
+        update = projection.event_to_update(ev.Notice(notice, level="warning"))
         await sink.send_update(session.id, update)

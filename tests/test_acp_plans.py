@@ -221,7 +221,7 @@ async def test_an_empty_plan_clears_it_for_the_editor_and_for_a_load(
 
 def test_a_plan_update_is_a_schema_valid_acp_plan() -> None:
     # The projection alone, for the shape: the tests above see it on the wire.
-    from defect_acp.project import event_to_update
+    from defect_acp.projection import event_to_update
     from defect_core.events import PlanEntry, PlanUpdated
 
     update = event_to_update(PlanUpdated((PlanEntry("Step", "high", "in_progress"),)))

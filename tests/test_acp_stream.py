@@ -21,12 +21,12 @@ import anyio
 import pytest
 from acp.helpers import update_agent_message_text
 
-from defect_acp import project, replay_walk
+from defect_acp import projection
 from defect_acp.transport import encode_message
 from defect_acp.updates import REPLAY_BATCH, coalesce
 from defect_core import events as ev
 from defect_core.model import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from defect_core.session.state import ToolCallSnapshot
+from defect_core.session.persistence import ToolCallSnapshots
 from defect_core.store import (
     DB_FILENAME,
     SessionRecord,
@@ -36,6 +36,7 @@ from defect_core.store import (
 )
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply
 from tests.support.acp_harness import agent_env, script_env, spawn_defect
+from tests.support.replay_models import iter_models
 
 pytestmark = pytest.mark.anyio
 
@@ -215,23 +216,10 @@ async def test_a_long_replay_sends_the_same_updates_in_order(tmp_path: Path) -> 
     sid = write_long_session(db, work, turns)
     with SqliteStore(db) as store:
         stored = store.load(sid)
-    snapshots = {
-        call_id: ToolCallSnapshot(
-            tool_call_id=call_id,
-            title=r.title,
-            kind=r.kind,
-            status=r.status,
-            content=r.displays(),
-            locations=r.location_values(),
-            raw_input=r.raw_input,
-            raw_output=r.raw_output,
-        )
-        for call_id, r in stored.tool_calls.items()
-    }
     # What the SDK itself would have written for each update of the whole-list projection.
     expected = [
-        project.session_notification(sid, u)["params"]
-        for u in replay_walk.replay_updates(stored.transcript, snapshots)
+        projection.session_notification(sid, u)["params"]
+        for u in iter_models(stored.transcript, ToolCallSnapshots(stored.tool_calls))
     ]
     assert len(expected) == 4 * turns
 
@@ -248,11 +236,11 @@ async def test_a_long_replay_sends_the_same_updates_in_order(tmp_path: Path) -> 
 
 def test_update_line_is_the_line_encode_message_writes() -> None:
     update = update_agent_message_text('quote " newline \n tab \t \u00e9 \U0001f600 \x01')
-    line = project.update_line("sess-1", update)
-    assert line == encode_message(project.session_notification("sess-1", update))
+    line = projection.update_line("sess-1", update)
+    assert line == encode_message(projection.session_notification("sess-1", update))
     # A lone surrogate (UTF-8 cannot carry it) is mended as the transport mends it.
     broken = update_agent_message_text("half \ud800 pair")
-    mended = project.update_line("sess-1", broken)
-    assert mended == encode_message(project.session_notification("sess-1", broken))
+    mended = projection.update_line("sess-1", broken)
+    assert mended == encode_message(projection.session_notification("sess-1", broken))
     assert mended is not None
     assert json.loads(mended)["params"]["update"]["content"]["text"] == "half \ufffd pair"

@@ -1,13 +1,14 @@
-"""A replay's protocol lines, written straight (`defect_acp/replay_lines.py`), are the lines the
-schema's models give (`replay_walk.UpdateModels` + `project.update_line`), byte for byte, for every
-kind of piece a stored conversation shows — and the same when the writer refuses a piece."""
+"""A replay's protocol lines, written straight (`defect_acp/replay_lines.py`, each card by
+`defect_acp/cards.py`), are the lines the schema's models give (`tests/support/replay_models.py`
++ `projection.update_line`), byte for byte, for every kind of piece a stored conversation shows
+— and the same when the writer refuses a piece."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from defect_acp import project, replay_walk
+from defect_acp import replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_core import events as ev
 from defect_core.integrity.rules import INTERRUPTED_RESULT_TEXT
@@ -29,6 +30,8 @@ from defect_core.model import (
     message_to_dict,
 )
 from defect_core.session import ToolCallSnapshot
+from defect_core.session.persistence import ToolCallSnapshots
+from tests.support.replay_models import model_lines, stored_calls
 
 SID = "sess_é_1"
 
@@ -38,7 +41,7 @@ def _snap(call_id: str, **fields: Any) -> ToolCallSnapshot:
     return ToolCallSnapshot(tool_call_id=call_id, **{**base, **fields})
 
 
-def conversation() -> tuple[list[Message], dict[str, ToolCallSnapshot], dict[str, str]]:
+def conversation() -> tuple[list[Message], ToolCallSnapshots, dict[str, str]]:
     """One of every piece a replay shows or hides."""
     calls = [
         ToolUseBlock(id="t_text", name="read_file", input={"path": "a.py"}),
@@ -130,13 +133,12 @@ def conversation() -> tuple[list[Message], dict[str, ToolCallSnapshot], dict[str
         "t_lone": _snap("t_lone", title="lone \udc00 surrogate"),
         "t_plan_refused": _snap("t_plan_refused", kind="think", status="failed"),
     }
-    return transcript, snapshots, {"t_agent": "the subagent read 3 files"}
+    return transcript, stored_calls(snapshots), {"t_agent": "the subagent read 3 files"}
 
 
 def test_every_piece_is_the_line_the_models_give() -> None:
     transcript, snapshots, subagents = conversation()
-    models = list(replay_walk.iter_replay_updates(transcript, snapshots, subagents))
-    expected = [project.update_line(SID, u) for u in models]
+    expected = model_lines(SID, transcript, snapshots, subagents)
     lines = list(replay_walk.iter_replay(transcript, snapshots, ReplayLines(SID), subagents))
     assert len(lines) == len(expected)
     for line, want in zip(lines, expected, strict=True):
@@ -190,10 +192,12 @@ def test_a_plain_message_walks_as_its_model() -> None:
         Message(role="assistant", content=(ToolUseBlock(id="t_plain_term", name="bash"),)),
         Message(role="user", content=(term_text,)),
     ]
-    snapshots = {
-        **snapshots,
-        "t_plain_term": _snap("t_plain_term", content=(ev.TerminalDisplay("term_9"),)),
-    }
+    snapshots = stored_calls(
+        {
+            **snapshots,
+            "t_plain_term": _snap("t_plain_term", content=(ev.TerminalDisplay("term_9"),)),
+        }
+    )
     # One block a message, so that every block a plain message can hold comes as a dict.
     models = [
         Message(role=m.role, content=(block,)) for m in [*transcript, *extra] for block in m.content

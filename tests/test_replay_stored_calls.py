@@ -1,8 +1,9 @@
 """A replayed tool call's card written straight from its stored record
-(`ReplayLines.stored_call`, through `ToolCallSnapshots.record`) is the line the models give for
-the same call (its `ToolCallSnapshot` → `replayed_call` → `UpdateModels` → `update_line`), byte
-for byte, for every kind of display and status a store holds; a record holding what its
-snapshot would skip or refuse goes the snapshot's way and ends the same."""
+(`ReplayLines.stored_call` → `cards.stored`, through `ToolCallSnapshots.record`) is the line the
+models give for the same call (its `ToolCallSnapshot` → `replayed_call` → the schema's model,
+`tests/support/replay_models.py` → `update_line`), byte for byte, for every kind of display
+and status a store holds; a record holding what its snapshot would skip or refuse goes the
+snapshot's way and ends the same."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from defect_acp import project, replay_walk
+from defect_acp import replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_acp.replayed import ReplayedCall
 from defect_core.integrity.rules import INTERRUPTED_RESULT_TEXT
@@ -26,6 +27,7 @@ from defect_core.model import (
 )
 from defect_core.session.persistence import ToolCallSnapshots
 from defect_core.store import BranchPart, SessionRecord, SqliteStore, ToolCallRecord
+from tests.support.replay_models import model_lines
 
 SID = "sess_stored_é"
 
@@ -118,8 +120,7 @@ RECORDS = [
     _record("c_not_a_dict", content=["text"]),
     _record("c_agent_odd", content=[{"type": "video"}]),
 ]
-GOES_THE_SNAPSHOTS_WAY = {
-    "c_lone",
+GOES_THE_SNAPSHOTS_WAY = {  # a lone surrogate (`c_lone`) is mended by the line writer
     "c_unknown_display",
     "c_bad_text",
     "c_bad_diff",
@@ -182,9 +183,7 @@ def _by_models(
     transcript: Sequence[Message], records: dict[str, ToolCallRecord]
 ) -> list[bytes | None]:
     """The reference: every card from its snapshot, through the schema's models."""
-    snapshots = dict(ToolCallSnapshots(records))  # a plain mapping: no record to write from
-    updates = replay_walk.iter_replay_updates(transcript, snapshots, SUBAGENTS)
-    return [project.update_line(SID, u) for u in updates]
+    return model_lines(SID, transcript, ToolCallSnapshots(records), SUBAGENTS)
 
 
 def test_a_card_written_from_its_record_is_the_line_the_models_give() -> None:
@@ -290,6 +289,5 @@ def test_a_load_from_sqlite_replays_each_card_as_the_models_give_it(tmp_path: Pa
         lines.extend(walk.feed(part.messages))
     lines.extend(walk.finish())
     assert lines == _by_models(list(stored.transcript), stored.tool_calls)
-    # The store mended the lone surrogate (`rows.mended`): that card needs no snapshot now.
-    assert set(view.from_snapshot) == GOES_THE_SNAPSHOTS_WAY - {"c_lone"}
+    assert set(view.from_snapshot) == GOES_THE_SNAPSHOTS_WAY
     assert sum(b'"sessionUpdate":"tool_call"' in (line or b"") for line in lines) == len(RECORDS)

@@ -363,7 +363,7 @@ async def test_turn_events_start_with_the_prompt_and_end_with_turn_ended(tmp_pat
 
 async def test_turn_ended_carries_the_turns_usage_in_core_terms(tmp_path: Path) -> None:
     """The core reports usage as a typed, snake_case `TurnUsage`, summed over the turn's
-    requests; ACP's camelCase names are the bridge's projection (`defect_acp/project.py`)."""
+    requests; ACP's camelCase names are the bridge's projection (`defect_acp/projection.py`)."""
     session, _ = await make(
         tmp_path,
         [

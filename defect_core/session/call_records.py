@@ -26,7 +26,6 @@ from defect_core.errors import SessionNotFound, StorageError
 from defect_core.events import AgentEvent, ToolCallStarted, ToolCallUpdated
 from defect_core.log import get_logger
 from defect_core.session.persistence import ToolCallSnapshots
-from defect_core.session.protocol import ToolCallSnapshot
 from defect_core.store import AsyncStore, ToolCallRecord
 
 log = get_logger("defect.agent")
@@ -64,7 +63,7 @@ class SessionToolCalls:
             self._held[record.tool_call_id] = record
             await self._write(record)
 
-    async def snapshots(self) -> Mapping[str, ToolCallSnapshot]:
+    async def snapshots(self) -> ToolCallSnapshots:
         """Every call as a replay shows it: the stored records, with the held ones over them."""
         records = await self._read(None)
         records.update(self._held)

@@ -17,7 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -27,7 +27,7 @@ from defect_core.events import AgentEvent, Notice
 from defect_core.log import get_logger
 from defect_core.mcp.spec import McpServerSpec
 from defect_core.model import Message
-from defect_core.session.protocol import ToolCallSnapshot
+from defect_core.session.protocol import StoredToolCalls, ToolCallSnapshot
 from defect_core.store import AsyncStore, ToolCallRecord, stored_mcp_server
 
 log = get_logger("defect.agent")
@@ -94,7 +94,7 @@ def server_summary(spec: McpServerSpec) -> dict[str, Any]:
     return stored_mcp_server(summary)
 
 
-class ToolCallSnapshots(Mapping[str, ToolCallSnapshot]):
+class ToolCallSnapshots(StoredToolCalls):
     """What a front end replays of each tool call (`DefaultSession.tool_calls`): a read-only
     view of the records it is given, each turned into its `ToolCallSnapshot` when it is
     looked up (a long session has tens of thousands; a replay looks each up once)."""
@@ -117,7 +117,7 @@ class ToolCallSnapshots(Mapping[str, ToolCallSnapshot]):
 
     def record(self, call_id: str) -> ToolCallRecord | None:
         """The stored record of `call_id` as it is (None: no such call), for a front end
-        that writes what it shows straight from it (`defect_acp/replay_lines.py`)."""
+        that writes what it shows straight from it (`defect_acp/cards.py`)."""
         return self._records.get(call_id)
 
     def get(self, call_id: str, default: Any = None) -> Any:  # Mapping's, without its raise

@@ -1,20 +1,20 @@
 """`AgentCore` and `Session`: the only door from a front end (the ACP bridge) into the runtime.
 
 Owns the two protocols and the values only the door exchanges (config options, tool-call
-snapshots, the backends). Four kinds of value cross the door but are defined lower, because
-lower layers produce or read them: the errors (`errors.py`: the store and the turn runner
-raise them), session listings (`listing.py`: the store builds them), MCP server specs
-(`mcp/spec.py`: the configuration parses them) and the front end's description (`prompt.py`:
-the system prompt reads it). So do the facts and protocols a front end needs to show a
-session and to serve it: the permission modes (`policy.ModeInfo`), a goal's outcome
-(`goal.GoalState`), the plan tool's name, a stored tool call (`store.ToolCallRecord`) and the
-wording of an interrupted one, how a hosted web search shows (`hosted.py`), and the
-`FsBackend`/`ShellBackend` protocols with their local implementations and the environment
-policy a front end that runs commands itself applies (`tools/backends.py`, `child_env.py`).
-This module re-exports them (`__all__`), and the package (`defect_core/session/__init__.py`)
-re-exports this module, so a front end finds everything it needs to drive the runtime in
-`defect_core.session`; the ACP bridge imports this module itself, the door alone (an
-import-linter contract, docs/layers.md).
+snapshots and the stored calls a replay looks up, the backends). Four kinds of value cross the
+door but are defined lower, because lower layers produce or read them: the errors
+(`errors.py`: the store and the turn runner raise them), session listings (`listing.py`: the
+store builds them), MCP server specs (`mcp/spec.py`: the configuration parses them) and the
+front end's description (`prompt.py`: the system prompt reads it). So do the facts and
+protocols a front end needs to show a session and to serve it: the permission modes
+(`policy.ModeInfo`), a goal's outcome (`goal.GoalState`), the plan tool's name, a stored tool
+call (`store.ToolCallRecord`: a replay writes its card straight from it) and the wording of an
+interrupted one, how a hosted web search shows (`hosted.py`), and the `FsBackend`/`ShellBackend`
+protocols with their local implementations and the environment policy a front end that runs
+commands itself applies (`tools/backends.py`, `child_env.py`). This module re-exports them
+(`__all__`), and the package (`defect_core/session/__init__.py`) re-exports this module, so a
+front end finds everything it needs to drive the runtime in `defect_core.session`; the ACP
+bridge imports this module itself, the door alone (an import-linter contract, docs/layers.md).
 
 - `AgentCore` is the process-level root: it creates, loads, finds and lists sessions.
 - `Session` is one conversation: it runs turns (and goals: `run_goal`, the one way every
@@ -38,6 +38,7 @@ Invariants:
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +119,7 @@ __all__ = [
     "ShellExit",
     "ShellOutput",
     "StorageError",
+    "StoredToolCalls",
     "ToolCallRecord",
     "ToolCallSnapshot",
     "TurnError",
@@ -163,6 +165,17 @@ class ToolCallSnapshot:
     raw_output: Any = None
 
 
+class StoredToolCalls(Mapping[str, ToolCallSnapshot]):
+    """A session's stored tool calls as a replay looks them up: each call's snapshot by id,
+    or its stored record as it is (`record`), from which a front end writes the call's card
+    straight, without the snapshot (`defect_acp/cards.py`). The implementation:
+    `persistence.ToolCallSnapshots`."""
+
+    @abstractmethod
+    def record(self, call_id: str) -> ToolCallRecord | None:
+        """The stored record of `call_id` as it is (None: no such call)."""
+
+
 @dataclass(frozen=True, slots=True)
 class HistoryPart:
     """Some messages of a session being loaded, oldest first, handed to `load_session`'s
@@ -175,7 +188,7 @@ class HistoryPart:
     any other as the model."""
 
     messages: Sequence[Message | PlainMessage]
-    tool_calls: Mapping[str, ToolCallSnapshot]
+    tool_calls: StoredToolCalls
     subagents: Mapping[str, str]
 
 
@@ -228,7 +241,7 @@ class Session(Protocol):
         """The whole original conversation (not what compaction rewrote), for replay."""
         ...
 
-    async def tool_calls(self) -> Mapping[str, ToolCallSnapshot]:
+    async def tool_calls(self) -> StoredToolCalls:
         """Every tool call as a replay shows it (read from the store: a loaded session does
         not hold its past calls)."""
         ...

@@ -31,7 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,7 @@ from defect_core.session.protocol import (
     InvalidOption,
     McpServerSpec,
     SessionSummary,
-    ToolCallSnapshot,
+    StoredToolCalls,
     TurnError,
     TurnInProgress,
 )
@@ -250,7 +250,7 @@ class DefaultSession:
     def transcript(self) -> list[Message]:
         return list(self._transcript)
 
-    async def tool_calls(self) -> Mapping[str, ToolCallSnapshot]:
+    async def tool_calls(self) -> StoredToolCalls:
         return await self._calls.snapshots()
 
     def current_plan(self) -> tuple[PlanEntry, ...]:

@@ -4,7 +4,7 @@ Owns `UpdatePlanTool`, its argument model (`PlanArgs`: the ACP plan itself, `{"e
 [{"content", "priority", "status"}]}`) and `plan_summary`, the short confirmation the model
 reads back. The session holds the plan and gives the tool the callback that replaces it
 (`defect_core/session/plan.py`): that callback stores the plan and publishes `PlanUpdated`,
-which the ACP bridge sends as a `plan` update (`defect_acp/project.py`).
+which the ACP bridge sends as a `plan` update (`defect_acp/projection.py`).
 
 Invariants:
 - Every call carries the whole plan: an update replaces the previous one, never merges into

@@ -1,12 +1,15 @@
 """Projection: core values ⇄ ACP values.
 
-Owns the conversion of `AgentEvent`s into `session/update` payloads, of ACP prompt content
-into core content blocks, and of core modes/config options into their ACP shapes.
+Owns the conversion of `AgentEvent`s into `session/update` payloads (a tool call's card:
+`defect_acp/cards.py`, the one projection of a call, live and replayed), of ACP prompt content
+into core content blocks, and of core modes/config options into their ACP shapes; and the
+protocol line of an update (`update_line` of a model, `UpdateLines` of an update's JSON).
 
-Invariant: this is the only module that knows both vocabularies; `defect_core` never sees an
-ACP type (docs/architecture.md, rule 1). Updates are built with the SDK's schema models, so what
-leaves
-here is what the protocol's schema allows.
+Invariant: this module and `cards.py` are the only ones that know both vocabularies;
+`defect_core` never sees an ACP type (docs/architecture.md, rule 1). Updates are built with
+the SDK's schema models, so what leaves here is what the protocol's schema allows; those made
+as JSON (a card, a text chunk: the bulk of a turn and of a replay) are the JSON the model
+would dump, and `UpdateLines` writes the line `update_line` writes for that model.
 """
 
 from __future__ import annotations
@@ -16,25 +19,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from acp import schema as s
-from acp.helpers import (
-    tool_content,
-    tool_diff_content,
-    tool_terminal_ref,
-    update_agent_message_text,
-    update_agent_thought_text,
-)
-from pydantic_core import PydanticSerializationError
+from acp.helpers import update_agent_message_text, update_agent_thought_text
+from pydantic_core import PydanticSerializationError, to_json
 
 from defect_acp.transport import encode_message
 from defect_core import events as ev
 from defect_core.model import ContentBlock, ImageBlock, TextBlock
-from defect_core.session.protocol import UPDATE_PLAN, ConfigOption, ModeInfo, OptionChoice
+from defect_core.session.protocol import ConfigOption, ModeInfo, OptionChoice
 
 Update = (
     s.AgentMessageChunk
     | s.AgentThoughtChunk
-    | s.ToolCallStart
-    | s.ToolCallProgress
     | s.CurrentModeUpdate
     | s.ConfigOptionUpdate
     | s.SessionInfoUpdate
@@ -84,32 +79,12 @@ def prompt_to_blocks(prompt: Sequence[Any]) -> list[ContentBlock]:
 
 
 def event_to_update(event: ev.AgentEvent) -> Update | None:
-    """The `session/update` for an event, or None when the event is not shown."""
+    """The `session/update` for an event, or None when the event is not shown here (a tool
+    call's: `cards.started`, `cards.progress`)."""
     if isinstance(event, ev.AgentTextDelta):
         return update_agent_message_text(event.text)
     if isinstance(event, ev.AgentThoughtDelta):
         return update_agent_thought_text(event.text)
-    if isinstance(event, ev.ToolCallStarted):
-        return s.ToolCallStart(
-            session_update="tool_call",
-            tool_call_id=event.tool_call_id,
-            title=event.title,
-            kind=event.kind,
-            status=event.status,
-            content=displays(event.content) or None,
-            locations=locations(event.locations) or None,
-            raw_input=event.raw_input,
-        )
-    if isinstance(event, ev.ToolCallUpdated):
-        return s.ToolCallProgress(
-            session_update="tool_call_update",
-            tool_call_id=event.tool_call_id,
-            status=event.status,
-            title=event.title,
-            content=displays(event.content) if event.content is not None else None,
-            locations=locations(event.locations) if event.locations is not None else None,
-            raw_output=event.raw_output,
-        )
     if isinstance(event, ev.ModeChanged):
         return s.CurrentModeUpdate(
             session_update="current_mode_update", current_mode_id=event.mode_id
@@ -131,13 +106,6 @@ def event_to_update(event: ev.AgentEvent) -> Update | None:
     if isinstance(event, ev.PlanUpdated):
         return plan_update(event.entries)
     return None
-
-
-SHOWN_BY_THEIR_EVENT = frozenset({UPDATE_PLAN})
-"""Tools whose call is shown by what it publishes, not as a tool-call card: `update_plan` is
-the `plan` update itself (as claude-agent-acp shows its TodoWrite). Only a refused call gets
-its card, `failed` with why, so the user sees why the plan did not change
-(`defect_acp/updates.py` live, `replay_walk.iter_replay` on load)."""
 
 
 def plan_update(entries: Sequence[ev.PlanEntry]) -> s.AgentPlanUpdate:
@@ -183,42 +151,6 @@ def _command_input(hint: str | None) -> s.AvailableCommandInput | None:
 def config_update(options: Sequence[ConfigOption]) -> s.ConfigOptionUpdate:
     return s.ConfigOptionUpdate(
         session_update="config_option_update", config_options=config_options(options)
-    )
-
-
-def displays(content: Sequence[ev.ToolDisplay]) -> list[Any]:
-    """ACP tool-call content. A terminal is shown by its id (a replay, long after it was
-    released, shows what the command printed instead: `_replayed_displays`)."""
-    out: list[Any] = []
-    for item in content:
-        if isinstance(item, ev.TextDisplay):
-            out.append(tool_content(s.TextContentBlock(type="text", text=item.text)))
-        elif isinstance(item, ev.DiffDisplay):
-            out.append(tool_diff_content(item.path, item.new_text, item.old_text))
-        elif isinstance(item, ev.TerminalDisplay):
-            out.append(tool_terminal_ref(item.terminal_id))
-        elif isinstance(item, ev.ImageDisplay):
-            out.append(
-                tool_content(
-                    s.ImageContentBlock(type="image", data=item.data, mime_type=item.media_type)
-                )
-            )
-    return out
-
-
-def locations(items: Sequence[ev.Location]) -> list[s.ToolCallLocation]:
-    return [s.ToolCallLocation(path=loc.path, line=loc.line) for loc in items]
-
-
-def tool_call_for_permission(event: ev.PermissionRequested) -> s.ToolCallUpdate:
-    return s.ToolCallUpdate(
-        tool_call_id=event.tool_call_id,
-        title=event.title,
-        kind=event.kind,
-        status="pending",
-        content=displays(event.content) or None,
-        locations=locations(event.locations) or None,
-        raw_input=event.raw_input,
     )
 
 
@@ -300,3 +232,36 @@ def update_line(session_id: str, update: Update) -> bytes | None:
         return encode_message(session_notification(session_id, update))
     head = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
     return f'{head}{json.dumps(session_id)},"update":{body}}}}}\n'.encode()
+
+
+_HEAD = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+_TAIL = b"}}\n"
+
+
+class UpdateLines:
+    """The protocol lines of one session's updates made as their JSON (`cards.py`, text
+    chunks): the line `update_line` writes for the model the JSON is the dump of, written by
+    pydantic-core's own JSON writer (the one `model_dump_json` uses: same escapes, same
+    floats, a non-finite one as null) without building the model. What that writer refuses
+    (a lone surrogate, which UTF-8 cannot carry) goes through `encode_message`, as
+    `update_line` sends a model's dump (mended, or dropped when it is not JSON at all)."""
+
+    def __init__(self, session_id: str) -> None:
+        self._head = f'{_HEAD}{json.dumps(session_id)},"update":'.encode()
+        self._session_id = session_id
+
+    def line(self, update: dict[str, Any]) -> bytes | None:
+        try:
+            return self._head + to_json(update, inf_nan_mode="null") + _TAIL
+        except ValueError:  # PydanticSerializationError: not JSON, or not UTF-8 (a surrogate)
+            params = {"sessionId": self._session_id, "update": update}
+            return encode_message({"jsonrpc": "2.0", "method": "session/update", "params": params})
+
+    def chunk(self, kind: str, text: str) -> bytes | None:
+        """A text chunk's line (`kind`: `agent_message_chunk`, `agent_thought_chunk`,
+        `user_message_chunk`): the most frequent update, written with no call it can spare."""
+        update = {"content": {"text": text, "type": "text"}, "sessionUpdate": kind}
+        try:
+            return self._head + to_json(update, inf_nan_mode="null") + _TAIL
+        except ValueError:  # as `line`
+            return self.line(update)
