@@ -14,7 +14,7 @@ SSE transports). One room per job, lowest first (docs/layers.md):
                    stop them all
 
 Invariant: importing this package imports no `mcp` (docs/architecture.md, rule 6): the SDK
-(~1 s) is loaded by the start-up task of the first `McpHub` that has servers to start, and
+(a slow import) is loaded by the start-up task of the first `McpHub` that has servers to start, and
 `supported_transports` (asked during `initialize`) only looks it up.
 """
 

@@ -22,7 +22,7 @@ Invariants:
   then SIGTERM/SIGKILL to the process group), then their process group is swept, so children
   a server left behind go too. The pid comes from a one-line `/bin/sh` shim that reports `$$`
   on stderr and `exec`s the server (same pid).
-- Importing this module imports no `mcp` (docs/architecture.md, rule 6): the SDK (~1 s) is
+- Importing this module imports no `mcp` (docs/architecture.md, rule 6): the SDK (a slow import) is
   imported inside the functions that open a connection, after `McpHub`'s start-up loaded it off
   the event loop; `supported_transports` only looks it up.
 """

@@ -26,7 +26,7 @@ Invariants:
   from cancellation), so no process outlives the session, whether its server had started or
   not (see `Connection` for how a server is stopped and swept).
 - The `mcp` SDK is imported by the start-up task of a hub that has servers, on a worker
-  thread (~1 s), never on the event loop nor when this module is imported
+  thread (a slow import), never on the event loop nor when this module is imported
   (docs/architecture.md, rule 6).
 
 Why a hub per session: ACP gives MCP servers per `session/new`/`session/load`, and the session
@@ -173,7 +173,7 @@ class McpHub:
 
     async def _start_each(self, specs: Sequence[McpServerSpec], cwd: Path, seconds: float) -> None:
         try:
-            # ~1 s: off the event loop, so other sessions keep going.
+            # A slow import: off the event loop, so other sessions keep going.
             await anyio.to_thread.run_sync(importlib.import_module, "mcp", abandon_on_cancel=True)
         except ImportError:
             for spec in specs:
