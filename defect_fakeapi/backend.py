@@ -39,6 +39,7 @@ class ApiBackend(Protocol):
     chat_models: list[str]
     chat_reasoning_models: set[str]
     chat_key_required: bool
+    chat_reasoning_field: str
     _stopping: threading.Event
 
     def sign(self, thinking: str) -> str: ...

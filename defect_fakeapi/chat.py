@@ -170,7 +170,12 @@ def serve_chat(handler: ChatHandler, record: RequestRecord) -> None:
     model = reply.model or str(body["model"])
     estimated = estimate_tokens({"messages": body["messages"], "tools": body.get("tools") or []})
     if body.get("stream") is not True:
-        answer = completion(reply, model=model, estimated_tokens=estimated)
+        answer = completion(
+            reply,
+            model=model,
+            estimated_tokens=estimated,
+            reasoning_field=provider.chat_reasoning_field,
+        )
         record.status = 200
         record.outcome = "completed"
         headers = {"content-type": "application/json", "x-request-id": random_id("req_")}
@@ -182,6 +187,7 @@ def serve_chat(handler: ChatHandler, record: RequestRecord) -> None:
         model=model,
         include_usage=options.get("include_usage") is True,
         estimated_tokens=estimated,
+        reasoning_field=provider.chat_reasoning_field,
     )
     _stream(handler, record, chunks, reply_faults=reply)
 

@@ -114,6 +114,9 @@ class FakeProvider:
         """The chat models that take `reasoning_effort` (others refuse it)."""
         self.chat_key_required = True
         """False: the Chat Completions routes take any key or none, as a local server does."""
+        self.chat_reasoning_field = "reasoning_content"
+        """The delta field a reply's thinking streams in: `reasoning_content` (DeepSeek's) or
+        `reasoning` (OpenRouter's)."""
         self.models_gate: threading.Event | None = None
         """When set, `GET /v1/models` waits until the event is set (a slow listing)."""
         self.models_error: HttpError | None = None
