@@ -9,14 +9,16 @@ error, and streams exactly what the real API streams. See `docs/provider-wire.md
 Modules, one job each: `server` (`FakeProvider`), `http` (routes, auth, streaming), `backend`
 (what `http` asks of its owner), `models` (the model list), `sse` and `eventstream`
 (encoding), `validation` and `shape` (request rules), `script` (replies and faults), `cache`
-(the prompt cache), `cli` (`defect fake-api`); the Chat Completions wire beside it: `chat` (its
-routes), `chat_validation` (its rules), `chat_stream` (its chunks). They are layered without a
-cycle (contract 17 of docs/layers.md).
+(the prompt cache), `cli` (`defect fake-api`); the Chat Completions wire beside it: `chat`
+(its routes), `chat_validation` (its rules), `chat_stream` (its chunks), `chat_cache` (a
+server's automatic prefix cache). They are layered without a cycle (contract 17 of
+docs/layers.md).
 
 This package is a tool for tests and offline runs: nothing on `defect acp`'s path imports it.
 """
 
 from defect_fakeapi.cache import CacheUsage, PromptCache
+from defect_fakeapi.chat_cache import ChatPrefixCache
 from defect_fakeapi.chat_validation import ChatWireError, validate_chat_request
 from defect_fakeapi.cli import main
 from defect_fakeapi.models import DEFAULT_MODELS, model_entry, models_page
@@ -57,6 +59,7 @@ __all__ = [
     "DEFAULT_AWS_SECRET_KEY",
     "DEFAULT_MODELS",
     "CacheUsage",
+    "ChatPrefixCache",
     "ChatWireError",
     "FakeProvider",
     "HttpError",

@@ -7,7 +7,7 @@ connection set it keeps current. `FakeProvider` (`server.py`) is the one impleme
 
 Invariant: `http.py` names no module above it. It types its server's owner with this
 protocol, never with `FakeProvider`, so the import graph of the package has no cycle:
-`server` → `http` → `backend` → (`cache`, `script`).
+`server` → `http` → `backend` → (`cache`, `chat_cache`, `script`).
 
 Why a module of its own: the handler needs the provider's shape and the provider needs the
 handler's server; the shape is the shared piece, and it lives below both.
@@ -20,6 +20,7 @@ import threading
 from typing import Any, Protocol
 
 from defect_fakeapi.cache import PromptCache
+from defect_fakeapi.chat_cache import ChatPrefixCache
 from defect_fakeapi.script import HttpError, Reply, RequestRecord
 
 
@@ -39,6 +40,8 @@ class ApiBackend(Protocol):
     chat_models: list[str]
     chat_reasoning_models: set[str]
     chat_key_required: bool
+    chat_reasoning_field: str
+    chat_prompt_cache: ChatPrefixCache | None
     _stopping: threading.Event
 
     def sign(self, thinking: str) -> str: ...

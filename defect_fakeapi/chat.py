@@ -3,7 +3,8 @@
 Owns how the HTTP handler (`http.py`) answers a request of the second wire: authentication
 (a bearer token equal to the fake's key, unless `FakeProvider.chat_key_required` is off, as on
 a local server), the rules (`chat_validation.py`: a violation is OpenAI's 400 envelope and
-consumes no scripted reply), the scripted answer (`chat_stream.py`: SSE `data:` lines ending
+consumes no scripted reply), the cached tokens of the fake's prefix cache when it has one
+(`chat_cache.py`), the scripted answer (`chat_stream.py`: SSE `data:` lines ending
 with `data: [DONE]`, or one JSON completion without `stream`), the scripted faults (an HTTP
 error with `retry-after`, a cut stream, a stall, slow chunks) and the model list in OpenAI's
 shape (`{"object": "list", "data": [{"id", "object": "model", "created", "owned_by"}]}`).
@@ -18,6 +19,7 @@ growing it.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 from collections.abc import Mapping
@@ -26,7 +28,7 @@ from typing import Any, Literal, Protocol
 from defect_fakeapi.backend import ApiBackend
 from defect_fakeapi.chat_stream import DONE, build_chunks, completion, encode_chunk
 from defect_fakeapi.chat_validation import ChatWireError, validate_chat_request
-from defect_fakeapi.script import HttpError, RequestRecord, estimate_tokens, random_id
+from defect_fakeapi.script import HttpError, RequestRecord, Usage, estimate_tokens, random_id
 
 
 class ChatHandler(Protocol):
@@ -168,9 +170,24 @@ def serve_chat(handler: ChatHandler, record: RequestRecord) -> None:
         )
         return
     model = reply.model or str(body["model"])
+    cache = provider.chat_prompt_cache
+    if cache is not None and reply.usage.input_tokens is None:
+        usage = cache.account(body)
+        record.cache_usage = usage
+        counted = Usage(
+            input_tokens=usage.input_tokens,
+            output_tokens=reply.usage.output_tokens,
+            cache_read_input_tokens=usage.cache_read_input_tokens,
+        )
+        reply = dataclasses.replace(reply, usage=counted)
     estimated = estimate_tokens({"messages": body["messages"], "tools": body.get("tools") or []})
     if body.get("stream") is not True:
-        answer = completion(reply, model=model, estimated_tokens=estimated)
+        answer = completion(
+            reply,
+            model=model,
+            estimated_tokens=estimated,
+            reasoning_field=provider.chat_reasoning_field,
+        )
         record.status = 200
         record.outcome = "completed"
         headers = {"content-type": "application/json", "x-request-id": random_id("req_")}
@@ -182,6 +199,7 @@ def serve_chat(handler: ChatHandler, record: RequestRecord) -> None:
         model=model,
         include_usage=options.get("include_usage") is True,
         estimated_tokens=estimated,
+        reasoning_field=provider.chat_reasoning_field,
     )
     _stream(handler, record, chunks, reply_faults=reply)
 

@@ -6,8 +6,9 @@ non-streamed answer of the same reply.
 
 The real shapes, kept here:
 - the first chunk carries `delta: {"role": "assistant", "content": ""}`;
-- a `ThinkingBlock` streams as `reasoning_content` deltas (DeepSeek's field), text as
-  `content` deltas, both cut into `Reply.chunk_size` characters;
+- a `ThinkingBlock` streams as `reasoning_content` deltas (DeepSeek's field; `reasoning`,
+  OpenRouter's, when the fake plays that server: `FakeProvider.chat_reasoning_field`), text
+  as `content` deltas, both cut into `Reply.chunk_size` characters;
 - a tool call opens with `{"index", "id", "type": "function", "function": {"name",
   "arguments": ""}}`, then its `arguments` arrive in fragments of `chunk_size` characters (cut
   anywhere, inside a JSON string or a number too); the calls of one answer are interleaved
@@ -41,7 +42,14 @@ from defect_fakeapi.script import (
     random_id,
 )
 
-__all__ = ["DONE", "build_chunks", "completion", "encode_chunk", "finish_reason"]
+__all__ = [
+    "DONE",
+    "REASONING_FIELDS",
+    "build_chunks",
+    "completion",
+    "encode_chunk",
+    "finish_reason",
+]
 
 DONE = b"data: [DONE]\n\n"
 
@@ -84,10 +92,21 @@ def usage_of(reply: Reply, estimated: int) -> dict[str, Any]:
     }
 
 
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+"""The fields servers stream reasoning in: DeepSeek's (and vLLM's), OpenRouter's."""
+
+
 def build_chunks(
-    reply: Reply, *, model: str, include_usage: bool, estimated_tokens: int
+    reply: Reply,
+    *,
+    model: str,
+    include_usage: bool,
+    estimated_tokens: int,
+    reasoning_field: str = "reasoning_content",
 ) -> list[dict[str, Any]]:
     """Every chunk of `reply`'s answer, in the order the server sends them."""
+    if reasoning_field not in REASONING_FIELDS:
+        raise ValueError(f"no server streams reasoning as {reasoning_field!r}")
     ident = random_id("chatcmpl-")
     created = int(time.time())
     with_usage = include_usage and reply.chat_usage
@@ -112,7 +131,7 @@ def build_chunks(
     for block in reply.blocks:
         if isinstance(block, ThinkingBlock):
             for piece in _pieces(block.thinking, reply.chunk_size):
-                chunks.append(chunk({"reasoning_content": piece}))
+                chunks.append(chunk({reasoning_field: piece}))
         elif isinstance(block, TextBlock):
             for piece in _pieces(block.text, reply.chunk_size):
                 chunks.append(chunk({"content": piece}))
@@ -153,7 +172,13 @@ def encode_chunk(data: Mapping[str, Any]) -> bytes:
     return b"data: " + json.dumps(data, separators=(",", ":")).encode("utf-8") + b"\n\n"
 
 
-def completion(reply: Reply, *, model: str, estimated_tokens: int) -> dict[str, Any]:
+def completion(
+    reply: Reply,
+    *,
+    model: str,
+    estimated_tokens: int,
+    reasoning_field: str = "reasoning_content",
+) -> dict[str, Any]:
     """The non-streamed answer (`stream` absent or false) of `reply`."""
     text = "".join(b.text for b in reply.blocks if isinstance(b, TextBlock))
     reasoning = "".join(b.thinking for b in reply.blocks if isinstance(b, ThinkingBlock))
@@ -168,7 +193,7 @@ def completion(reply: Reply, *, model: str, estimated_tokens: int) -> dict[str, 
     ]
     message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None}
     if reasoning:
-        message["reasoning_content"] = reasoning
+        message[reasoning_field] = reasoning
     if calls:
         message["tool_calls"] = calls
     finish = finish_reason(reply)

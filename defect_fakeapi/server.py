@@ -63,6 +63,7 @@ from types import TracebackType
 from typing import Any
 
 from defect_fakeapi.cache import PromptCache
+from defect_fakeapi.chat_cache import ChatPrefixCache
 from defect_fakeapi.http import ApiServer
 from defect_fakeapi.models import DEFAULT_MODELS
 from defect_fakeapi.script import HttpError, Reply, RequestRecord, Responder
@@ -114,6 +115,12 @@ class FakeProvider:
         """The chat models that take `reasoning_effort` (others refuse it)."""
         self.chat_key_required = True
         """False: the Chat Completions routes take any key or none, as a local server does."""
+        self.chat_reasoning_field = "reasoning_content"
+        """The delta field a reply's thinking streams in: `reasoning_content` (DeepSeek's) or
+        `reasoning` (OpenRouter's)."""
+        self.chat_prompt_cache: ChatPrefixCache | None = None
+        """When set, chat answers report the cached tokens a server's automatic prefix cache
+        would (`chat_cache.py`), unless the reply scripts its own input counts."""
         self.models_gate: threading.Event | None = None
         """When set, `GET /v1/models` waits until the event is set (a slow listing)."""
         self.models_error: HttpError | None = None

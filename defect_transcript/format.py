@@ -226,10 +226,13 @@ def _parse_header(obj: dict[str, Any], path: Path, line: int) -> Header:
     if fake is not None:
         if not isinstance(fake, dict):
             fail('"provider_fake" must be an object: {"script": [...], "env": {...}}')
-        if extra := sorted(set(fake) - {"command", "script", "script_file", "env"}):
+        if extra := sorted(set(fake) - {"command", "args", "script", "script_file", "env"}):
             fail(f'unknown key {extra[0]!r} in "provider_fake"')
         if script is not None or script_file is not None:
             fail('"provider_fake" replaces the offline model: drop the offline script')
+        fake_args = fake.get("args", [])
+        if not isinstance(fake_args, list) or not all(isinstance(a, str) for a in fake_args):
+            fail('"provider_fake.args" must be a list of strings (flags of `defect fake-api`)')
     files = obj.get("files", {})
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         fail('"files" must map relative paths to their text')

@@ -2,7 +2,8 @@
 
 Owns `Stage` (the temporary root with `workspace/` and `state/`, the header's files written
 into it, the variables every step can use, the agent's environment and command, the provider
-fake of a `provider_fake` header, starting the agent — again after a `restart` — and ending
+fake of a `provider_fake` header (its `args`: flags of `defect fake-api`, such as the Chat
+Completions server it plays), starting the agent — again after a `restart` — and ending
 and removing all of it), `RunOptions` and `tail`.
 
 Invariants:
@@ -94,10 +95,6 @@ class Stage:
         header = self.t.header
         self.workspace.mkdir()
         self.state_dir.mkdir()
-        for name, content in header.files.items():
-            target = self.workspace / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(str(self.vars.substitute(content)), encoding="utf-8")
         env = with_checkout_on_path(
             {k: v for k, v in os.environ.items() if not k.startswith(STRIPPED_ENV_PREFIXES)}
         )
@@ -123,6 +120,11 @@ class Stage:
             if not isinstance(fake_env, dict):
                 raise StepFailed('"provider_fake.env" must be an object')
             provider.update({k: self._env_value(v) for k, v in fake_env.items()})
+        # After the fake: a seeded file (a configuration) may name its `${provider_url}`.
+        for name, content in header.files.items():
+            target = self.workspace / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(str(self.vars.substitute(content)), encoding="utf-8")
         overlay = {**provider, **{k: self._env_value(v) for k, v in header.agent_env.items()}}
         for key, value in overlay.items():
             if value is None:
@@ -163,6 +165,7 @@ class Stage:
         ]
         if isinstance(command, str):
             command = shlex.split(command)
+        command = [*command, *spec.get("args", [])]
         argv = [str(self.vars.substitute(c)) for c in command]
         env = with_checkout_on_path(os.environ, os.getcwd())
         with (self.root / "provider-fake-stderr.log").open("ab") as stderr:

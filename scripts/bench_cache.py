@@ -40,6 +40,18 @@ Reported:
 - fixed overhead per request: the system prompt and the tool definitions, in the fake's tokens.
   Target ≤ 4,000 (a Claude-Code-based ACP agent: 23,500). Measured (2026-11): 2,637, the
   system prompt 557 and ten tools 2,074 (`update_plan` 200, `spawn_agent` 331).
+- cache share across two switches: a second, shorter session on large windows (no
+  compaction) goes Claude → an OpenAI-compatible model → Claude, each on its own fake (the
+  chat one with a server's automatic prefix cache, `defect_fakeapi/chat_cache.py`). Its
+  share counts every request but each provider's first (a cache is per provider and model),
+  target ≥ 90 %, beside the best share the same requests allow; and Claude's first request
+  after the round trip, as the share of what Claude sent before the switch that it reads back
+  (target ≥ 95 %: the chat turns in between must not cost Claude its cache). Measured
+  (2026-11): 86.6 % against a best of 89.2 %, and 39.9 % back against 100 %: the chat leg
+  adds more than the API's 20-block look-back between Claude's last breakpoint and the two
+  it marks on return (the last two user messages), so Claude reads back only the tools and
+  the system prompt (`defect_core/providers/anthropic/request.py`, `_mark_messages`). The
+  chat model's own share is printed for reference.
 - for reference: the floor's share spent on new prefixes; the peer's cost ratio; requests in
   the session; the share read from cache by the requests right after a compaction and by the
   summary requests; micro-compactions and the tokens they had written again; requests that
@@ -48,6 +60,7 @@ Reported:
 Each request's reads, writes and kind are printed with `--verbose`.
 
 Usage: python scripts/bench_cache.py [--json PATH] [--quick] [--verbose] [--min-tokens N]
+                                     [--no-switch]
 Exits 0 whatever the figures.
 """
 
@@ -71,6 +84,7 @@ if str(REPO) not in sys.path:
 from defect_core.summary_brief import SUMMARY_INSTRUCTIONS  # noqa: E402
 from defect_fakeapi import (  # noqa: E402
     DEFAULT_API_KEY,
+    ChatPrefixCache,
     FakeProvider,
     PromptCache,
     Reply,
@@ -81,11 +95,16 @@ from defect_fakeapi.cache import (  # noqa: E402
     least_usages,
     minimum_cacheable_tokens,
 )
+from defect_fakeapi.chat_cache import least_chat_reads  # noqa: E402
 from tests.support.acp_harness import agent_env, spawn_defect  # noqa: E402
 
 TARGET_SHARE = 0.90
 TARGET_COST_OVER_FLOOR = 1.03
 TARGET_OVERHEAD = 4_000
+TARGET_RETURN_READ = 0.95
+"""Claude back after the chat model: the share of its last prompt before the switch it reads."""
+CHAT_MODEL = "tiny-coder"
+BIG_WINDOW = 200_000
 COUNTED = ("warm", "micro", "summary")
 """The requests the cache share counts (the others cannot hit: see the docstring)."""
 PEER_OVERHEAD = 23_500
@@ -402,6 +421,130 @@ def _overhead(record: RequestRecord) -> int:
     return size // 4
 
 
+SWITCH_LEGS = (
+    ("claude", [0, 2]),
+    ("chat", [4, 6]),
+    ("claude", [7, 12]),
+)
+"""The switch session: which provider answers which prompts of `plans()`."""
+
+
+async def drive_switch(alpha: FakeProvider, chat: FakeProvider, script: Script, root: Path) -> int:
+    """Play the switch session; return how many requests Claude answered before the switch."""
+    workspace = root / "ws"
+    config = root / "config" / "defect"
+    config.mkdir(parents=True)
+    config.joinpath("config.toml").write_text(
+        f'provider = "alpha"\n[providers.alpha]\nkind = "anthropic"\nbase_url = "{alpha.url}"\n'
+        f'api_key_env = "ALPHA_KEY"\nmodels = ["{MODEL}"]\n'
+        f'[providers.local]\nkind = "openai"\nbase_url = "{chat.url}/v1"\n'
+        f'api_key_env = "LOCAL_KEY"\nmodels = ["{CHAT_MODEL}"]\n'
+        f'[providers.local.model_settings."{CHAT_MODEL}"]\ncontext_window = {BIG_WINDOW}\n'
+        f'[context_windows]\n"{MODEL}" = {BIG_WINDOW}\n',
+        encoding="utf-8",
+    )
+    env = agent_env(
+        ALPHA_KEY=DEFAULT_API_KEY,
+        LOCAL_KEY=chat.api_key,
+        DEFECT_REASONING_EFFORT="off",
+        DEFECT_LOG_LEVEL="warning",
+        XDG_CONFIG_HOME=str(root / "config"),
+        DEFECT_STATE_DIR=str(root / "state"),
+    )
+    steps = plans()
+    async with spawn_defect(env=env) as agent:
+        await agent.initialize()
+        sid = await agent.new_session(workspace)
+        await agent.conn.set_session_mode(session_id=sid, mode_id="accept-edits")
+        before = 0
+        for leg, prompts in SWITCH_LEGS:
+            if leg == "chat":
+                before = len(alpha.requests)
+            model = f"alpha/{MODEL}" if leg == "claude" else f"local/{CHAT_MODEL}"
+            await agent.conn.set_config_option(config_id="model", session_id=sid, value=model)
+            for index in prompts:
+                prompt, calls = steps[index]
+                script.pending.extend(calls[:4])
+                await agent.prompt(sid, prompt)
+        for fake in (alpha, chat):
+            await asyncio.to_thread(fake.wait_for_requests, len(fake.requests))
+    return before
+
+
+def measure_switch(verbose: bool) -> list[Figure]:
+    """The switch session's figures (see the docstring)."""
+    script = Script()
+    with tempfile.TemporaryDirectory(prefix="defect-bench-switch-") as tmp:
+        root = Path(tmp)
+        (root / "ws").mkdir()
+        make_workspace(root / "ws")
+        with (
+            FakeProvider(prompt_cache=PromptCache()) as alpha,
+            FakeProvider(api_key="sk-local-bench-key") as chat,
+        ):
+            chat.chat_prompt_cache = ChatPrefixCache()
+            _install(alpha, script)
+            _install(chat, script)
+            before = asyncio.run(drive_switch(alpha, chat, script, root))
+            claude = [r for r in alpha.requests if r.cache_usage is not None]
+            chatted = [r for r in chat.requests if r.cache_usage is not None]
+    claude_least = least_usages([(r.body, r.model) for r in claude])
+    chat_best = least_chat_reads([r.body for r in chatted])
+    assert chatted and len(claude) == len(alpha.requests), "every request answered"
+    usages = [r.cache_usage for r in claude] + [r.cache_usage for r in chatted]
+    firsts = {0, len(claude)}  # each provider's first request (Claude's return is counted)
+    counted = [u for n, u in enumerate(usages) if n not in firsts]
+    best_reads = [u.cache_read_input_tokens for u in claude_least] + chat_best
+    pairs = enumerate(zip(best_reads, usages, strict=True))
+    best_counted = [(b, u) for n, (b, u) in pairs if n not in firsts]
+    share = _share(counted)
+    best_total = sum(u.total for _, u in best_counted if u is not None)
+    best = sum(b for b, _ in best_counted) / best_total if best_total else 0.0
+    last_before = claude[before - 1].cache_usage
+    back = claude[before].cache_usage
+    assert last_before is not None and back is not None
+    returned = back.cache_read_input_tokens / last_before.total
+    floor_back = claude_least[before].cache_read_input_tokens / last_before.total
+    if verbose:
+        for record in [*claude, *chatted]:
+            u = record.cache_usage
+            assert u is not None
+            print(
+                f"switch {record.model:18s} read {u.cache_read_input_tokens:6d} total {u.total:6d}",
+                file=sys.stderr,
+            )
+    return [
+        Figure(
+            "cache share across two switches (Claude → OpenAI-compatible → Claude)",
+            round(share * 100, 1),
+            "%",
+            f"≥ {TARGET_SHARE * 100:g} %",
+            share >= TARGET_SHARE,
+            floor=round(best * 100, 1),
+        ),
+        Figure(
+            "Claude back after the switches: its pre-switch prompt read from cache",
+            round(returned * 100, 1),
+            "%",
+            f"≥ {TARGET_RETURN_READ * 100:g} %",
+            returned >= TARGET_RETURN_READ,
+            floor=round(floor_back * 100, 1),
+        ),
+        Figure(
+            "cache share, the OpenAI-compatible model's requests but its first",
+            round(_share([r.cache_usage for r in chatted[1:]]) * 100, 1),
+            "%",
+        ),
+        Figure(
+            "requests of the switch session (Claude, OpenAI-compatible)",
+            len(claude) + len(chatted),
+            "",
+            None,
+            True,
+        ),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path)
@@ -412,8 +555,11 @@ def main() -> int:
         type=int,
         help="the minimum cacheable length for every model (default: each model's own)",
     )
+    parser.add_argument("--no-switch", action="store_true", help="skip the switch session")
     args = parser.parse_args()
     result, _ = measure(args.quick, args.verbose, args.min_tokens)
+    if not args.no_switch:
+        result += measure_switch(args.verbose)
     width = max(len(f.name) for f in result)
     for f in result:
         if f.target is None:

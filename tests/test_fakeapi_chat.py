@@ -296,3 +296,21 @@ def test_the_model_list_and_the_key(fake: FakeProvider) -> None:
         client(fake, "sk-wrong").models.list()
     fake.chat_key_required = False
     assert next(m.id for m in client(fake, "anything").models.list()) == "tiny-coder"
+
+
+def test_reasoning_streams_in_the_field_of_the_server_played(fake: FakeProvider) -> None:
+    """OpenRouter streams reasoning as `reasoning`, DeepSeek as `reasoning_content`: the fake
+    plays either, streamed and whole, and never both."""
+    fake.chat_reasoning_field = "reasoning"
+    fake.enqueue(Reply.thinking("weigh it", Reply.text("done")), Reply.thinking("again", None))
+    stream = client(fake).chat.completions.create(
+        model="tiny-coder", messages=[{"role": "user", "content": "go"}], stream=True
+    )
+    deltas = [c.model_dump()["choices"][0]["delta"] for c in stream if c.choices]
+    assert "".join(d.get("reasoning") or "" for d in deltas) == "weigh it"
+    assert not any(d.get("reasoning_content") for d in deltas)
+    whole = client(fake).chat.completions.create(
+        model="tiny-coder", messages=[{"role": "user", "content": "go"}]
+    )
+    message = whole.choices[0].message.model_dump()
+    assert message["reasoning"] == "again" and "reasoning_content" not in message

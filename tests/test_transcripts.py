@@ -165,6 +165,11 @@ async def test_a_malformed_line_is_reported_with_its_line_number(tmp_path: Path)
         (['{"expect": {"a": {"$regexp": "x"}}}'], 1, "unknown operator '$regexp'"),
         (['{"reply": {"outcome": "x"}}'], 1, '"result" or "error"'),
         (['{"transcript": 2}', '{"sleep": 1}'], 1, "format version"),
+        (
+            ['{"transcript": 1, "provider_fake": {"args": "--chat-no-key"}}', '{"sleep": 1}'],
+            1,
+            '"provider_fake.args" must be a list',
+        ),
         (['{"timeout": 3}', '{"sleep": 1}'], 1, '"transcript": 1'),
         (["[1, 2]"], 1, "one JSON object"),
         (["// nothing but a comment"], 1, "no steps"),
