@@ -75,7 +75,6 @@ MESSAGES_PATH = "/v1/messages"
 SPAN_NAME = "anthropic.messages.create"
 # `messages.create`'s required keyword arguments: its body lists them first.
 _REQUIRED = ("max_tokens", "messages", "model")
-_TRACING = "anthropic.lib._tracing._api_call"
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 """The SDK's body encoder (`anthropic._utils._json.encoder`) without its `default`: it takes
 plain JSON values only, and encodes them as the SDK does."""
@@ -98,10 +97,8 @@ async def create_stream(
     exception. Where the SDK's internals are not known, the SDK's own call (the docstring)."""
     if not lazy_sdk.enabled():
         return await client.messages.create(**body, stream=True, extra_body=extra_body)
-    base = importlib.import_module("anthropic._base_client")
-    streaming = importlib.import_module("anthropic._streaming")
     message = importlib.import_module("anthropic.types.message")
-    options = base.make_request_options(
+    options = lazy_sdk.request_options(
         extra_headers={},
         extra_body=extra_body,
         span_name=SPAN_NAME,
@@ -122,7 +119,7 @@ async def create_stream(
         options=options,
         cast_to=message.Message,
         stream=True,
-        stream_cls=streaming.AsyncStream[object],
+        stream_cls=lazy_sdk.raw_stream_class(),
     )
 
 
@@ -146,17 +143,10 @@ def stream_batches(stream: Any) -> AsyncGenerator[list[Any], None]:
     iteration raises. Close it (or read it to its end), then close `stream`."""
     if not lazy_sdk.enabled():
         return _one_by_one(stream)
-    decoder = getattr(stream, "_decoder", None)
-    sse_decoder = importlib.import_module("anthropic._streaming").SSEDecoder
-    if type(decoder) is not sse_decoder or getattr(stream, "_observer", True) is not None:
+    reading = lazy_sdk.own_reading(stream)
+    if reading is None:
         return _one_by_one(stream)
-    response = stream.response
-    client = stream._client
-
-    def make_error(message: str, body: object) -> Exception:
-        error: Exception = client._make_status_error(message, body=body, response=response)
-        return error
-
+    response, make_error = reading
     encoded = response.headers.get("content-encoding", "identity") != "identity"
     body = response.aiter_bytes() if encoded else response.aiter_raw()
     return read_events(body, make_error, response.status_code)
@@ -172,10 +162,7 @@ def span_attributes(body: object) -> Mapping[str, Any]:
     provider is set, else none (a no-op span keeps no attribute)."""
     if not _traced():
         return {}
-    computed: Mapping[str, Any] = importlib.import_module(
-        _TRACING
-    ).messages_create_request_attributes(body)
-    return computed
+    return lazy_sdk.request_attributes(body)
 
 
 def _traced() -> bool:

@@ -66,9 +66,7 @@ log = get_logger("defect.provider")
 SDK_PATH = (
     "httpx2",
     "anthropic",
-    "anthropic._client",
-    "anthropic._exceptions",
-    "anthropic._streaming",
+    *lazy_sdk.PRELOAD_MODULES,
     "anthropic.types.raw_message_stream_event",
     "anthropic.types.message",
 )

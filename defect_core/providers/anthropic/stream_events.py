@@ -31,9 +31,10 @@ event.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
+
+from defect_core.providers.anthropic import lazy_sdk
 
 __all__ = ["ContentDelta", "DeltaBody", "content_delta", "stream_event"]
 
@@ -44,8 +45,6 @@ _DELTA_FIELDS: dict[str, str] = {
     "signature_delta": "signature",
 }
 """A delta's kind → the one field that carries its text."""
-
-_EVENT_UNION = "anthropic.types.raw_message_stream_event"
 
 
 class DeltaBody(NamedTuple):
@@ -100,6 +99,4 @@ def stream_event(data: object) -> Any:
         return fast
     if type(data) is not dict:
         return data  # already the SDK's event: its own call and iteration (`call.py`)
-    models = importlib.import_module("anthropic._models")
-    union = importlib.import_module(_EVENT_UNION).RawMessageStreamEvent
-    return models.construct_type(type_=union, value=data)
+    return lazy_sdk.construct_event(data)
