@@ -42,6 +42,10 @@ Invariants:
   that another task runs between the slices (tests/test_provider_anthropic_call.py).
 - Cheap until used: importing this module loads no SDK; the call resolves the SDK's modules
   (loaded by then: `client.load_sdk`) when it runs.
+- No private name of the SDK is read here: each reach below its public API (the request
+  options, the stream class, the stream's decoder, observer and client, the span
+  attributes) is a function of `lazy_sdk.py`, the SDK's quarantine, whose docstring names
+  what it reads (tests/test_sdk_quarantine.py keeps it so).
 - Only where the SDK's internals are known (`lazy_sdk.enabled`: a known SDK version, the
   switch not set off). Anywhere else `create_stream` is the SDK's own
   `client.messages.create(**body, stream=True, extra_body=...)` and `stream_batches` its

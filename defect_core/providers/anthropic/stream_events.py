@@ -5,7 +5,8 @@ Owns `stream_event`, which turns one event of a streamed Messages call, as the S
 `StreamAssembler` is fed. A `content_block_delta` of a known kind (text, thinking, tool input,
 signature) whose fields have the types the API documents becomes a `ContentDelta` read
 straight off the JSON; every other event is built by the SDK's own `construct_type` as
-`RawMessageStreamEvent`, exactly as the SDK would have built it.
+`RawMessageStreamEvent`, exactly as the SDK would have built it (`lazy_sdk.construct_event`:
+the SDK's private names are read there only).
 
 Invariants:
 - What `StreamAssembler` reads of an event (`defect_core/providers/anthropic/stream.py`: it
