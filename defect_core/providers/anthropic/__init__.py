@@ -2,6 +2,8 @@
 
 One room per job, lowest first (each module's docstring states its invariants):
 
+- `lazy_sdk.py`  the SDK's quarantine: every private name of `anthropic` defect reads (the
+                 lazy import, the call below the messages resource), behind one switch
 - `catalog.py`   the routes and their models: built-in lists, configured ids
                  (room for a live model listing)
 - `request.py`   the Messages body of one call: messages (content via

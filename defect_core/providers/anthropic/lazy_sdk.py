@@ -9,6 +9,7 @@ SDK's messages resource is made with (`request_options`, `raw_stream_class`,
 `stream_events.py`; `PRELOAD_MODULES` for `client.py`). No other module of defect reads a
 private name of the SDK (tests/test_sdk_quarantine.py walks them all), and each name listed
 exists in the SDK installed (tests/test_lazy_sdk.py).
+
 The switch says yes only for the SDK versions whose internals were checked
 (`KNOWN_VERSIONS`, read from the installed `anthropic/_version.py` without importing the
 package), and never when `DEFECT_PRIVATE_PATHS=off`. Anywhere else the SDK is used as
