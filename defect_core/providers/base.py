@@ -1,7 +1,8 @@
 """The `LlmProvider` protocol: how the turn runner talks to a model, whatever the wire.
 
 Owns the request the runner hands a provider (`ModelRequest`), the chunks a provider
-streams back (`StreamChunk`), usage, and `ProviderError`.
+streams back (`StreamChunk`), usage, `ProviderError`, and the one log line each model call
+ends with (`log_call_failed`, `log_call_completed`: every provider reports alike).
 
 Invariants:
 - `ModelRequest.messages` has already been through `integrity.repair_outbound`: a provider
@@ -17,11 +18,15 @@ Invariants:
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from defect_core.log import get_logger
 from defect_core.model import Message, ServerToolUseBlock, ToolSpec, WebSearchResultBlock
+
+log = get_logger("defect.provider")
 
 StopReason = Literal[
     "end_turn",
@@ -234,3 +239,41 @@ class LlmProvider(Protocol):
     def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
         """Stream one model call. Raises `ProviderError`; ends with one `Completed`."""
         ...
+
+
+def log_call_failed(
+    err: ProviderError, *, provider: str, model: str, request_id: str | None, started: float
+) -> None:
+    """A model call that failed: its error takes the call's request id if it has none, and the
+    log says why (`started`: the call's `time.monotonic()`)."""
+    if err.request_id is None:
+        err.request_id = request_id
+    log.info(
+        "model_call_failed",
+        provider=provider,
+        model=model,
+        request_id=err.request_id,
+        kind=err.kind,
+        status=err.status,
+        retryable=err.retryable,
+        error=err.message,
+        seconds=round(time.monotonic() - started, 3),
+    )
+
+
+def log_call_completed(completed: Completed, *, provider: str, model: str, started: float) -> None:
+    """A model call that completed: its stop reason and usage."""
+    usage = completed.usage
+    log.info(
+        "model_call_completed",
+        provider=provider,
+        model=model,
+        request_id=completed.request_id,
+        stop_reason=completed.stop_reason,
+        input_tokens=usage.input_tokens,
+        cache_read_input_tokens=usage.cache_read_input_tokens,
+        cache_creation_input_tokens=usage.cache_creation_input_tokens,
+        output_tokens=usage.output_tokens,
+        web_search_requests=usage.web_search_requests,
+        seconds=round(time.monotonic() - started, 3),
+    )

@@ -59,7 +59,14 @@ from defect_core.providers.anthropic.listing import anthropic_models, bedrock_mo
 from defect_core.providers.anthropic.request import encode_request, route_options
 from defect_core.providers.anthropic.stream import StreamAssembler
 from defect_core.providers.anthropic.stream_events import stream_event
-from defect_core.providers.base import ModelInfo, ModelRequest, ProviderError, StreamChunk
+from defect_core.providers.base import (
+    ModelInfo,
+    ModelRequest,
+    ProviderError,
+    StreamChunk,
+    log_call_completed,
+    log_call_failed,
+)
 
 __all__ = ["AnthropicProvider", "anthropic_provider", "bedrock_provider"]
 
@@ -199,33 +206,15 @@ class AnthropicProvider:
             completed = assembler.finish(request_id)
             freeze_once()  # the first call has loaded what every call needs: keep it frozen
         except ProviderError as err:
-            if err.request_id is None:
-                err.request_id = request_id
-            log.info(
-                "model_call_failed",
+            log_call_failed(
+                err,
                 provider=self._route,
                 model=request.model,
-                request_id=err.request_id,
-                kind=err.kind,
-                status=err.status,
-                retryable=err.retryable,
-                error=err.message,
-                seconds=round(time.monotonic() - started, 3),
+                request_id=request_id,
+                started=started,
             )
             raise
-        log.info(
-            "model_call_completed",
-            provider=self._route,
-            model=request.model,
-            request_id=request_id,
-            stop_reason=completed.stop_reason,
-            input_tokens=completed.usage.input_tokens,
-            cache_read_input_tokens=completed.usage.cache_read_input_tokens,
-            cache_creation_input_tokens=completed.usage.cache_creation_input_tokens,
-            output_tokens=completed.usage.output_tokens,
-            web_search_requests=completed.usage.web_search_requests,
-            seconds=round(time.monotonic() - started, 3),
-        )
+        log_call_completed(completed, provider=self._route, model=request.model, started=started)
         yield completed
 
     def _translate(self, exc: Exception, sdk: Sdk, *, in_stream: bool) -> ProviderError:

@@ -46,6 +46,8 @@ from defect_core.providers.base import (
     ModelRequest,
     ProviderError,
     StreamChunk,
+    log_call_completed,
+    log_call_failed,
 )
 from defect_core.providers.openai_compat.assemble import ChatAssembler
 from defect_core.providers.openai_compat.errors import translate_exception
@@ -185,31 +187,11 @@ class OpenAICompatProvider:
                     await stream.close()
             completed = assembler.finish(request_id)
         except ProviderError as err:
-            if err.request_id is None:
-                err.request_id = request_id
-            log.info(
-                "model_call_failed",
-                provider=self.name,
-                model=request.model,
-                request_id=err.request_id,
-                kind=err.kind,
-                status=err.status,
-                retryable=err.retryable,
-                error=err.message,
-                seconds=round(time.monotonic() - started, 3),
+            log_call_failed(
+                err, provider=self.name, model=request.model, request_id=request_id, started=started
             )
             raise
-        log.info(
-            "model_call_completed",
-            provider=self.name,
-            model=request.model,
-            request_id=request_id,
-            stop_reason=completed.stop_reason,
-            input_tokens=completed.usage.input_tokens,
-            cache_read_input_tokens=completed.usage.cache_read_input_tokens,
-            output_tokens=completed.usage.output_tokens,
-            seconds=round(time.monotonic() - started, 3),
-        )
+        log_call_completed(completed, provider=self.name, model=request.model, started=started)
         yield completed
 
     # --- the client -------------------------------------------------------------------------
