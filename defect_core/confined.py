@@ -196,7 +196,7 @@ def _open_checked(path: Path, root: Path) -> tuple[int | None, int]:
         if stat.S_ISLNK(seen.st_mode):
             raise Refused(path, root, _UNRESOLVED)
         if not stat.S_ISREG(seen.st_mode):
-            raise Refused(path, root, f"is {_kind(seen.st_mode)}, not a regular file")
+            raise Refused(path, root, f"is {kind_of(seen.st_mode)}, not a regular file")
         try:
             fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=dir_fd)
         except FileNotFoundError:
@@ -235,7 +235,8 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return False
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a file is, in words, for a refusal ("a FIFO", "a character device", ...)."""
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):

@@ -38,6 +38,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from defect_core.confined import kind_of
+
 MAX_HOPS = 40
 """Symbolic links followed (inside the root) for one path, as the kernel's own limit."""
 
@@ -170,21 +172,6 @@ def _resolve_final(root: str, path: str, *, create: bool) -> tuple[int, str, str
 
 class NotRegularFile(OSError):
     """A FIFO, socket, device or directory where a regular file was expected."""
-
-
-def kind_of(mode: int) -> str:
-    """What a file is, in words, for a refusal ("a FIFO", "a character device", ...)."""
-    if stat_mod.S_ISDIR(mode):
-        return "a directory"
-    if stat_mod.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat_mod.S_ISSOCK(mode):
-        return "a socket"
-    if stat_mod.S_ISCHR(mode):
-        return "a character device"
-    if stat_mod.S_ISBLK(mode):
-        return "a block device"
-    return "not a regular file"
 
 
 def open_regular(path: str | Path, *, dir_fd: int | None = None) -> int:
