@@ -40,7 +40,7 @@ from typing import Any
 import anyio
 import pytest
 
-from defect_fakeapi import FakeProvider, Reply
+from defect_fakeapi import FakeProvider, Reply, TextBlock, ToolUseBlock
 from tests.support.acp_harness import Agent, spawn_defect
 from tests.test_acp_openai import alpha, chat, configure, env_for, settled
 from tests.test_crash_recovery import (
@@ -71,6 +71,8 @@ pytestmark = pytest.mark.anyio
 
 Json = dict[str, Any]
 
+CANCELLED = "tool call cancelled by the user before it finished"
+"""The result a cancel records for a call it stopped (`defect_core/turn/call_steps.py`)."""
 CHAT_INTERRUPTED = f"Error: {INTERRUPTED}"
 """The repair's synthetic result as the chat wire carries it (no `is_error` there:
 `openai_wire._result_text` prefixes `Error: `)."""
@@ -218,7 +220,7 @@ async def test_cancel_while_a_chat_tool_call_runs(rig: Rig, chat: FakeProvider) 
     answer = chat_answer(after.body, call)
     stored = results(rig.log(sid))
     assert call in stored, "the cancel recorded no result for its call"
-    assert answer["content"] != CHAT_INTERRUPTED, "the cancel's own result was not sent"
+    assert answer["content"] == f"Error: {CANCELLED}", "the cancel's own result was not sent"
     assert INTERRUPTED not in json.dumps(after.body)
     assert not (rig.work / "ran.txt").exists(), "the cancelled command ran on"
 
@@ -227,21 +229,31 @@ async def test_kill_while_the_chat_stream_sends_call_fragments(
     rig: Rig, chat: FakeProvider
 ) -> None:
     """The fake holds the stream mid-arguments (until the client goes away): the partial
-    call never runs and never becomes history; the next request is legal."""
+    call never runs and never becomes history; the next request is legal.
+
+    The fragments themselves are shown to no one (`defect_core/turn/request.py`), so the text
+    that leads them in the same stream is the gate: once the editor has all of it, the agent
+    is reading this stream and the fake has sent the call's opening and fragments after it.
+    Whether the agent has parsed those when the kill lands is not observable from outside;
+    either way, no part of the call may run or be stored."""
+    lead = "Touching it."
     partial = dataclasses.replace(
-        Reply.tool_use("call_p1", "bash", {"command": "touch ran.txt"}), chunk_size=3
-    ).stall(5)
-    chat.enqueue(partial)
+        Reply.of([TextBlock(lead), ToolUseBlock("call_p1", "bash", {"command": "touch ran.txt"})]),
+        chunk_size=3,
+    )
+    held_at = 1 + len(lead) // 3 + 1 + 3  # role, the text, the call's opening, 3 fragments
+    chat.enqueue(partial.stall(held_at))
     async with spawn(rig) as agent:
         await started(agent)
         sid = await new_session(agent, rig, mode="yolo")
         turn = start_turn(agent, sid, "Touch a file.")
         await anyio.to_thread.run_sync(
-            lambda: chat.wait_until(lambda rs: bool(rs) and rs[0].events_sent >= 5, TIMEOUT)
+            lambda: chat.wait_until(lambda rs: bool(rs) and rs[0].events_sent >= held_at, TIMEOUT)
         )
+        await agent.client.wait_for(lambda: agent.client.text(sid) == lead, TIMEOUT)
         await kill_mid_turn(agent, turn)
     (held,) = chat.requests
-    assert held.events_sent == 5 and held.outcome != "completed"
+    assert held.events_sent == held_at and held.outcome != "completed"
 
     log = rig.log(sid)
     assert [m["role"] for m in log] == ["user"] and not uses(log)
@@ -252,7 +264,7 @@ async def test_kill_while_the_chat_stream_sends_call_fragments(
     assert request.route == "chat"
     assert not any(m.get("tool_calls") for m in request.body["messages"])
     assert not any(m["role"] == "tool" for m in request.body["messages"])
-    assert "call_p1" not in json.dumps(request.body)
+    assert "call_p1" not in json.dumps(request.body) and lead not in json.dumps(request.body)
     assert not (rig.work / "ran.txt").exists(), "the partial call ran"
 
 
