@@ -74,8 +74,8 @@ Json = dict[str, Any]
 CANCELLED = "tool call cancelled by the user before it finished"
 """The result a cancel records for a call it stopped (`defect_core/turn/call_steps.py`)."""
 CHAT_INTERRUPTED = f"Error: {INTERRUPTED}"
-"""The repair's synthetic result as the chat wire carries it (no `is_error` there:
-`openai_wire._result_text` prefixes `Error: `)."""
+"""The repair's synthetic result as the chat wire carries it (it has no `is_error`:
+`defect_core/providers/openai_wire.py` prefixes an error result with `Error: `)."""
 
 
 @pytest.fixture
@@ -284,7 +284,8 @@ async def test_a_killed_chat_session_switched_to_claude_sends_a_legal_request(
         await until(lambda: bool(agent.client.permission_requests), "the permission question")
         await kill_mid_turn(agent, turn)
     assert_all_accepted(chat.requests)
-    (stored,) = uses(rig.log(sid))  # the id as history keeps it, legal on both wires
+    (stored,) = uses(rig.log(sid))  # mapped as it entered history, legal on both wires
+    assert stored != orphan and stored.startswith("call_")
     assert rig.tool_call_status(sid) == {stored: "pending"}
 
     recovery = await reload_and_prompt(rig, sid, alpha, model="alpha/claude-sonnet-5-5")
@@ -292,7 +293,7 @@ async def test_a_killed_chat_session_switched_to_claude_sends_a_legal_request(
     (request,) = recovery.requests
     assert request.route == "anthropic"
     (mapped,) = uses(request.body["messages"])
-    assert ":" not in mapped and "." not in mapped
+    assert mapped == stored and ":" not in mapped and "." not in mapped
     assert_synthetic_answer(request.body, mapped)
     assert_orphan_kept(rig, sid, [stored])
     assert len(chat.requests) == 1, "the switched session still asked the chat model"
