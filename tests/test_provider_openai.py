@@ -118,8 +118,9 @@ async def collect(provider: OpenAICompatProvider, req: ModelRequest) -> list[Str
     return [chunk async for chunk in provider.stream(req)]
 
 
+@pytest.mark.parametrize("dialect", ["openai", "llama.cpp"])
 async def test_a_streamed_coding_answer_becomes_the_runner_s_chunks_and_message(
-    fake: FakeProvider, provider: OpenAICompatProvider
+    fake: FakeProvider, provider: OpenAICompatProvider, dialect: str
 ) -> None:
     fake.enqueue(
         dataclasses.replace(
@@ -133,6 +134,7 @@ async def test_a_streamed_coding_answer_becomes_the_runner_s_chunks_and_message(
                 usage=Usage(input_tokens=30, output_tokens=9, cache_read_input_tokens=70),
             ),
             chunk_size=4,
+            chat_dialect=dialect,  # llama.cpp's shapes too (defect_fakeapi/chat_stream.py)
         )
     )
     chunks = await collect(provider, request())
