@@ -23,7 +23,7 @@ llama.cpp's server (`Reply.chat_dialect="llama.cpp"`, seen by `scripts/real_serv
 differs from the above in shape only: the role chunk's `content` is null; a choice has no
 `logprobs` key and a chunk no `"usage": null`; a message has no `refusal`; the usage has no
 `completion_tokens_details` nor `audio_tokens`, and a `timings` object stands beside it (in the
-usage chunk and the non-streamed body).
+usage chunk and the non-streamed body; on the finishing chunk when no usage chunk follows).
 
 Invariant: the fault positions of a reply (`cut_after`, `stall_after`) count these chunks, the
 role chunk being chunk 1, as they count events on the Messages wire.
@@ -162,6 +162,8 @@ def build_chunks(
                 delta = {"index": index, "function": {"arguments": pieces[step]}}
                 chunks.append(chunk({"tool_calls": [delta]}))
     chunks.append(chunk({}, finish_reason(reply)))
+    if llama and not with_usage:
+        chunks[-1]["timings"] = _timings(reply, estimated_tokens)
     if with_usage:
         last: dict[str, Any] = {
             "id": ident,

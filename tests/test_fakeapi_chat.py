@@ -269,6 +269,10 @@ def test_a_llama_cpp_reply_has_that_server_s_shapes(fake: FakeProvider) -> None:
         "prompt_tokens_details",
     }
     assert last["timings"]["cache_n"] == 70 and last["timings"]["prompt_n"] == 30
+    fake.enqueue(llama)
+    unasked = raw_post(fake, {**go, "stream": True})  # no usage chunk: timings on the last
+    finishing = json.loads(unasked.decode().split("data: ")[-2])
+    assert finishing["choices"][0]["finish_reason"] == "tool_calls" and "timings" in finishing
     whole = json.loads(raw_post(fake, go))
     assert "refusal" not in whole["choices"][0]["message"]
     assert "logprobs" not in whole["choices"][0] and "timings" in whole
