@@ -20,13 +20,15 @@ The real shapes, kept here:
   (`Reply.chat_usage=False`).
 
 llama.cpp's server (`Reply.chat_dialect="llama.cpp"`, seen by `scripts/real_server_check.py`)
-differs from the above in shape only: the role chunk's `content` is null; a choice has no
+differs from the above in shape only: the role chunk's `content` is null, and there is no role
+chunk at all when the answer opens with a character outside ASCII (the server's first token
+is then part of a character, and its first chunk carries the whole character); a choice has no
 `logprobs` key and a chunk no `"usage": null`; a message has no `refusal`; the usage has no
 `completion_tokens_details` nor `audio_tokens`, and a `timings` object stands beside it (in the
 usage chunk and the non-streamed body; on the finishing chunk when no usage chunk follows).
 
 Invariant: the fault positions of a reply (`cut_after`, `stall_after`) count these chunks, the
-role chunk being chunk 1, as they count events on the Messages wire.
+role chunk (where there is one) being chunk 1, as they count events on the Messages wire.
 
 Why: an agent's assembly of fragments is only proven against fragments cut the way servers
 cut them.
@@ -136,7 +138,13 @@ def build_chunks(
             data["usage"] = None
         return data
 
-    chunks = [chunk({"role": "assistant", "content": None if llama else ""})]
+    first = reply.blocks[0] if reply.blocks else None
+    opens_mid_character = llama and isinstance(first, TextBlock) and not first.text[:1].isascii()
+    chunks = (
+        []
+        if opens_mid_character
+        else [chunk({"role": "assistant", "content": None if llama else ""})]
+    )
     calls: list[ToolUseBlock] = []
     for block in reply.blocks:
         if isinstance(block, ThinkingBlock):

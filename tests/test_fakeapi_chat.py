@@ -278,6 +278,13 @@ def test_a_llama_cpp_reply_has_that_server_s_shapes(fake: FakeProvider) -> None:
     assert "logprobs" not in whole["choices"][0] and "timings" in whole
 
 
+def test_a_llama_cpp_answer_opening_with_an_emoji_has_no_role_chunk(fake: FakeProvider) -> None:
+    fake.enqueue(dataclasses.replace(Reply.text("🌌 night"), chat_dialect="llama.cpp"))
+    raw = raw_post(fake, {"model": "tiny-coder", "messages": [user()], "stream": True})
+    first = json.loads(raw.decode().split("data: ")[1])
+    assert first["choices"][0]["delta"] == {"content": "🌌 night"}
+
+
 def test_a_server_ignoring_include_usage_sends_no_usage_chunk(fake: FakeProvider) -> None:
     fake.enqueue(dataclasses.replace(Reply.text("hi"), chat_usage=False))
     stream = client(fake).chat.completions.create(

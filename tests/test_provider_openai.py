@@ -241,6 +241,18 @@ async def test_a_stream_cut_mid_tool_call_is_incomplete_and_retryable(
     assert any(isinstance(c, ToolInputDelta) for c in chunks)
 
 
+async def test_an_answer_without_a_role_chunk_is_assembled(
+    fake: FakeProvider, provider: OpenAICompatProvider
+) -> None:
+    # llama.cpp's server sends no role chunk when the answer opens inside a character.
+    fake.enqueue(dataclasses.replace(Reply.text("🌌 night"), chat_dialect="llama.cpp"))
+    chunks = await collect(provider, request())
+    assert "".join(c.text for c in chunks if isinstance(c, TextDelta)) == "🌌 night"
+    completed = chunks[-1]
+    assert isinstance(completed, Completed) and completed.stop_reason == "end_turn"
+    assert [b.type for b in completed.message.content] == ["text"]
+
+
 async def test_a_server_ignoring_include_usage_reports_zero_usage(
     fake: FakeProvider, provider: OpenAICompatProvider
 ) -> None:
