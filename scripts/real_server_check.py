@@ -42,6 +42,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -249,46 +250,36 @@ def run_turn(root: Path, env: dict[str, str], timeout: float, *args: str) -> dic
 def cancel_turn(root: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
     """A long answer, SIGINT once its first text event is out; what the turn then said."""
     prompt = "Write a long story about a lighthouse keeper, at least ten paragraphs."
-    child = subprocess.Popen(
-        exec_args("--mode", "read-only", prompt),
-        cwd=root / "work",
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    with (root / "cancel.stderr").open("w") as stderr:
+        child = subprocess.Popen(
+            exec_args("--mode", "read-only", prompt),
+            cwd=root / "work",
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     assert child.stdout is not None
     events: list[dict[str, Any]] = []
     interrupted = False
-    deadline = time.monotonic() + timeout
-    # A watchdog bounds the blocking reads: past the deadline the child is killed, and its
-    # stdout closes.
-    watchdog = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys,time,os,signal; time.sleep(float(sys.argv[1]));"
-            "os.kill(int(sys.argv[2]), signal.SIGKILL)",
-            str(timeout),
-            str(child.pid),
-        ],
-    )
+    # The timer bounds the blocking reads: past `timeout` the child is killed, its stdout
+    # closes and the loop ends.
+    watchdog = threading.Timer(timeout, child.kill)
+    watchdog.start()
     try:
         for line in child.stdout:
             events.extend(lines_of(line))
             if not interrupted and any(e.get("type") == "text" for e in events):
                 child.send_signal(signal.SIGINT)
                 interrupted = True
-        code = child.wait(timeout=max(1.0, deadline - time.monotonic()))
+        code = child.wait(timeout=timeout)
     finally:
-        watchdog.kill()
-        watchdog.wait()
+        watchdog.cancel()
         if child.poll() is None:
             child.kill()
             child.wait()
-        if child.stderr is not None:
-            child.stderr.close()
+        child.stdout.close()
     seen = summary(events, code)
     seen["interrupted_mid_stream"] = interrupted
     return seen
