@@ -60,6 +60,21 @@ def test_the_shapes_of_the_two_dialects_differ_only_where_llama_cpp_does() -> No
     assert 'tool_call.finish_reasons: ["tool_calls"]' in model_facts(llama)
 
 
+def test_an_answer_opening_outside_ascii_is_not_a_first_chunk_difference() -> None:
+    openai = probes("openai")
+    emoji = json.loads(json.dumps(openai))
+    chunks = emoji["stream"]["chunks"]
+    chunks[1]["choices"][0]["delta"] = {"content": "🌌"}
+    del chunks[0]  # as llama.cpp sends it: no role chunk
+    assert differences(openai, emoji) == []
+    assert "stream.opens_outside_ascii: true" in model_facts(emoji)
+    del chunks[0]  # the answer now opens in ASCII, and still has no role chunk
+    assert {d.split(":")[0] for d in differences(openai, emoji)} == {
+        "stream.first_delta",
+        "stream.first_delta_names_role",
+    }
+
+
 @pytest.fixture
 def slow_llama() -> Iterator[FakeProvider]:
     story = dataclasses.replace(
