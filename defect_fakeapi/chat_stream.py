@@ -20,8 +20,16 @@ The real shapes, kept here:
   `prompt_tokens_details.cached_tokens`), unless the reply plays a server that ignores it
   (`Reply.chat_usage=False`).
 
+llama.cpp's server (`Reply.chat_dialect="llama.cpp"`, seen by `scripts/real_server_check.py`)
+differs from the above in shape only: the role chunk's `content` is null, and there is no role
+chunk at all when the answer opens with a character outside ASCII (the server's first token
+is then part of a character, and its first chunk carries the whole character); a choice has no
+`logprobs` key and a chunk no `"usage": null`; a message has no `refusal`; the usage has no
+`completion_tokens_details` nor `audio_tokens`, and a `timings` object stands beside it (in the
+usage chunk and the non-streamed body; on the finishing chunk when no usage chunk follows).
+
 Invariant: the fault positions of a reply (`cut_after`, `stall_after`) count these chunks, the
-role chunk being chunk 1, as they count events on the Messages wire.
+role chunk (where there is one) being chunk 1, as they count events on the Messages wire.
 
 Why: an agent's assembly of fragments is only proven against fragments cut the way servers
 cut them.
@@ -44,12 +52,15 @@ from defect_fakeapi.script import (
 
 __all__ = [
     "DONE",
+    "LLAMA_CPP",
     "REASONING_FIELDS",
     "build_chunks",
     "completion",
     "encode_chunk",
     "finish_reason",
 ]
+
+LLAMA_CPP = "llama.cpp"
 
 DONE = b"data: [DONE]\n\n"
 
@@ -83,6 +94,13 @@ def usage_of(reply: Reply, estimated: int) -> dict[str, Any]:
     fresh = reply.usage.input_tokens if reply.usage.input_tokens is not None else estimated
     cached = reply.usage.cache_read_input_tokens
     output = reply.usage.output_tokens if reply.usage.output_tokens is not None else 12
+    if reply.chat_dialect == LLAMA_CPP:
+        return {
+            "completion_tokens": output,
+            "prompt_tokens": fresh + cached,
+            "total_tokens": fresh + cached + output,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
     return {
         "prompt_tokens": fresh + cached,
         "completion_tokens": output,
@@ -94,6 +112,18 @@ def usage_of(reply: Reply, estimated: int) -> dict[str, Any]:
 
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 """The fields servers stream reasoning in: DeepSeek's (and vLLM's), OpenRouter's."""
+
+
+def _timings(reply: Reply, estimated: int) -> dict[str, Any]:
+    """llama.cpp's `timings` beside the usage (the figures are made up; the keys are its)."""
+    usage = usage_of(reply, estimated)
+    return {
+        "cache_n": usage["prompt_tokens_details"]["cached_tokens"],
+        "prompt_n": usage["prompt_tokens"] - usage["prompt_tokens_details"]["cached_tokens"],
+        "prompt_ms": 1.0,
+        "predicted_n": usage["completion_tokens"],
+        "predicted_ms": 1.0,
+    }
 
 
 def build_chunks(
@@ -110,23 +140,31 @@ def build_chunks(
     ident = random_id("chatcmpl-")
     created = int(time.time())
     with_usage = include_usage and reply.chat_usage
+    llama = reply.chat_dialect == LLAMA_CPP
 
     def chunk(delta: Mapping[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "delta": dict(delta), "finish_reason": finish}
+        if not llama:
+            choice["logprobs"] = None
         data: dict[str, Any] = {
             "id": ident,
             "object": "chat.completion.chunk",
             "created": created,
             "model": model,
             "system_fingerprint": "fp_fake",
-            "choices": [
-                {"index": 0, "delta": dict(delta), "logprobs": None, "finish_reason": finish}
-            ],
+            "choices": [choice],
         }
-        if with_usage:
+        if with_usage and not llama:
             data["usage"] = None
         return data
 
-    chunks = [chunk({"role": "assistant", "content": ""})]
+    first = reply.blocks[0] if reply.blocks else None
+    opens_mid_character = llama and isinstance(first, TextBlock) and not first.text[:1].isascii()
+    chunks = (
+        []
+        if opens_mid_character
+        else [chunk({"role": "assistant", "content": None if llama else ""})]
+    )
     calls: list[ToolUseBlock] = []
     for block in reply.blocks:
         if isinstance(block, ThinkingBlock):
@@ -152,18 +190,21 @@ def build_chunks(
                 delta = {"index": index, "function": {"arguments": pieces[step]}}
                 chunks.append(chunk({"tool_calls": [delta]}))
     chunks.append(chunk({}, finish_reason(reply)))
+    if llama and not with_usage:
+        chunks[-1]["timings"] = _timings(reply, estimated_tokens)
     if with_usage:
-        chunks.append(
-            {
-                "id": ident,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "system_fingerprint": "fp_fake",
-                "choices": [],
-                "usage": usage_of(reply, estimated_tokens),
-            }
-        )
+        last: dict[str, Any] = {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": "fp_fake",
+            "choices": [],
+            "usage": usage_of(reply, estimated_tokens),
+        }
+        if llama:
+            last["timings"] = _timings(reply, estimated_tokens)
+        chunks.append(last)
     return chunks
 
 
@@ -191,14 +232,19 @@ def completion(
         for b in reply.blocks
         if isinstance(b, ToolUseBlock)
     ]
-    message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None}
+    llama = reply.chat_dialect == LLAMA_CPP
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if not llama:
+        message["refusal"] = None
     if reasoning:
         message[reasoning_field] = reasoning
     if calls:
         message["tool_calls"] = calls
     finish = finish_reason(reply)
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
-    return {
+    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+    if not llama:
+        choice["logprobs"] = None
+    body: dict[str, Any] = {
         "id": random_id("chatcmpl-"),
         "object": "chat.completion",
         "created": int(time.time()),
@@ -207,3 +253,6 @@ def completion(
         "choices": [choice],
         "usage": usage_of(reply, estimated_tokens),
     }
+    if llama:
+        body["timings"] = _timings(reply, estimated_tokens)
+    return body

@@ -216,6 +216,9 @@ class Reply:
     chat_usage: bool = True
     """False: a Chat Completions answer leaves its usage chunk out although the request asked
     for it (`stream_options.include_usage`), as some servers do (`chat_stream.py`)."""
+    chat_dialect: str = "openai"
+    """`llama.cpp`: a Chat Completions answer in the shapes llama.cpp's server sends, as
+    `scripts/real_server_check.py` saw them (`chat_stream.py` lists them)."""
 
     # -- constructors ----------------------------------------------------------------------
 

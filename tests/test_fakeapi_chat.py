@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -236,6 +237,52 @@ def test_a_stream_has_the_real_chunk_shapes(fake: FakeProvider) -> None:
     assert last["usage"]["prompt_tokens"] == 100
     assert last["usage"]["prompt_tokens_details"]["cached_tokens"] == 70
     assert last["usage"]["completion_tokens"] == 9
+
+
+def raw_post(fake: FakeProvider, request: dict[str, Any]) -> bytes:
+    sent = urllib.request.Request(
+        f"{fake.url}/v1/chat/completions",
+        data=json.dumps(request).encode(),
+        headers={"content-type": "application/json", "authorization": f"Bearer {DEFAULT_API_KEY}"},
+    )
+    with urllib.request.urlopen(sent, timeout=10) as answer:
+        return bytes(answer.read())
+
+
+def test_a_llama_cpp_reply_has_that_server_s_shapes(fake: FakeProvider) -> None:
+    llama = dataclasses.replace(parallel_reply(), chat_dialect="llama.cpp")
+    fake.enqueue(llama, llama)
+    go = {"model": "tiny-coder", "messages": [{"role": "user", "content": "go"}]}
+    raw = raw_post(fake, {**go, "stream": True, "stream_options": {"include_usage": True}})
+    lines = [line[len("data: ") :] for line in raw.decode().splitlines() if line]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(line) for line in lines[:-1]]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    with_choices = [c for c in chunks if c["choices"]]
+    assert all("usage" not in c for c in with_choices)
+    assert all("logprobs" not in c["choices"][0] for c in with_choices)
+    last = chunks[-1]
+    assert last["choices"] == [] and set(last["usage"]) == {
+        "completion_tokens",
+        "prompt_tokens",
+        "total_tokens",
+        "prompt_tokens_details",
+    }
+    assert last["timings"]["cache_n"] == 70 and last["timings"]["prompt_n"] == 30
+    fake.enqueue(llama)
+    unasked = raw_post(fake, {**go, "stream": True})  # no usage chunk: timings on the last
+    finishing = json.loads(unasked.decode().split("data: ")[-2])
+    assert finishing["choices"][0]["finish_reason"] == "tool_calls" and "timings" in finishing
+    whole = json.loads(raw_post(fake, go))
+    assert "refusal" not in whole["choices"][0]["message"]
+    assert "logprobs" not in whole["choices"][0] and "timings" in whole
+
+
+def test_a_llama_cpp_answer_opening_with_an_emoji_has_no_role_chunk(fake: FakeProvider) -> None:
+    fake.enqueue(dataclasses.replace(Reply.text("🌌 night"), chat_dialect="llama.cpp"))
+    raw = raw_post(fake, {"model": "tiny-coder", "messages": [user()], "stream": True})
+    first = json.loads(raw.decode().split("data: ")[1])
+    assert first["choices"][0]["delta"] == {"content": "🌌 night"}
 
 
 def test_a_server_ignoring_include_usage_sends_no_usage_chunk(fake: FakeProvider) -> None:

@@ -118,8 +118,9 @@ async def collect(provider: OpenAICompatProvider, req: ModelRequest) -> list[Str
     return [chunk async for chunk in provider.stream(req)]
 
 
+@pytest.mark.parametrize("dialect", ["openai", "llama.cpp"])
 async def test_a_streamed_coding_answer_becomes_the_runner_s_chunks_and_message(
-    fake: FakeProvider, provider: OpenAICompatProvider
+    fake: FakeProvider, provider: OpenAICompatProvider, dialect: str
 ) -> None:
     fake.enqueue(
         dataclasses.replace(
@@ -133,6 +134,7 @@ async def test_a_streamed_coding_answer_becomes_the_runner_s_chunks_and_message(
                 usage=Usage(input_tokens=30, output_tokens=9, cache_read_input_tokens=70),
             ),
             chunk_size=4,
+            chat_dialect=dialect,  # llama.cpp's shapes too (defect_fakeapi/chat_stream.py)
         )
     )
     chunks = await collect(provider, request())
@@ -237,6 +239,18 @@ async def test_a_stream_cut_mid_tool_call_is_incomplete_and_retryable(
     assert caught.value.kind == "stream_incomplete" and caught.value.retryable
     assert not any(isinstance(c, Completed) for c in chunks)
     assert any(isinstance(c, ToolInputDelta) for c in chunks)
+
+
+async def test_an_answer_without_a_role_chunk_is_assembled(
+    fake: FakeProvider, provider: OpenAICompatProvider
+) -> None:
+    # llama.cpp's server sends no role chunk when the answer opens inside a character.
+    fake.enqueue(dataclasses.replace(Reply.text("🌌 night"), chat_dialect="llama.cpp"))
+    chunks = await collect(provider, request())
+    assert "".join(c.text for c in chunks if isinstance(c, TextDelta)) == "🌌 night"
+    completed = chunks[-1]
+    assert isinstance(completed, Completed) and completed.stop_reason == "end_turn"
+    assert [b.type for b in completed.message.content] == ["text"]
 
 
 async def test_a_server_ignoring_include_usage_reports_zero_usage(
