@@ -149,6 +149,24 @@ def test_capture_records_prior_states_first_capture_wins(root: Path, blobs: Blob
     assert Checkpoint.from_json(checkpoint.to_json()) == checkpoint
 
 
+def test_files_that_share_a_new_directory_take_it_with_them_whatever_recorded_it(
+    root: Path, blobs: BlobStore
+) -> None:
+    """Two writes into one new directory: the first captured records `made`, the deeper one
+    only `made/deep` (by then `made` existed). The restore removes both once both files are
+    gone, whichever file it handles first."""
+    cp = checkpointer(root, blobs)
+    write(root, "made/b.txt", b"b", cp)
+    write(root, "made/deep/a.txt", b"a", cp)
+    checkpoint = cp.finish()
+    by_path = {e.path: e for e in checkpoint.entries}
+    assert by_path["made/b.txt"].before == FileState.absent(dirs=1)
+    assert by_path["made/deep/a.txt"].before == FileState.absent(dirs=1)
+    report = restore(root, [checkpoint], blobs)
+    assert report.applied and sorted(report.restored) == ["made/b.txt", "made/deep/a.txt"]
+    assert list(root.iterdir()) == []
+
+
 def test_capture_follows_links_like_the_tools_and_says_what_it_cannot_capture(
     root: Path, blobs: BlobStore
 ) -> None:

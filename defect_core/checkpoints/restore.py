@@ -215,11 +215,12 @@ def restore(
         return report
     skip = {n.path for n in (*report.failed, *report.uncovered)} | set(report.unchanged)
     pause = float(os.environ.get(TEST_PAUSE_ENV) or 0)
+    emptied: list[tuple[str, int]] = []  # the directories defect made, tried once files are back
     for rel, planned in plan.files.items():
         target = planned.target
         if rel in skip:
             if rel in report.unchanged and target.kind == "absent" and target.dirs:
-                remove_empty_directories(root, root / rel, target.dirs)  # a rerun's
+                emptied.append((rel, target.dirs))  # a rerun's
             continue
         try:
             if recorder is not None:
@@ -227,7 +228,7 @@ def restore(
             if target.kind == "absent":
                 unlink_beneath(root, root / rel)
                 if target.dirs:
-                    remove_empty_directories(root, root / rel, target.dirs)
+                    emptied.append((rel, target.dirs))
             elif target.kind == "symlink" and target.target is not None:
                 symlink_beneath(root, root / rel, target.target)
             elif target.kind == "file" and target.digest is not None:
@@ -240,5 +241,9 @@ def restore(
         report.restored.append(rel)
         if pause > 0:
             time.sleep(pause)
+    # Deepest first, after every file: files written at once into one new directory may each
+    # have recorded a different part of the path as made (whichever was captured first).
+    for rel, levels in sorted(emptied, key=lambda item: item[0].count("/"), reverse=True):
+        remove_empty_directories(root, root / rel, levels)
     report.applied = True
     return report
