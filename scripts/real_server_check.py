@@ -197,7 +197,7 @@ def write_config(root: Path, base_url: str, model: str, key_env: str | None) -> 
 
 
 def exec_args(*args: str) -> list[str]:
-    return [sys.executable, "-m", "defect_acp", "exec", "--output", "stream-json", *args]
+    return [sys.executable, "-m", "defect_cli", "exec", "--output", "stream-json", *args]
 
 
 def lines_of(stdout: str) -> list[dict[str, Any]]:
