@@ -24,6 +24,7 @@ import re
 import select
 import socket
 import ssl
+import sys
 import time
 import urllib.parse
 import uuid
@@ -95,6 +96,11 @@ class ApiServer(ThreadingHTTPServer):
                 connection, server_side=True, do_handshake_on_connect=False
             )
         return connection, address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (a reset while the next request was awaited) is no error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _ClientGone(Exception):

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -816,3 +818,19 @@ def test_models_need_the_key_and_can_fail_on_demand(fake_provider: FakeProvider)
     with pytest.raises(anthropic.APIStatusError) as info:
         list(good.models.list())
     assert info.value.status_code == 503
+
+
+def test_a_client_that_resets_its_connection_leaves_no_traceback(
+    fake: FakeProvider, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A client that hangs up with a reset while the fake awaits its next request (a session
+    closed mid-keep-alive) is not an error of the fake's: nothing is printed."""
+    sock = socket.create_connection(("127.0.0.1", fake.port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.sendall(b"GET /v1/models HTTP/1.1\r\n")  # half a request: the fake waits for more
+    time.sleep(0.2)
+    sock.close()  # SO_LINGER 0: the close is a reset
+    with httpx2.Client(base_url=fake.url, timeout=5) as http:  # the fake still serves
+        headers = {"x-api-key": DEFAULT_API_KEY, "anthropic-version": "2023-06-01"}
+        assert http.get("/v1/models", headers=headers).status_code == 200
+    assert "Traceback" not in capfd.readouterr().err
