@@ -27,9 +27,9 @@ What is checked:
   no NUL, within the path and name length limits), `sessionId`, `mcpServers` (each a stdio
   server with `name`, `command`, `args`, `env`, or an http/sse one with `type`, `name`, `url`,
   `headers`), `additionalDirectories`;
-- `session/prompt`: a non-empty `prompt` with something in it, each block's fields by its
-  type, inline images as the model's API takes them and embedded blobs as valid base64 (a
-  PDF starting `%PDF-`) - see `defect_core/media.py`;
+- `session/prompt` and `_session/steering`: a non-empty `prompt` with something in it, each
+  block's fields by its type, inline images as the model's API takes them and embedded blobs
+  as valid base64 (a PDF starting `%PDF-`) - see `defect_core/media.py`;
 - the ids of `set_mode`, `set_config_option`, `close`, `delete`, `cancel`, `authenticate`.
 """
 
@@ -412,4 +412,5 @@ _CHECKS: dict[str, Check] = {
     "session/set_mode": _set_mode,
     "session/set_config_option": _set_config_option,
     "session/prompt": _prompt,
+    "_session/steering": _prompt,  # its prompt is a prompt's (defect_acp/steering.py)
 }

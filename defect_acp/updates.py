@@ -51,6 +51,7 @@ from defect_acp import cards, projection, replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_core import events as ev
 from defect_core.log import get_logger
+from defect_core.model import ImageBlock, TextBlock
 from defect_core.session.protocol import HistoryPart, Session
 
 if TYPE_CHECKING:
@@ -94,6 +95,8 @@ class SessionPump:
         self._questions: set[asyncio.Task[None]] = set()
         self._refresh: asyncio.Task[None] | None = None
         self._lines = projection.UpdateLines(session.id)
+        self._user = ReplayLines(session.id)
+        """A steer's lines (`SteerReceived`): the user's message, as a replay writes it."""
         """Text deltas' and cards' lines, written straight from their JSON (the line
         `update_line` writes for the model, without building one per update)."""
         self._held: dict[str, ev.ToolCallStarted] = {}
@@ -178,6 +181,8 @@ class SessionPump:
                     self.last_usage = event.usage if isinstance(event, ev.TurnEnded) else None
                     self._turns_ended += 1
                     self._ended.notify_all()
+            elif isinstance(event, ev.SteerReceived):
+                pending.extend(self._steer_lines(event.content))
             elif isinstance(event, ev.ConfigChanged):
                 pending.append(projection.config_update(self._session.config_options()))
             elif isinstance(event, ev.ModeChanged):
@@ -202,6 +207,15 @@ class SessionPump:
                 if update is not None:
                     pending.append(update)
         await self._flush(pending)
+
+    def _steer_lines(self, content: Sequence[Any]) -> list[bytes | None]:
+        """A steer, shown as the user's message as it arrives (a replay shows it where it
+        joined the history: the same chunks)."""
+        return [
+            self._user.user_text(b.text) if isinstance(b, TextBlock) else self._user.user_image(b)
+            for b in content
+            if isinstance(b, TextBlock | ImageBlock)
+        ]
 
     async def _flush(self, pending: list[Any]) -> None:
         """Send `pending` (update models, and the lines of those made as JSON) as one write."""

@@ -28,7 +28,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from defect_core.model import Message
+from defect_core.model import ContentBlock, Message
 
 ToolKind = Literal[
     "read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"
@@ -92,6 +92,15 @@ class MessageCommitted:
     """A message was appended to history (assistant replies and tool-result batches)."""
 
     message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class SteerReceived:
+    """The user wrote while a turn ran (`_session/steering`, `defect exec` stdin): the message
+    is stored and waits for the turn's next safe point, where it joins the history as the
+    user's text (`defect_core/session/steering.py`). Shown as the user's message at once."""
+
+    content: tuple[ContentBlock, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +255,7 @@ class TurnFailed:
 AgentEvent = (
     UserPromptCommitted
     | MessageCommitted
+    | SteerReceived
     | AgentTextDelta
     | AgentThoughtDelta
     | ToolCallStarted

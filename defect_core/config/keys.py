@@ -68,6 +68,9 @@ Keys (every one optional; tables merge key by key across layers):
     args = ["stdio"]
     env = { GITHUB_TOKEN = "${GITHUB_TOKEN}" }   # ${VAR} / ${VAR:-default}: from the environment
 
+    [steering]                        # what the user writes while a turn runs (docs/editors.md)
+    interrupt_tools = false           # true: such a message stops the tool calls running then
+
     [command_environment]             # user file only: what commands, hooks, MCP servers inherit
     pass = ["GITHUB_TOKEN"]           # secret-looking variables they get all the same
 
@@ -92,6 +95,7 @@ stricter rule it can only be refused by):
     reasoning_effort
     [context_windows]
     [checkpoints] max_mb, max_age_days
+    [steering] interrupt_tools        # a preference: when the user's own messages stop tools
     require_persistence               # it can only refuse to run unsaved
 
 Everything else takes effect from a project's file only once the user trusts the project:
@@ -347,6 +351,7 @@ TABLE_KEYS: dict[str, dict[str, Key]] = {
         "max_age_days": Key("checkpoint_max_age_days", _number(positive=True), PROJECT),
     },
     "command_environment": {"pass": Key("command_env_pass", env_name_list, USER)},
+    "steering": {"interrupt_tools": Key("steering_interrupt_tools", _bool, PROJECT)},
 }
 USER_ONLY_TABLES = ("command_environment",)
 """Tables only the user's own file may set: a project's file naming one is refused

@@ -189,6 +189,10 @@ class Settings:
     past it the oldest checkpoints are pruned (`defect_core/checkpoints/budget.py`)."""
     checkpoint_max_age_days: float = 30.0
     """Checkpoints older than this many days are pruned."""
+    steering_interrupt_tools: bool = False
+    """`[steering] interrupt_tools`: a message the user sends while a turn runs cancels the
+    tool calls running then, so the model reads it at once (`session/steering.py`); off, it
+    waits for them to finish."""
     sources: tuple[str, ...] = ()
     """The configuration files that were read, lowest layer first (for logs and errors)."""
     provider_origin: str = "the default"

@@ -254,6 +254,10 @@ class DefaultAgentCore:
                     await hub.aclose()
                 raise
             await sweep_leftovers(self._store, session_id, where, stored.transcript)
+            if session.steering.waiting():  # steers a killed process acknowledged
+                settled = await session.steering.settle(session.transcript())
+                if settled is not None and on_part is not None:  # the replay shows them last
+                    await on_part(BranchPart([settled], {}))
             self._sessions[session_id] = session
             await self._store.update(
                 session_id,

@@ -118,6 +118,7 @@ __all__ = [
     "ShellBackend",
     "ShellExit",
     "ShellOutput",
+    "Steering",
     "StorageError",
     "StoredToolCalls",
     "ToolCallRecord",
@@ -202,6 +203,24 @@ class Backends:
 # --- protocols ----------------------------------------------------------------------------
 
 
+class Steering(Protocol):
+    """What the user writes while a turn runs (`session/steering.py`): delivered to the model
+    at the turn's next safe point, after the results of the calls it asked for."""
+
+    async def offer(self, prompt: Sequence[ContentBlock]) -> bool:
+        """Give `prompt` to the running turn: True once it is stored (the turn delivers it
+        before it ends, shown at once as a `SteerReceived` event); False when no turn takes
+        it — none runs, or the running one has ended its last request — and nothing was
+        kept: run it as a prompt (after `wait_idle`). Raises `StorageError` when it cannot
+        be stored."""
+        ...
+
+    async def wait_idle(self) -> None:
+        """Return once the session runs no turn (a prompt would not be refused as
+        `TurnInProgress` by the turn that refused a steer)."""
+        ...
+
+
 class Session(Protocol):
     @property
     def id(self) -> str: ...
@@ -231,6 +250,11 @@ class Session(Protocol):
 
     def cancel_turn(self) -> None:
         """Cancel the running turn, if any. Idempotent."""
+        ...
+
+    @property
+    def steering(self) -> Steering:
+        """The user's messages to the running turn (`Steering`)."""
         ...
 
     def subscribe(self) -> ObjectReceiveStream[AgentEvent]: ...

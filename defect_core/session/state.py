@@ -92,6 +92,7 @@ from defect_core.session.protocol import (
 )
 from defect_core.session.rewind import Rewinder
 from defect_core.session.slash_commands import CommandBook, CommandFacts, CommandScope, SlashCommand
+from defect_core.session.steering import SessionSteers
 from defect_core.session.titles import SessionTitle
 from defect_core.session.toolset import ToolFacts, call_context, offer
 from defect_core.session.trusting import ProjectTrusting
@@ -173,11 +174,14 @@ class DefaultSession:
         self._hooks = HookEngine(settings.hooks, session_id=session_id, cwd=cwd, env=env)
         self._start_source: str | None = "load" if stored else "new"
         """`session_start` is fired with the first prompt (off `session/new`); None: fired."""
+        self.steering = SessionSteers(  # what the user writes while a turn runs
+            session_id, store, self._bus.publish, self._commit, lambda: {"reasoning_effort":
+            self._effort}, stored_config, interrupt_tools=settings.steering_interrupt_tools,
+        )  # fmt: skip
         self._goal: GoalRun | None = None
         self.last_goal: GoalState | None = None
         self._tool_state: dict[str, Any] = {}
-        self._running = False
-        self._turn = 0
+        self._running, self._turn = False, 0
         self._scope: anyio.CancelScope | None = None
         self._closed = False
         self._compactor = Compactor(
@@ -327,10 +331,12 @@ class DefaultSession:
                     hooks=self._hooks,
                     notes=self.delegation.take_notes,
                     mode=self.current_mode,
+                    steers=self.steering,
                 )
             )
             result: TurnResult | None = None
             self._checkpoints.begin()
+            self.steering.begin()
             try:
                 with anyio.CancelScope() as scope:
                     self._scope = scope
@@ -338,6 +344,7 @@ class DefaultSession:
                         await self._mcp.offer(self._tools, self._bus.publish)
                     result = await runner.run(prompt, self._turn_config())
             finally:
+                await self.steering.end()  # a steer left waiting joins the history
                 await self._checkpoints.end()  # saved before the turn's last event
             stop: TurnStopReason = "cancelled" if result is None else result.stop_reason
             usage = None if result is None else result.turn_usage()
@@ -357,8 +364,8 @@ class DefaultSession:
                 self._tool_facts.goal_reached = None
                 offer(self._tools, self._tool_facts)
             self._title.turn_ended()
-            self._scope = None
-            self._running = False
+            self._scope, self._running = None, False
+            self.steering.turn_over()
             self._updated_at = _now()
 
     async def _ready_prompt(self) -> None:
@@ -533,7 +540,7 @@ class DefaultSession:
                 await self._select(value)
             else:
                 self._effort = value
-                await self._writer.update(config={"reasoning_effort": value})
+                await self._writer.update(config=self.steering.config())
             await self._bus.publish(ConfigChanged(option_id, value))
         return self.config_options()
 

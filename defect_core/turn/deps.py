@@ -25,6 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
+
+import anyio
 
 from defect_core import policy
 from defect_core.compaction import Compactor
@@ -44,6 +47,34 @@ PermissionWaiter = Callable[[PermissionRequested], Awaitable[str | None]]
 """Ask the user; the chosen option id, or None if the question was cancelled."""
 ToolContextFactory = Callable[[str], ToolContext]
 """The tool context of one call, by its tool-call id."""
+
+
+class SteerInbox(Protocol):
+    """What the user wrote while the turn runs (`defect_core/session/steering.py`), as the
+    runner sees it: taken at each safe point, and closed when the turn ends."""
+
+    def waiting(self) -> bool:
+        """A steer waits for the next request."""
+        ...
+
+    def take(self) -> list[ContentBlock]:
+        """The waiting steers' content, oldest first; they are the runner's from now on (it
+        commits them, then calls `delivered`)."""
+        ...
+
+    async def delivered(self) -> None:
+        """What `take` handed over is history now: its stored copy is no longer needed."""
+        ...
+
+    def close(self) -> bool:
+        """End the turn's steering if no steer waits (True: the turn may end, a later steer
+        is not this turn's); False when one waits (the turn goes on with it)."""
+        ...
+
+    def tools_running(self, scope: anyio.CancelScope | None) -> None:
+        """The scope of the tool calls now running (None: none run); a steer may cancel it
+        (`steering.interrupt_tools`)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +119,10 @@ class TurnDeps:
     notes: Callable[[], list[ContentBlock]] | None = None
     """User-side notes waiting for the model (finished background tasks): taken at the start
     of each request and committed as a user message before it (`runner._before_request`)."""
+    steers: SteerInbox | None = None
+    """The user's messages sent while the turn runs: committed at the next safe point, after
+    the last results and before the next request; a turn never ends while one waits. None:
+    nobody can steer (a subagent)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,12 +81,17 @@ class TurnRunner:
             result.stop_reason = stop_reason(completed.stop_reason)
             if result.stop_reason != "end_turn":
                 return result
+            steers = self._deps.steers
+            if steers is not None and steers.waiting():
+                continue  # the user wrote meanwhile: one more request carries it
             verdict = await self._before_turn_end(completed.message, rounds)
             if verdict.stop is not None:
                 result.stop_reason = verdict.stop
                 return result
             if not verdict.denied:
-                return result
+                if steers is None or steers.close():
+                    return result
+                continue  # a steer came while the hooks ran
             if rounds >= config.max_rounds:
                 result.stop_reason = "max_turn_requests"
                 return result
@@ -120,6 +125,7 @@ class TurnRunner:
         `before_request` hooks add, committed as one user-side note: after the last results
         message, so the outbound copy merges it behind them, never between a call and its
         result."""
+        await self._deliver_steers()
         blocks: list[ContentBlock] = []
         if self._deps.hooks is not None:
             verdict = await self._deps.hooks.fire("before_request", {"request": number})
@@ -129,6 +135,19 @@ class TurnRunner:
             blocks = [*self._deps.notes(), *blocks]
         if blocks:
             await self._commit_note(*blocks)
+
+    async def _deliver_steers(self) -> None:
+        """The user's messages sent since the last request, committed as one user message in
+        the order they came: after the last results message (the outbound copy puts them after
+        the results, in the same user message), never between a call and its result."""
+        steers = self._deps.steers
+        if steers is None or not steers.waiting():
+            return
+        with anyio.CancelScope(shield=True):  # taken and committed as one step
+            message = Message(role="user", content=tuple(steers.take()))
+            await self._save(message)
+            await self._deps.publish(MessageCommitted(message))
+            await steers.delivered()
 
     async def _before_turn_end(self, reply: Message, rounds: int) -> Verdict:
         """The `before_turn_end` hooks: a denial sends the turn round again."""
@@ -183,14 +202,22 @@ class TurnRunner:
     async def _run_tools(self, calls: list[ToolCall], config: TurnConfig) -> None:
         """Decide each announced call in order, then run the approved ones concurrently;
         whatever happens, the results are committed (`_commit_results`)."""
+        steers = self._deps.steers
         try:
             for call in calls:
                 await tool_calls.decide(self._deps, call, config)
-            async with anyio.create_task_group() as tg:
-                for call in calls:
-                    if call.approved:
-                        tg.start_soon(tool_calls.execute, self._deps, call, config.context_window)
+            with anyio.CancelScope() as scope:  # a steer may stop them (interrupt_tools)
+                if steers is not None:
+                    steers.tools_running(scope)
+                async with anyio.create_task_group() as tg:
+                    for call in calls:
+                        if call.approved:
+                            tg.start_soon(
+                                tool_calls.execute, self._deps, call, config.context_window
+                            )
         finally:
+            if steers is not None:
+                steers.tools_running(None)
             with anyio.CancelScope(shield=True):
                 await self._commit_results(calls)
 

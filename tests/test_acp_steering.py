@@ -1,0 +1,296 @@
+"""`_session/steering` through the real `defect acp` process and the strict fake APIs.
+
+The model is made to wait deterministically: a scripted reply is a responder that blocks until
+the test releases it, and the "long tool" is a `bash` command that waits for a file the test
+writes. So each steer lands exactly where the test says: during a model stream, during a tool
+call, after the answer that would have ended the turn, after the turn has ended. What is
+checked is what the strict fake was sent (every request legal; the steers after the tool
+results, in order, in one user message — after the `tool` messages on the chat wire), what
+the editor was shown (the steer as `user_message_chunk`), and the answer of each request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from acp import RequestError
+
+from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply, RequestRecord
+from tests.support.acp_harness import Agent, RecordingClient, agent_env, spawn_defect
+
+pytestmark = pytest.mark.anyio
+
+TIMEOUT = 15.0
+CHAT_KEY = "sk-local-test-key"
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def gated(reply: Reply, gate: threading.Event) -> Callable[[RequestRecord], Reply]:
+    """`reply`, once the test sets `gate` (the request is recorded, its answer held)."""
+
+    def respond(_: RequestRecord) -> Reply:
+        assert gate.wait(TIMEOUT), "the test never released the reply"
+        return reply
+
+    return respond
+
+
+def model_calls(fake: FakeProvider) -> list[RequestRecord]:
+    return [r for r in fake.requests if r.route in ("anthropic", "chat")]
+
+
+async def wait_calls(fake: FakeProvider, count: int) -> list[RequestRecord]:
+    def enough(records: list[RequestRecord]) -> bool:
+        return len([r for r in records if r.route in ("anthropic", "chat")]) >= count
+
+    await anyio.to_thread.run_sync(lambda: fake.wait_until(enough, TIMEOUT))
+    return model_calls(fake)
+
+
+def assert_all_accepted(fake: FakeProvider) -> None:
+    for r in model_calls(fake):
+        assert r.done.wait(TIMEOUT), f"request #{r.index} still in flight"
+        assert not r.rejected, f"request #{r.index} rejected: {r.error_message}"
+
+
+async def steer(agent: Agent, session_id: str, text: str, **meta: Any) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "sessionId": session_id,
+        "prompt": [{"type": "text", "text": text}],
+    }
+    if meta:
+        params["_meta"] = meta
+    result: dict[str, Any] = await agent.conn.ext_method("session/steering", params)
+    return result
+
+
+def waiting_command(flag: Path) -> Reply:
+    """A reply calling `bash` with a command that runs until the test writes `flag`."""
+    command = f"echo started; while [ ! -f {flag} ]; do sleep 0.02; done; echo partial-and-done"
+    return Reply.tool_use(None, "bash", {"command": command})
+
+
+async def wait_in_progress(agent: Agent) -> None:
+    def running() -> bool:
+        return any(
+            getattr(u, "session_update", "") == "tool_call_update"
+            and getattr(u, "status", None) == "in_progress"
+            for _, u in agent.client.updates
+        )
+
+    await agent.client.wait_for(running, TIMEOUT)
+
+
+def user_chunks(agent: Agent) -> list[str]:
+    return [
+        u.content.text
+        for _, u in agent.client.updates
+        if u.session_update == "user_message_chunk" and hasattr(u.content, "text")
+    ]
+
+
+def anthropic_env(tmp_path: Path, fake: FakeProvider, **extra: str) -> dict[str, str]:
+    return agent_env(
+        DEFECT_PROVIDER="anthropic",
+        ANTHROPIC_BASE_URL=fake.url,
+        ANTHROPIC_API_KEY=DEFAULT_API_KEY,
+        DEFECT_STATE_DIR=str(tmp_path / "state"),
+        DEFECT_RETRIES="0",
+        **extra,
+    )
+
+
+def chat_env(tmp_path: Path, fake: FakeProvider) -> dict[str, str]:
+    config = tmp_path / "xdg" / "defect" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(
+        'provider = "local"\n\n'
+        f'[providers.local]\nkind = "openai"\nbase_url = "{fake.url}/v1"\n'
+        'api_key_env = "LOCAL_KEY"\nmodels = ["tiny-coder"]\n'
+    )
+    return agent_env(
+        LOCAL_KEY=CHAT_KEY,
+        DEFECT_STATE_DIR=str(tmp_path / "state"),
+        XDG_CONFIG_HOME=str(tmp_path / "xdg"),
+        DEFECT_RETRIES="0",
+    )
+
+
+def texts_of(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    return [b["text"] for b in content if b.get("type") == "text"]
+
+
+# --- a steer during a stream and one during a tool call ---------------------------------------
+
+
+async def test_steers_reach_the_model_after_the_tool_results_anthropic(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    flag = work / "go"
+    gate = threading.Event()
+    with FakeProvider() as fake:
+        fake.enqueue(gated(waiting_command(flag), gate), Reply.text("Noted."))
+        async with spawn_defect(env=anthropic_env(tmp_path, fake), cwd=work) as agent:
+            await agent.initialize()
+            session_id = await agent.new_session(work)
+            turn = asyncio.create_task(agent.prompt(session_id, "Run the long thing."))
+            await wait_calls(fake, 1)  # the model's stream is held open
+            assert await steer(agent, session_id, "Steer one, during the stream.") == {
+                "outcome": "injected"
+            }
+            gate.set()
+            await wait_in_progress(agent)  # the command runs until the flag exists
+            assert await steer(agent, session_id, "Steer two, during the tool.") == {
+                "outcome": "injected"
+            }
+            flag.write_text("")
+            response = await asyncio.wait_for(turn, TIMEOUT)
+            assert response.stop_reason == "end_turn"
+            shown = user_chunks(agent)
+            agent.assert_schema_clean()
+        assert_all_accepted(fake)
+        calls = model_calls(fake)
+        assert len(calls) == 2
+        first, second = calls[0].messages, calls[1].messages
+        assert [m["role"] for m in first] == ["user"]  # the steers were not in the stream's
+        last = second[-1]
+        assert last["role"] == "user"
+        kinds = [b["type"] for b in last["content"]]
+        assert kinds == ["tool_result", "text", "text"], last  # results first, one message
+        assert texts_of(last["content"]) == [
+            "Steer one, during the stream.",
+            "Steer two, during the tool.",
+        ]
+        assert second[-2]["role"] == "assistant"
+        assert "partial-and-done" in json.dumps(last["content"][0])  # not folded into it
+        assert shown == ["Steer one, during the stream.", "Steer two, during the tool."]
+
+
+async def test_steers_follow_the_tool_messages_on_the_chat_wire(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    flag = work / "go"
+    gate = threading.Event()
+    with FakeProvider(api_key=CHAT_KEY) as fake:
+        fake.enqueue(gated(waiting_command(flag), gate), Reply.text("Noted."))
+        async with spawn_defect(env=chat_env(tmp_path, fake), cwd=work) as agent:
+            await agent.initialize()
+            session_id = await agent.new_session(work)
+            turn = asyncio.create_task(agent.prompt(session_id, "Run the long thing."))
+            await wait_calls(fake, 1)
+            assert (await steer(agent, session_id, "During the stream."))["outcome"] == "injected"
+            gate.set()
+            await wait_in_progress(agent)
+            assert (await steer(agent, session_id, "During the tool."))["outcome"] == "injected"
+            flag.write_text("")
+            assert (await asyncio.wait_for(turn, TIMEOUT)).stop_reason == "end_turn"
+        assert_all_accepted(fake)
+        calls = model_calls(fake)
+        assert len(calls) == 2
+        messages = calls[1].messages
+        roles = [m["role"] for m in messages]
+        assert roles[-3:] == ["assistant", "tool", "user"], roles
+        assert "partial-and-done" in json.dumps(messages[-2])
+        said = "\n\n".join(texts_of(messages[-1]["content"]))  # the chat wire joins texts
+        assert said == "During the stream.\n\nDuring the tool."
+
+
+# --- the answer that would end the turn --------------------------------------------------------
+
+
+async def test_a_steer_when_the_answer_would_end_the_turn_gets_one_more_request(
+    tmp_path: Path,
+) -> None:
+    gate = threading.Event()
+    with FakeProvider() as fake:
+        fake.enqueue(gated(Reply.text("All done."), gate), Reply.text("Then also that."))
+        async with spawn_defect(env=anthropic_env(tmp_path, fake)) as agent:
+            await agent.initialize()
+            session_id = await agent.new_session(tmp_path)
+            turn = asyncio.create_task(agent.prompt(session_id, "Do it."))
+            await wait_calls(fake, 1)
+            assert (await steer(agent, session_id, "And this too."))["outcome"] == "injected"
+            assert not turn.done()
+            gate.set()
+            response = await asyncio.wait_for(turn, TIMEOUT)
+            assert response.stop_reason == "end_turn"
+            assert agent.client.text(session_id).endswith("All done.Then also that.")
+        assert_all_accepted(fake)
+        calls = model_calls(fake)
+        assert len(calls) == 2  # the prompt was answered only after the second request
+        second = calls[1].messages
+        assert [m["role"] for m in second] == ["user", "assistant", "user"]
+        assert texts_of(second[-1]["content"]) == ["And this too."]
+
+
+# --- no turn running -----------------------------------------------------------------------------
+
+
+async def test_a_steer_after_the_turn_starts_one(tmp_path: Path) -> None:
+    with FakeProvider() as fake:
+        fake.enqueue(Reply.text("First."), Reply.text("Second."))
+        async with spawn_defect(env=anthropic_env(tmp_path, fake)) as agent:
+            await agent.initialize()
+            session_id = await agent.new_session(tmp_path)
+            assert (await agent.prompt(session_id, "One.")).stop_reason == "end_turn"
+            assert await steer(agent, session_id, "Two.") == {"outcome": "startedNewTurn"}
+
+            def ended() -> bool:
+                return any(
+                    u.session_update == "session_info_update"
+                    and (u.field_meta or {}).get("steering", {}).get("turnEnded")
+                    for _, u in agent.client.updates
+                )
+
+            await agent.client.wait_for(ended, TIMEOUT)
+            assert agent.client.text(session_id) == "First.Second."
+            info = [
+                u.field_meta["steering"]["turnEnded"]
+                for _, u in agent.client.updates
+                if u.session_update == "session_info_update" and u.field_meta
+            ]
+            assert info[-1]["stopReason"] == "end_turn"
+            # Its end came after every update of the turn.
+            last = agent.client.updates[-1][1]
+            assert last.session_update == "session_info_update"
+            agent.assert_schema_clean()
+        assert_all_accepted(fake)
+        assert texts_of(model_calls(fake)[1].messages[-1]["content"]) == ["Two."]
+
+
+async def test_prompt_required_when_the_client_opts_in(tmp_path: Path) -> None:
+    with FakeProvider() as fake:
+        async with spawn_defect(env=anthropic_env(tmp_path, fake)) as agent:
+            await agent.initialize()
+            session_id = await agent.new_session(tmp_path)
+            answer = await steer(
+                agent, session_id, "Anyone?", steering={"idleBehavior": "promptRequired"}
+            )
+            assert answer == {"outcome": "promptRequired", "reason": "noRunningTurn"}
+            with pytest.raises(RequestError) as unknown:
+                await steer(agent, "sess_nope", "Hello?")
+            assert unknown.value.code == -32002
+            with pytest.raises(RequestError) as empty:
+                await agent.conn.ext_method(
+                    "session/steering", {"sessionId": session_id, "prompt": []}
+                )
+            assert empty.value.code == -32602
+        assert model_calls(fake) == []
+
+
+async def test_initialize_advertises_steering(tmp_path: Path) -> None:
+    async with spawn_defect(client=RecordingClient()) as agent:
+        response = await agent.initialize()
+        assert response.field_meta == {"steering": {"supported": True}}
+        agent.assert_schema_clean()
