@@ -137,9 +137,10 @@ class TurnRunner:
             await self._commit_note(*blocks)
 
     async def _deliver_steers(self) -> None:
-        """The user's messages sent since the last request, committed as one user message in
-        the order they came: after the last results message (the outbound copy puts them after
-        the results, in the same user message), never between a call and its result."""
+        """The user's messages sent since the last commit, as one user message in the order
+        they came (those sent while tools ran joined their results: `_commit_results`): after
+        the last results message (the outbound copy merges them behind the results), never
+        between a call and its result."""
         steers = self._deps.steers
         if steers is None or not steers.waiting():
             return
@@ -227,11 +228,18 @@ class TurnRunner:
         for call in calls:
             if call.result is None:
                 await tool_calls.settle_cancelled(self._deps, call)
+        # The steers sent meanwhile join the results, after them: this is the safe point,
+        # and the stored message is the one sent (`/rewind` reads it as the prompt's turn).
+        steers = self._deps.steers
+        said = steers.take() if steers is not None and steers.waiting() else []
         results = Message(
-            role="user", content=tuple(c.result for c in calls if c.result is not None)
+            role="user",
+            content=(*(c.result for c in calls if c.result is not None), *said),
         )
         await self._save(results)
         await self._deps.publish(MessageCommitted(results))
+        if said and steers is not None:
+            await steers.delivered()
 
     # --- commits ----------------------------------------------------------------------------
 
