@@ -294,3 +294,71 @@ async def test_initialize_advertises_steering(tmp_path: Path) -> None:
         response = await agent.initialize()
         assert response.field_meta == {"steering": {"supported": True}}
         agent.assert_schema_clean()
+
+
+# --- steering.interrupt_tools ------------------------------------------------------------------
+
+
+async def test_interrupt_tools_cancels_a_long_command_and_keeps_its_output(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    config = tmp_path / "xdg" / "defect" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("[steering]\ninterrupt_tools = true\n")
+    with FakeProvider() as fake:
+        fake.enqueue(
+            Reply.tool_use(
+                None, "bash", {"command": "echo first-half; touch printed; sleep 60; echo never"}
+            ),
+            Reply.text("Stopped, as you asked."),
+        )
+        env = anthropic_env(tmp_path, fake, XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+        async with spawn_defect(env=env, cwd=work) as agent:
+            await agent.initialize()
+            session_id = await agent.new_session(work)
+            turn = asyncio.create_task(agent.prompt(session_id, "Run the suite."))
+            await wait_in_progress(agent)
+            while not (work / "printed").exists():  # it has printed its first half
+                await asyncio.sleep(0.02)
+            assert (await steer(agent, session_id, "Stop, wrong branch."))["outcome"] == (
+                "injected"
+            )
+            response = await asyncio.wait_for(turn, TIMEOUT)  # not the command's 60 s
+            assert response.stop_reason == "end_turn"
+            finals = [
+                u
+                for _, u in agent.client.updates
+                if u.session_update == "tool_call_update" and u.status == "failed"
+            ]
+            assert len(finals) == 1
+            shown = json.dumps([c.model_dump() for c in finals[0].content or []])
+            assert "first-half" in shown and "Cancelled." in shown
+        assert_all_accepted(fake)
+        last = model_calls(fake)[1].messages[-1]
+        result, steered = last["content"]
+        assert result["type"] == "tool_result" and result["is_error"] is True
+        said = json.dumps(result["content"])
+        assert "the user sent a message while it ran" in said and "first-half" in said
+        assert "never" not in said
+        assert steered["type"] == "text" and steered["text"] == "Stop, wrong branch."
+
+
+async def test_without_interrupt_tools_the_command_runs_to_its_end(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    flag = work / "go"
+    with FakeProvider() as fake:
+        fake.enqueue(waiting_command(flag), Reply.text("Both done."))
+        async with spawn_defect(env=anthropic_env(tmp_path, fake), cwd=work) as agent:
+            await agent.initialize()
+            session_id = await agent.new_session(work)
+            turn = asyncio.create_task(agent.prompt(session_id, "Run it."))
+            await wait_in_progress(agent)
+            assert (await steer(agent, session_id, "Then this."))["outcome"] == "injected"
+            flag.write_text("")
+            assert (await asyncio.wait_for(turn, TIMEOUT)).stop_reason == "end_turn"
+        result = model_calls(fake)[1].messages[-1]["content"][0]
+        assert result.get("is_error") is not True
+        assert "partial-and-done" in json.dumps(result["content"])

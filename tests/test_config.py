@@ -474,3 +474,17 @@ def test_bad_pass_lists_name_the_file_and_the_line(home: Path, text: str, proble
     with pytest.raises(ConfigError, match=problem) as info:
         load_settings(None, env={"HOME": str(home)})
     assert info.value.source == str(path) and info.value.line == 2
+
+
+def test_steering_interrupt_tools_is_a_preference_a_project_may_set(home: Path, repo: Path) -> None:
+    env = {"HOME": str(home)}
+    assert load_settings(repo, env=env, trust_project=False).steering_interrupt_tools is False
+    user_file(home, "[steering]\ninterrupt_tools = true\n")
+    assert load_settings(repo, env=env, trust_project=False).steering_interrupt_tools is True
+    write(repo / ".defect" / "config.toml", "[steering]\ninterrupt_tools = false\n")
+    untrusted = load_settings(repo, env=env, trust_project=False)
+    assert untrusted.steering_interrupt_tools is False  # applied untrusted: a preference
+    bad = write(repo / ".defect" / "config.local.toml", '[steering]\ninterrupt_tools = "yes"\n')
+    with pytest.raises(ConfigError) as error:
+        load_settings(repo, env=env, trust_project=True)
+    assert str(bad) in str(error.value) and "interrupt_tools" in str(error.value)

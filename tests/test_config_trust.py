@@ -66,6 +66,7 @@ def test_every_key_has_a_trust_and_the_untrusted_set_is_small() -> None:
         "model",
         "reasoning_effort",
         "require_persistence",
+        "steering_interrupt_tools",
     ]
     keys = [*TOP_KEYS.values(), *(k for table in TABLE_KEYS.values() for k in table.values())]
     assert all(key.trust in ("project", "trusted", "user") for key in keys)

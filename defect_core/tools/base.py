@@ -100,6 +100,9 @@ class ToolContext:
     env_policy: EnvPolicy = DEFAULT_POLICY
     """Which of defect's variables the commands a tool starts do not inherit (the session's
     settings, `Settings.env_policy`; defect_core/child_env.py)."""
+    keep_partial: Callable[[str], None] | None = None
+    """Where a tool stopped before its end (cancelled) leaves what it had produced so far (a
+    command's output): the runner puts it in the call's result (`turn/call_steps.py`)."""
 
 
 class Tool(Protocol):

@@ -190,10 +190,15 @@ class BashTool(ModelTool):
         except OSError as exc:
             raise ToolError(f"the command could not be run to its end: {exc}") from None
         finally:
-            # Also on cancellation: kill and release under a shield, then let the cancel go on.
+            # Also on cancellation: kill and release under a shield, then let the cancel go on
+            # (with the output so far left to the runner, which keeps it in the result).
             with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
                 if not ended:
                     await _kill(ctx, handle)
+                    if ctx.keep_partial is not None:
+                        with contextlib.suppress(OSError):
+                            partial = await shell.output(handle)
+                            ctx.keep_partial(cap_middle(partial.output.rstrip("\n")))
                 with contextlib.suppress(OSError):
                     await shell.release(handle)
 

@@ -38,6 +38,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -59,6 +60,10 @@ MAX_RESULT_CHARS = 100_000
 """A tool result larger than this is cut with a marker before it reaches the model."""
 
 CANCELLED_RESULT_TEXT = "tool call cancelled by the user before it finished"
+STEERED_RESULT_TEXT = (
+    "tool call cancelled before it finished: the user sent a message while it ran "
+    "(it follows these results)"
+)
 NOT_INTERACTIVE_TEXT = (
     "refused: this call needs the user's permission, and a subagent cannot ask for it "
     "(the session's permission mode would have asked). Do without it, or say in your answer "
@@ -83,6 +88,8 @@ class ToolCall:
     approved: bool = False
     hook_context: str = ""
     """What `before_tool` hooks added, for the result the model reads."""
+    partial: str = ""
+    """What the tool had produced when it was cancelled (`ToolContext.keep_partial`)."""
 
 
 def prepare(deps: TurnDeps, use: ToolUseBlock) -> ToolCall:
@@ -199,7 +206,11 @@ async def execute(deps: TurnDeps, call: ToolCall, window: int) -> None:
     """Run an approved call and finish it with its (capped) output."""
     assert call.tool is not None
     await deps.publish(ToolCallUpdated(call.use.id, status="in_progress"))
-    ctx = deps.tool_context(call.use.id)
+
+    def keep_partial(text: str) -> None:
+        call.partial = text
+
+    ctx = dataclasses.replace(deps.tool_context(call.use.id), keep_partial=keep_partial)
     try:
         output = await call.tool.run(call.args, ctx)
     except ToolError as exc:
@@ -283,13 +294,20 @@ async def fail_mode_changed(
     )
 
 
-async def settle_cancelled(deps: TurnDeps, call: ToolCall) -> None:
-    """A call the turn stopped before it finished: an error result, and `failed`."""
+async def settle_cancelled(deps: TurnDeps, call: ToolCall, reason: str = "") -> None:
+    """A call the turn stopped before it finished: an error result, and `failed`; what the
+    tool had produced stays, in both (`reason`: why it was stopped, if not the user's
+    cancel)."""
+    text, shown = reason or CANCELLED_RESULT_TEXT, "Cancelled."
+    display: tuple[TextDisplay, ...] = (TextDisplay(shown),)
+    if call.partial:
+        text = f"{text}; its output until then:\n{call.partial}"
+        display = (TextDisplay(f"```\n{call.partial}\n```"), TextDisplay(shown))
     await finish(
         deps,
         call,
-        _error_result(call.use.id, CANCELLED_RESULT_TEXT),
-        ToolCallUpdated(call.use.id, status="failed", content=(TextDisplay("Cancelled."),)),
+        _error_result(call.use.id, text),
+        ToolCallUpdated(call.use.id, status="failed", content=display),
     )
 
 

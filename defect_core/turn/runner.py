@@ -204,10 +204,11 @@ class TurnRunner:
         """Decide each announced call in order, then run the approved ones concurrently;
         whatever happens, the results are committed (`_commit_results`)."""
         steers = self._deps.steers
+        scope = anyio.CancelScope()  # a steer may stop the calls running (interrupt_tools)
         try:
             for call in calls:
                 await tool_calls.decide(self._deps, call, config)
-            with anyio.CancelScope() as scope:  # a steer may stop them (interrupt_tools)
+            with scope:
                 if steers is not None:
                     steers.tools_running(scope)
                 async with anyio.create_task_group() as tg:
@@ -220,14 +221,16 @@ class TurnRunner:
             if steers is not None:
                 steers.tools_running(None)
             with anyio.CancelScope(shield=True):
-                await self._commit_results(calls)
+                await self._commit_results(calls, steered=scope.cancelled_caught)
 
-    async def _commit_results(self, calls: list[ToolCall]) -> None:
-        """Settle the calls that did not finish (cancelled), then commit every result as one
-        user message, in `tool_use` order."""
+    async def _commit_results(self, calls: list[ToolCall], *, steered: bool = False) -> None:
+        """Settle the calls that did not finish (cancelled; `steered`: by a steer, under
+        `steering.interrupt_tools`), then commit every result as one user message, in
+        `tool_use` order."""
+        reason = tool_calls.STEERED_RESULT_TEXT if steered else ""
         for call in calls:
             if call.result is None:
-                await tool_calls.settle_cancelled(self._deps, call)
+                await tool_calls.settle_cancelled(self._deps, call, reason)
         # The steers sent meanwhile join the results, after them: this is the safe point,
         # and the stored message is the one sent (`/rewind` reads it as the prompt's turn).
         steers = self._deps.steers
