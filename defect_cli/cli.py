@@ -10,7 +10,8 @@ Invariants:
   JSON-RPC stream. Only `defect_acp.transport` writes to the protocol descriptor.
 - `defect fake-api` serves the strict fake Anthropic/Bedrock API (`defect_fakeapi`), for
   `provider_fake` transcripts and offline runs; it is imported only for that command.
-- `defect exec [--goal G] [--mode M] [--output text|json|stream-json] [--trust-project]
+- `defect exec [--goal G] [--mode M] [--output text|json|stream-json]
+  [--input-format text|stream-json] [--trust-project]
   "prompt"` runs one turn (or a goal) without an editor (`defect_cli/headless.py`: its output,
   exit codes and project trust). The prompt may come from stdin (`-`, or a pipe and no prompt
   argument). Its stderr is read by a person: logs there are plain lines, at `error` unless a
@@ -172,7 +173,18 @@ def _add_exec_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="permission mode (default: ask; what it would ask about is refused: nobody is "
         "there to approve it)",
     )
-    run.add_argument("--output", choices=("text", "json", "stream-json"), default="text")
+    run.add_argument(
+        "--output", "--output-format", choices=("text", "json", "stream-json"), default="text"
+    )
+    run.add_argument(
+        "--input-format",
+        choices=("text", "stream-json"),
+        default="text",
+        help="stream-json: the prompt and then steers, one JSON message per line on stdin "
+        '({"type": "user", "message": {"role": "user", "content": "..."}}), each later one '
+        "delivered at the running turn's next safe point; the run ends at end of input "
+        "once the last turn has ended (docs/headless.md)",
+    )
     run.add_argument(
         "--trust-project",
         action="store_true",
@@ -199,7 +211,8 @@ def run_exec(args: argparse.Namespace) -> int:
     ok, level = _checked_log_level(args.log_level)
     if not ok:
         return 2
-    prompt = _exec_prompt(args.prompt, goal=bool((args.goal or "").strip()))
+    streamed = args.input_format == "stream-json"  # the prompt is stdin's first message
+    prompt = _exec_prompt(args.prompt, goal=bool((args.goal or "").strip()) or streamed)
     if prompt is None:
         return 2
     from defect_cli.headless import ExecRequest, claim_stdout
@@ -224,6 +237,7 @@ def run_exec(args: argparse.Namespace) -> int:
         flags={"provider": args.provider},
         model=args.model,
         trust_project=args.trust_project,
+        input_format=args.input_format,
     )
     return run(request, out, store, problem)
 

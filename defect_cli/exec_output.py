@@ -27,6 +27,7 @@ import sys
 from typing import IO, Any
 
 from defect_core import events as ev
+from defect_core.model import TextBlock
 
 OUTPUTS = ("text", "json", "stream-json")
 TEXT_RESULT_LINES = 20
@@ -173,6 +174,11 @@ class Printer:
         elif isinstance(event, ev.MessageCommitted):
             if event.message.role == "assistant":
                 self._new_message = True
+        elif isinstance(event, ev.SteerReceived):  # a stdin message for the running turn
+            said = " ".join(b.text for b in event.content if isinstance(b, TextBlock))
+            self._activity(f"> {said}")
+            if stream:
+                self._line({"type": "steer", "text": said})
         elif isinstance(event, ev.AgentThoughtDelta):
             if stream:
                 self._line({"type": "thought", "text": event.text})

@@ -9,6 +9,7 @@ turns the stop reason into the exit status. A goal runs as an editor's `/goal` d
     defect exec "summarise the failing tests"             # the answer, streamed, on stdout
     defect exec --mode yolo --goal "make the tests pass"  # a goal, until goal_done
     defect exec --output stream-json "list the TODOs"     # one JSON event per line
+    defect exec --input-format stream-json < messages.jsonl  # the prompt, then steers
 
 Output (`--output`, written by `defect_cli/exec_output.py`):
 - `text` (default): the answer's text as it streams (a blank line between the texts of
@@ -20,6 +21,12 @@ Output (`--output`, written by `defect_cli/exec_output.py`):
 - `stream-json`: one JSON object per line as things happen (`text`, `thought`, `tool_call`,
   `tool_call_update` with the whole result, `permission_denied`, `notice`, `plan`), then the
   same `result` line.
+
+Input (`--input-format`): `text` (default) reads the prompt from the argument or stdin;
+`stream-json` reads one JSON message per line (Claude Code's shape, `defect_cli/exec_input.py`):
+the first is the prompt (unless the argument or `--goal` gives one), each later one is a steer
+delivered at the running turn's next safe point, and the run ends at the end of input once
+the last turn has ended.
 
 Exit status (`EXIT_CODES`): 0 `end_turn`; 1 the turn failed (the model or the store: the
 reason on stderr); 2 bad usage or configuration (a `--model` the provider does not offer);
@@ -60,6 +67,7 @@ from typing import IO, Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from defect_cli.exec_input import StdinLines, converse
 from defect_cli.exec_output import OUTPUTS, Printer
 from defect_cli.wiring import exec_core
 from defect_core import events as ev
@@ -105,6 +113,10 @@ class ExecRequest:
     does not offer is refused (the configuration's flags would take any id)."""
     trust_project: bool = False
     """`--trust-project`: the project's own settings that need trust apply for this run."""
+    input_format: str = "text"
+    """`stream-json`: the user's messages are JSON lines on stdin (`exec_input.py`)."""
+    first: list[ContentBlock] | None = None
+    """The prompt read as stdin's first message (`stream-json`)."""
 
 
 def run_exec(
@@ -146,7 +158,15 @@ async def _run(
             await _select_model(session, request.model)
         for notice in session.notices():
             printer.event(ev.Notice(notice, "warning"))
-        stop, error = await _turn(session, request, printer)
+        lines = StdinLines() if request.input_format == "stream-json" else None
+        if lines is not None:
+            lines.start()
+            if not request.prompt and request.goal is None:
+                first = await lines.first()
+                if first is None:
+                    raise InvalidOption("no message on stdin (--input-format stream-json)")
+                request.first = first
+        stop, error = await _turn(session, request, printer, lines)
     except AgentError as exc:  # a refused session (configuration, store) or --model
         sys.stderr.write(f"defect exec: {exc}\n")
         return EXIT_CODES["usage"]
@@ -179,10 +199,13 @@ async def _select_model(session: Session, model: str) -> None:
         await session.set_config_option("model", model)
 
 
-async def _turn(session: Session, request: ExecRequest, printer: Printer) -> tuple[str, str | None]:
-    """Run the turn (or the goal) while printing its events; (stop reason, failure message
-    or None)."""
+async def _turn(
+    session: Session, request: ExecRequest, printer: Printer, lines: StdinLines | None
+) -> tuple[str, str | None]:
+    """Run the turn (or the goal; with `lines`, steered and followed by stdin's messages)
+    while printing its events; (stop reason, failure message or None)."""
     text: list[ContentBlock] = [TextBlock(text=request.prompt)] if request.prompt else []
+    text = request.first or text
     stream = session.subscribe()
     assert isinstance(stream, MemoryObjectReceiveStream)  # read without waiting, below
     outcome: dict[str, Any] = {"stop": "cancelled", "error": None}
@@ -205,11 +228,17 @@ async def _turn(session: Session, request: ExecRequest, printer: Printer) -> tup
             tg.start_soon(follow)
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 tg.start_soon(_cancel_on_signal, signals, session)
+                goal = request.goal
+
+                async def first() -> ev.TurnStopReason:
+                    if goal is not None:
+                        return await session.run_goal(goal, text)
+                    return await session.run_turn(text)
+
                 try:
-                    if request.goal is not None:
-                        outcome["stop"] = await session.run_goal(request.goal, text)
-                    else:
-                        outcome["stop"] = await session.run_turn(text)
+                    outcome["stop"] = await (
+                        first() if lines is None else converse(session, first, lines)
+                    )
                 except AgentError as exc:
                     outcome["stop"], outcome["error"] = "failed", str(exc)
             tg.cancel_scope.cancel()
