@@ -16,6 +16,8 @@ Invariants:
 - `DefectAgent` does not inherit the SDK's `Agent` protocol: the SDK would silently answer
   `{}`/`null` for a method we did not write, where a missing method must be -32601.
 - Handlers take `**kwargs`: the SDK merges `_meta` entries into the keyword arguments.
+- Extension requests (`_`-prefixed) reach `ext_method`: `_session/steering` is served by
+  `defect_acp/steering.py`; any other is -32601.
 - Errors are one line: -32602 for bad params, -32002 for an unknown session, -32000 when
   credentials are missing, -32603 with `data.retryable` when the model call failed.
 """

@@ -91,6 +91,9 @@ class SteeringRoute:
         if self._client_opted_in() or opts_in(params.get("_meta")):
             return {"outcome": PROMPT_REQUIRED, "reason": "noRunningTurn"}
         await session.steering.wait_idle()
+        pump = self._host.pump_of(session.id)
+        if pump is not None:  # the end of the turn that refused the steer is counted first
+            await pump.drained()
         task = asyncio.create_task(self._run(session, blocks), name=f"steered-{session.id}")
         self._turns.add(task)
         task.add_done_callback(self._turns.discard)

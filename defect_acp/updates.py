@@ -133,6 +133,16 @@ class SessionPump:
         async with self._ended:
             await self._ended.wait_for(lambda: self._turns_ended >= count or self._task_done())
 
+    async def drained(self) -> None:
+        """Return once every event the session has published so far was forwarded: the pump
+        waits for the next one with nothing queued (or has stopped)."""
+        stream = self._stream
+        while isinstance(stream, MemoryObjectReceiveStream) and not self._task_done():
+            stats = stream.statistics()
+            if stats.current_buffer_used == 0 and stats.tasks_waiting_receive > 0:
+                return
+            await asyncio.sleep(0.005)
+
     def _task_done(self) -> bool:
         return self._task is not None and self._task.done()
 
