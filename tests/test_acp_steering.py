@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import pytest
 from acp import RequestError
+from acp import schema as s
 
 from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply, RequestRecord
 from tests.support.acp_harness import Agent, RecordingClient, agent_env, spawn_defect
@@ -287,6 +288,22 @@ async def test_prompt_required_when_the_client_opts_in(tmp_path: Path) -> None:
                 )
             assert empty.value.code == -32602
         assert model_calls(fake) == []
+
+
+async def test_the_opt_in_may_come_with_initialize(tmp_path: Path) -> None:
+    with FakeProvider() as fake:
+        fake.enqueue(Reply.text("Only once."))
+        async with spawn_defect(env=anthropic_env(tmp_path, fake)) as agent:
+            await agent.conn.initialize(
+                protocol_version=1,
+                client_capabilities=s.ClientCapabilities(),
+                steering={"idleBehavior": "promptRequired"},
+            )
+            session_id = await agent.new_session(tmp_path)
+            assert (await steer(agent, session_id, "Idle?"))["outcome"] == "promptRequired"
+            assert (await agent.prompt(session_id, "Now.")).stop_reason == "end_turn"
+            assert (await steer(agent, session_id, "Still idle?"))["outcome"] == "promptRequired"
+        assert len(model_calls(fake)) == 1
 
 
 async def test_initialize_advertises_steering(tmp_path: Path) -> None:
