@@ -16,10 +16,13 @@ import anyio
 import pytest
 
 from defect_core.config import Settings
-from defect_core.model import Message, TextBlock, ToolResultBlock
+from defect_core.model import Message, TextBlock, ToolResultBlock, messages_to_json
 from defect_core.providers.base import ModelRequest, StreamChunk
 from defect_core.providers.scripted import ScriptedProvider
 from defect_core.session import Backends, DefaultAgentCore, DefaultSession
+from defect_core.session.fork import fork_stored
+from defect_core.session.steering import STEERS_KEY, SessionSteers
+from defect_core.store import AsyncStore, SessionRecord, SqliteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -134,3 +137,54 @@ async def test_a_steer_left_waiting_by_a_cancelled_turn_joins_the_history(tmp_pa
     assert said(history) == ["Go.", STEER]  # never dropped: the next request carries it
     assert not any(isinstance(b, ToolResultBlock) for b in history[-1].content)
     assert not await session.steering.offer([TextBlock(text="late")])  # no turn runs now
+
+
+def steers_of(*texts: str, committed: list[Message] | None = None) -> SessionSteers:
+    """A session's steers with `texts` left waiting by a killed process (no store)."""
+    stored = [Message(role="user", content=(TextBlock(text=t),)) for t in texts]
+
+    async def publish(_: Any) -> None:
+        return None
+
+    async def commit(message: Message) -> None:
+        if committed is not None:
+            committed.append(message)
+
+    return SessionSteers(
+        "s", None, publish, commit, lambda: {"reasoning_effort": "low"},
+        {STEERS_KEY: messages_to_json(stored)},
+    )  # fmt: skip
+
+
+async def test_steers_a_kill_left_waiting_are_committed_once_on_load() -> None:
+    committed: list[Message] = []
+    steers = steers_of("one", "two", committed=committed)
+    assert steers.config()[STEERS_KEY]  # what the record keeps until they are delivered
+    prompt = Message(role="user", content=(TextBlock(text="Go."),))
+    settled = await steers.settle([prompt])
+    assert settled is not None and committed == [settled]
+    assert said([settled]) == ["one", "two"]
+    assert STEERS_KEY not in steers.config()
+    assert steers.config() == {"reasoning_effort": "low"}
+
+    # Killed after their commit, before the record was told: not committed twice.
+    committed.clear()
+    steers = steers_of("one", committed=committed)
+    results = Message(role="user", content=(TextBlock(text="x"), TextBlock(text="one")))
+    assert await steers.settle([prompt, results]) is None
+    assert committed == [] and STEERS_KEY not in steers.config()
+
+
+async def test_a_fork_does_not_take_the_steers_its_origin_waits_on(tmp_path: Path) -> None:
+    store = AsyncStore(SqliteStore(tmp_path / "sessions.sqlite3"))
+    try:
+        record = SessionRecord(
+            id="origin", cwd=str(tmp_path), provider="scripted", model="m", mode="ask",
+            config={"reasoning_effort": "low", STEERS_KEY: "[]"},
+        )  # fmt: skip
+        await store.create(record)
+        await store.append_message("origin", Message(role="user", content=(TextBlock(text="a"),)))
+        fork = await fork_stored(store, "origin", "fork")
+        assert fork.config == {"reasoning_effort": "low"}
+    finally:
+        await store.aclose()

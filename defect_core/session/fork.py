@@ -35,6 +35,7 @@ from defect_core.model import Message
 from defect_core.session.checkpointing import MessageId
 from defect_core.session.plan import plan_of, plan_to_json
 from defect_core.session.rewind import prompts
+from defect_core.session.steering import STEERS_KEY
 from defect_core.store import AsyncStore, SessionRecord, now_iso
 
 USAGE = (
@@ -74,7 +75,8 @@ async def fork_stored(
         title=fork_title(origin.title),
         created_at=now,
         updated_at=now,
-        config=dict(origin.config),
+        # Steers still waiting belong to the origin's running turn, not to the fork.
+        config={k: v for k, v in origin.config.items() if k != STEERS_KEY},
         permissions=dict(origin.permissions),
         mcp_servers=list(origin.mcp_servers),
     )
