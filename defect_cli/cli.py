@@ -212,6 +212,9 @@ def run_exec(args: argparse.Namespace) -> int:
     if not ok:
         return 2
     streamed = args.input_format == "stream-json"  # the prompt is stdin's first message
+    if streamed and args.prompt == "-":
+        sys.stderr.write("defect exec: with --input-format stream-json, stdin holds messages\n")
+        return 2
     prompt = _exec_prompt(args.prompt, goal=bool((args.goal or "").strip()) or streamed)
     if prompt is None:
         return 2

@@ -29,7 +29,7 @@ def user_line(text: str) -> str:
     return json.dumps({"type": "user", "message": {"role": "user", "content": text}}) + "\n"
 
 
-def start(tmp_path: Path, fake: FakeProvider) -> subprocess.Popen[str]:
+def start(tmp_path: Path, fake: FakeProvider, *extra: str) -> subprocess.Popen[str]:
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     env = agent_env(
@@ -42,7 +42,7 @@ def start(tmp_path: Path, fake: FakeProvider) -> subprocess.Popen[str]:
     )
     args = ["--input-format", "stream-json", "--output-format", "stream-json", "--mode", "yolo"]
     return subprocess.Popen(
-        [sys.executable, "-m", "defect_cli", "exec", *args],
+        [sys.executable, "-m", "defect_cli", "exec", *args, *extra],
         cwd=work,
         env=env,
         stdin=subprocess.PIPE,
@@ -121,6 +121,10 @@ def test_no_message_on_stdin_is_a_usage_error(tmp_path: Path) -> None:
         _, err = proc.communicate("", timeout=TIMEOUT)
         assert proc.returncode == 2
         assert "no message on stdin" in err
+        dash = start(tmp_path, fake, "-")
+        _, err = dash.communicate(user_line("hi"), timeout=TIMEOUT)
+        assert dash.returncode == 2 and "stdin holds messages" in err
+        assert model_calls(fake) == []
 
 
 def test_a_line_is_a_user_message_or_says_why_not() -> None:
