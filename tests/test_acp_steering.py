@@ -357,7 +357,7 @@ async def test_interrupt_tools_cancels_a_long_command_and_keeps_its_output(
         result, steered = last["content"]
         assert result["type"] == "tool_result" and result["is_error"] is True
         said = json.dumps(result["content"])
-        assert "the user sent a message while it ran" in said and "first-half" in said
+        assert "the user sent a message meanwhile" in said and "first-half" in said
         assert "never" not in said
         assert steered["type"] == "text" and steered["text"] == "Stop, wrong branch."
 
@@ -379,3 +379,32 @@ async def test_without_interrupt_tools_the_command_runs_to_its_end(tmp_path: Pat
         result = model_calls(fake)[1].messages[-1]["content"][0]
         assert result.get("is_error") is not True
         assert "partial-and-done" in json.dumps(result["content"])
+
+
+async def test_interrupt_tools_skips_the_calls_asked_for_while_the_user_wrote(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    config = tmp_path / "xdg" / "defect" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("[steering]\ninterrupt_tools = true\n")
+    gate = threading.Event()
+    with FakeProvider() as fake:
+        call = Reply.tool_use(None, "bash", {"command": "touch ran; sleep 60"})
+        fake.enqueue(gated(call, gate), Reply.text("Changed course."))
+        env = anthropic_env(tmp_path, fake, XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+        async with spawn_defect(env=env, cwd=work) as agent:
+            await agent.initialize()
+            session_id = await agent.new_session(work)
+            turn = asyncio.create_task(agent.prompt(session_id, "Run the suite."))
+            await wait_calls(fake, 1)
+            assert (await steer(agent, session_id, "No, lint first."))["outcome"] == "injected"
+            gate.set()
+            assert (await asyncio.wait_for(turn, TIMEOUT)).stop_reason == "end_turn"
+        assert not (work / "ran").exists()  # never started: the user had spoken
+        assert_all_accepted(fake)
+        result, steered = model_calls(fake)[1].messages[-1]["content"]
+        assert result["is_error"] is True
+        assert "the user sent a message meanwhile" in json.dumps(result["content"])
+        assert steered["text"] == "No, lint first."

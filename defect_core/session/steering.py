@@ -20,9 +20,10 @@ Invariants:
   next request. The stored history stays the truth; there is no second kind of message.
 - A steer is never dropped: one left waiting when a turn ends otherwise (cancelled, failed,
   stopped by a limit) is committed as the user's message when the turn ends (`end`).
-- With `steering.interrupt_tools`, a steer cancels the tool calls running then, so the model
-  reads the message at once (each such call gets its result and a final status as any
-  cancelled call does: `turn/call_steps.py`).
+- With `steering.interrupt_tools`, a steer cancels the tool calls running then (or about to
+  run, when it came while the model was asking for them), so the model reads the message at
+  once (each such call gets its result and a final status as any cancelled call does, with
+  what it had printed: `turn/call_steps.py`).
 
 Why apart from `state.py`: the session's turn rule and its store writes are its own, and
 this is the one part that is written to from outside a turn while the turn runs.
@@ -163,6 +164,8 @@ class SessionSteers:
 
     def tools_running(self, scope: anyio.CancelScope | None) -> None:
         self._tools = scope
+        if scope is not None and self._interrupt_tools and self._waiting:
+            scope.cancel()  # the user wrote while the model asked for them: heard first
 
     # --- helpers ----------------------------------------------------------------------------
 

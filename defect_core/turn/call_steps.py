@@ -61,7 +61,7 @@ MAX_RESULT_CHARS = 100_000
 
 CANCELLED_RESULT_TEXT = "tool call cancelled by the user before it finished"
 STEERED_RESULT_TEXT = (
-    "tool call cancelled before it finished: the user sent a message while it ran "
+    "tool call cancelled before it finished: the user sent a message meanwhile "
     "(it follows these results)"
 )
 NOT_INTERACTIVE_TEXT = (
