@@ -41,7 +41,7 @@ from defect_acp.delegate import select_backends
 from defect_acp.fastimport import warm_turn_path
 from defect_acp.params import guard_params
 from defect_acp.sdk_compat import add_request_route, agent_connection
-from defect_acp.steering import INITIALIZE_META, SteeringRoute, opts_in
+from defect_acp.steering import INITIALIZE_META, SteeringRoute
 from defect_acp.transport import LineWriter, StdioTransport, open_stdin_reader
 from defect_acp.updates import SessionPump, StreamedReplay, after_open_updates, replay
 from defect_core import __version__
@@ -97,9 +97,7 @@ class DefectAgent:
         self._after_answer: dict[str, list[Callable[[], Awaitable[None]]]] = {}
         self._warmed = False
         self._transport: StdioTransport | None = None
-        self._steer_opt_in = False
-        """The client asked, at `initialize`, for `promptRequired` when no turn runs."""
-        self._steering = SteeringRoute(self, lambda: self._steer_opt_in)
+        self._steering = SteeringRoute(self._session, self._pumps.get, self.send_update)
 
     # --- wiring -----------------------------------------------------------------------------
 
@@ -176,8 +174,7 @@ class DefectAgent:
     ) -> dict[str, Any]:
         self._client_capabilities = client_capabilities
         self._client_info = client_info
-        caps_meta = client_capabilities.field_meta if client_capabilities else None
-        self._steer_opt_in = opts_in({"steering": kwargs.get("steering")}, caps_meta)
+        self._steering.initialized(kwargs.get("steering"), client_capabilities)
         version = (
             protocol_version
             if protocol_version in SUPPORTED_PROTOCOL_VERSIONS
@@ -448,16 +445,7 @@ class DefectAgent:
             return await self._steering.handle(params)
         raise RequestError.method_not_found(f"_{method}")
 
-    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
-        log.debug("extension_notification_ignored", method=f"_{method}")
-
     # --- helpers ----------------------------------------------------------------------------
-
-    def session_for(self, session_id: str) -> Session:
-        return self._session(session_id)
-
-    def pump_of(self, session_id: str) -> SessionPump | None:
-        return self._pumps.get(session_id)
 
     def _session(self, session_id: str) -> Session:
         session = self._core.session(session_id)

@@ -30,8 +30,8 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from acp import RequestError
 from acp import schema as s
@@ -52,16 +52,6 @@ INITIALIZE_META: dict[str, Any] = {"steering": {"supported": True}}
 PROMPT_REQUIRED = "promptRequired"
 
 
-class SteeringHost(Protocol):
-    """What the route needs of the agent: its sessions and their pumps."""
-
-    def session_for(self, session_id: str) -> Session: ...
-
-    def pump_of(self, session_id: str) -> SessionPump | None: ...
-
-    async def send_update(self, session_id: str, update: Any) -> None: ...
-
-
 def opts_in(*metas: Any) -> bool:
     """Whether any of these `_meta` objects asks for `promptRequired` when no turn runs."""
     for meta in metas:
@@ -74,13 +64,27 @@ def opts_in(*metas: Any) -> bool:
 class SteeringRoute:
     """Serves `_session/steering` for one connection."""
 
-    def __init__(self, host: SteeringHost, client_opted_in: Callable[[], bool]) -> None:
-        self._host = host
-        self._client_opted_in = client_opted_in
+    def __init__(
+        self,
+        session_for: Callable[[str], Session],
+        pump_of: Callable[[str], SessionPump | None],
+        send_update: Callable[[str, Any], Awaitable[None]],
+    ) -> None:
+        self._session_for = session_for
+        """The open session of an id (-32002 for an unknown one)."""
+        self._pump_of = pump_of
+        self._send_update = send_update
+        self._client_opted_in = False
+        """The client asked, at `initialize`, for `promptRequired` when no turn runs."""
         self._turns: set[asyncio.Task[None]] = set()
 
+    def initialized(self, steering: Any, capabilities: s.ClientCapabilities | None) -> None:
+        """What `initialize` said: its `_meta.steering` (`steering`), or its capabilities'."""
+        caps_meta = capabilities.field_meta if capabilities is not None else None
+        self._client_opted_in = opts_in({"steering": steering}, caps_meta)
+
     async def handle(self, params: dict[str, Any]) -> dict[str, Any]:
-        session = self._host.session_for(str(params.get("sessionId")))
+        session = self._session_for(str(params.get("sessionId")))
         blocks = _blocks(params)
         try:
             if await session.steering.offer(blocks):
@@ -88,10 +92,10 @@ class SteeringRoute:
         except StorageError as exc:
             log.warning("steer_not_stored", session_id=session.id, error=str(exc))
             return {"outcome": "failed", "reason": str(exc).splitlines()[0]}
-        if self._client_opted_in() or opts_in(params.get("_meta")):
+        if self._client_opted_in or opts_in(params.get("_meta")):
             return {"outcome": PROMPT_REQUIRED, "reason": "noRunningTurn"}
         await session.steering.wait_idle()
-        pump = self._host.pump_of(session.id)
+        pump = self._pump_of(session.id)
         if pump is not None:  # the end of the turn that refused the steer is counted first
             await pump.drained()
         task = asyncio.create_task(self._run(session, blocks), name=f"steered-{session.id}")
@@ -103,7 +107,7 @@ class SteeringRoute:
     async def _run(self, session: Session, blocks: list[ContentBlock]) -> None:
         """The turn a steer started, to its end; the end told as a `session_info_update`
         once every update of the turn has left."""
-        pump = self._host.pump_of(session.id)
+        pump = self._pump_of(session.id)
         ended_before = pump.turns_ended if pump is not None else 0
         ended: dict[str, Any]
         try:
@@ -126,7 +130,7 @@ class SteeringRoute:
         update = s.SessionInfoUpdate(
             session_update="session_info_update", field_meta={"steering": {"turnEnded": ended}}
         )
-        await self._host.send_update(session.id, update)
+        await self._send_update(session.id, update)
 
     async def aclose(self, grace: float) -> None:
         """Let the turns steers started end (the process cancels running turns before it
