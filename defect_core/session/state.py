@@ -317,23 +317,15 @@ class DefaultSession:
             prompt = await self._session_started(prompt)
             runner = TurnRunner(
                 TurnDeps(
-                    history=self._history,
-                    commit=self._commit,
-                    provider=self._provider,
-                    tools=self._tools,
-                    tool_context=self._tool_context,
-                    rules=self._permissions.rules,
-                    ask_permission=self._permissions.ask,
-                    rules_changed=self._rules_changed,
-                    publish=self._publish,
-                    cancel_turn=self.cancel_turn,
-                    compactor=self._compactor,
-                    hooks=self._hooks,
-                    notes=self.delegation.take_notes,
-                    mode=self.current_mode,
-                    steers=self.steering,
+                    history=self._history, commit=self._commit, provider=self._provider,
+                    tools=self._tools, tool_context=self._tool_context,
+                    rules=self._permissions.rules, ask_permission=self._permissions.ask,
+                    rules_changed=self._rules_changed, publish=self._publish,
+                    cancel_turn=self.cancel_turn, compactor=self._compactor, hooks=self._hooks,
+                    notes=self.delegation.take_notes, mode=self.current_mode,
+                    steers=self.steering,  # the user's messages while it runs (steering.py)
                 )
-            )
+            )  # fmt: skip
             result: TurnResult | None = None
             self._checkpoints.begin()
             self.steering.begin()
