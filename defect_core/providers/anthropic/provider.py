@@ -20,6 +20,10 @@ Invariants:
   stream under way has handed out its first chunk (the listing starts in the background as
   a session opens, just before the first prompt; its request and the import of the SDK's
   models resource would otherwise compete with that prompt's).
+- The prompt cache outlives a switch: the provider remembers the last prompt it sent per
+  conversation (`last_sent.py`, once the service has accepted the call), and its first
+  request back after another provider's turns keeps a breakpoint where that prompt ended
+  (`request.py`), so it reads back what it cached before the switch.
 - The call is logged once when it starts and once when it ends (completed or failed), with
   its request id, token usage and duration; never its content.
 - Once its response is closed, a stream hands the event loop back (shielded from cancel)
@@ -55,8 +59,9 @@ from defect_core.providers.anthropic.client import (
     running_loop,
 )
 from defect_core.providers.anthropic.errors import request_id_of, translate_exception
+from defect_core.providers.anthropic.last_sent import LastSent
 from defect_core.providers.anthropic.listing import anthropic_models, bedrock_models
-from defect_core.providers.anthropic.request import encode_request, route_options
+from defect_core.providers.anthropic.request import cache_key, encode_request, route_options
 from defect_core.providers.anthropic.stream import StreamAssembler
 from defect_core.providers.anthropic.stream_events import stream_event
 from defect_core.providers.base import (
@@ -89,6 +94,8 @@ class AnthropicProvider:
         self._opening = 0
         """Streams not yet past their first chunk: a listing waits for them (`list_models`)."""
         self._opened: anyio.Event | None = None
+        self._last_sent = LastSent()
+        """The last prompt sent per conversation: where a model back from a switch reads."""
 
     @property
     def name(self) -> str:
@@ -170,7 +177,8 @@ class AnthropicProvider:
 
     async def _stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
         client, sdk = await self._ready()
-        body = encode_request(request)
+        key = cache_key(request)
+        body = encode_request(request, seen=self._last_sent.seen_until(key, request.messages))
         started = time.monotonic()
         request_id: str | None = None
         log.info(
@@ -186,6 +194,7 @@ class AnthropicProvider:
             except Exception as exc:
                 raise self._translate(exc, sdk, in_stream=False) from None
             request_id = request_id_of(stream.response.headers)
+            self._last_sent.remember(key, request.messages)
             assembler = StreamAssembler(max_tokens=request.max_tokens)
             try:
                 async with aclosing(stream_batches(stream)) as batches:
