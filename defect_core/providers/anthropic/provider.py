@@ -249,13 +249,13 @@ class AnthropicProvider:
             if self._sdk is None:
                 self._sdk = await load_sdk()
             if self._route == "anthropic":
-                key = api_key(self._settings)
+                key = api_key(self._settings, self._name)
                 if self._client is None or key != self._client_key:
                     self._client = anthropic_client(self._sdk, self._settings, key)
                     self._client_key = key
             elif self._client is None:
                 self._client = await anyio.to_thread.run_sync(
-                    bedrock_client, self._sdk, self._settings
+                    bedrock_client, self._sdk, self._settings, self._name
                 )
             return self._client, self._sdk
 
