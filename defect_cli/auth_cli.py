@@ -250,7 +250,9 @@ def _verify(spec: ProviderSpec, settings: Settings, entry: StoredCredential) -> 
 
 def _warn_shadowed(spec: ProviderSpec) -> None:
     """The environment beats what is stored: say so when it would."""
-    variable = _environment_source(spec)
+    from defect_core.config.credentials import environment_source
+
+    variable = environment_source(spec)
     if variable:
         _say(f"note: {variable} is set in this environment and is used before the stored one")
 
@@ -259,7 +261,11 @@ def _warn_shadowed(spec: ProviderSpec) -> None:
 
 
 def _logout(provider: str | None, settings: Settings) -> int:
-    from defect_core.config.credentials import CredentialsError, credentials_file
+    from defect_core.config.credentials import (
+        CredentialsError,
+        credentials_file,
+        environment_source,
+    )
     from defect_core.config.credentials import remove_credentials as remove
 
     path = credentials_file()
@@ -273,46 +279,25 @@ def _logout(provider: str | None, settings: Settings) -> int:
     _say(f"removed the stored credentials of {', '.join(removed)} from {path}")
     for name in removed:
         spec = _choices(settings).get(name)
-        variable = _environment_source(spec) if spec is not None else None
+        variable = environment_source(spec) if spec is not None else None
         if variable:
             _say(f"note: {variable} is still set in this environment; {name} keeps using it")
     return 0
 
 
-def _environment_source(spec: ProviderSpec) -> str | None:
-    """The environment variable that gives `spec` its credentials, if one does."""
-    names: tuple[str, ...]
-    if spec.kind == "bedrock":
-        names = ("AWS_BEARER_TOKEN_BEDROCK", "AWS_ACCESS_KEY_ID", "AWS_PROFILE")
-    else:
-        names = (spec.api_key_env,) if spec.api_key_env else ()
-    for name in names:
-        if os.environ.get(name, "").strip():
-            return name
-    return None
-
-
 def _status(settings: Settings) -> int:
-    from defect_core.config.credentials import credentials_file, stored_credential, stored_problem
+    from defect_core.config.credentials import credential_source, credentials_file, stored_problem
 
-    path = credentials_file()
     lines = []
     for name, spec in _choices(settings).items():
-        variable = _environment_source(spec)
-        stored = stored_credential(name)
-        if variable:
-            source = f"environment variable {variable}"
-        elif stored is not None:
-            source = f"stored credentials ({stored.describe()})"
-        elif spec.kind == "bedrock":
-            profile = f"profile {spec.profile!r}" if spec.profile else "the default profile"
-            source = f"AWS default chain ({profile}, SSO, instance role)"
-        elif spec.kind == "openai" and not spec.api_key_env:
-            source = "none (no key is sent)"
-        else:
+        source = credential_source(spec)
+        if source is None:
             source = f"none: run `defect login --provider {name}` or set {spec.api_key_env}"
+        elif source == "none needed":
+            source = "none (no key is sent)"
         lines.append(f"{name:<12} {source}")
     problem = stored_problem()
+    path = credentials_file()
     lines.append(f"credentials file: {path}" + (f" (refused: {problem})" if problem else ""))
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

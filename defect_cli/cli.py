@@ -318,6 +318,7 @@ def _serve(
     import signal
 
     from defect_acp.server import serve
+    from defect_cli.acp_auth import StoredAuth
     from defect_cli.idle_loop import new_event_loop
     from defect_cli.wiring import acp_core
 
@@ -345,6 +346,7 @@ def _serve(
             # a repository must not choose the program the editor's terminal runs
             # (docs/security.md).
             terminal_shell=settings.terminal_shell,
+            auth=StoredAuth(settings),  # authenticate / logout over `defect login`'s store
         )
 
     # Everything imported so far lives as long as the process: keep it out of the cyclic

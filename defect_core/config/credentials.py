@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from defect_core.config.private_file import user_config_dir, write_private
+from defect_core.config.settings import ProviderSpec
 from defect_core.log import filter_lines, get_logger
 from defect_core.redaction import hide_remembered, remember_secret
 
@@ -52,7 +53,9 @@ __all__ = [
     "CredentialsRefused",
     "Secret",
     "StoredCredential",
+    "credential_source",
     "credentials_file",
+    "environment_source",
     "read_credentials",
     "remove_credentials",
     "save_credential",
@@ -236,6 +239,36 @@ def stored_credential(
 def stored_problem(env: Mapping[str, str] | None = None) -> str:
     """Why the credentials file is not used ('' when it is, or when there is none)."""
     return _load(credentials_file(env))[1]
+
+
+def environment_source(spec: ProviderSpec, env: Mapping[str, str] | None = None) -> str | None:
+    """The environment variable that gives `spec` its credentials (it beats the stored ones),
+    or None."""
+    env = os.environ if env is None else env
+    names: tuple[str, ...]
+    if spec.kind == "bedrock":
+        names = ("AWS_BEARER_TOKEN_BEDROCK", "AWS_ACCESS_KEY_ID", "AWS_PROFILE")
+    else:
+        names = (spec.api_key_env,) if spec.api_key_env else ()
+    return next((name for name in names if env.get(name, "").strip()), None)
+
+
+def credential_source(spec: ProviderSpec, env: Mapping[str, str] | None = None) -> str | None:
+    """Where `spec`'s credentials come from, in precedence order, for a person (never the
+    secret): an environment variable, the stored credentials, for Bedrock the AWS default
+    chain, for a keyless OpenAI-compatible server nothing needed; None when nowhere."""
+    variable = environment_source(spec, env)
+    if variable:
+        return f"environment variable {variable}"
+    stored = stored_credential(spec.name, env)
+    if stored is not None:
+        return f"stored credentials ({stored.describe()})"
+    if spec.kind == "bedrock":
+        profile = f"profile {spec.profile!r}" if spec.profile else "the default profile"
+        return f"AWS default chain ({profile}, SSO, instance role)"
+    if spec.kind == "scripted" or (spec.kind == "openai" and not spec.api_key_env):
+        return "none needed"
+    return None
 
 
 # --- changing it --------------------------------------------------------------------------
