@@ -17,7 +17,8 @@ Invariants:
   `{}`/`null` for a method we did not write, where a missing method must be -32601.
 - Handlers take `**kwargs`: the SDK merges `_meta` entries into the keyword arguments.
 - Errors are one line: -32602 for bad params, -32002 for an unknown session, -32000 when
-  credentials are missing, -32603 with `data.retryable` when the model call failed.
+  credentials are missing (a prompt, `authenticate`: `defect_acp/auth.py`), -32603 with
+  `data.retryable` when the model call failed.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,28 @@ def test_a_broken_file_is_an_error_not_a_crash(config_home: Path) -> None:
     os.chmod(path, 0o600)
     assert stored_credential("anthropic") is None
     assert "anthropic.api_key must be a non-empty string" in stored_problem()
+
+
+def test_a_log_line_never_shows_a_stored_secret(config_home: Path) -> None:
+    """In a real process with the log configured: an event carrying the stored key (as an
+    SDK's debug line or an error message might) is written with it replaced."""
+    plain = "plainsecretvalue42"
+    save_credential(credentials_file(), StoredCredential("mine", api_key=Secret(plain)))
+    program = (
+        "import logging\n"
+        "from defect_core import log\n"
+        "from defect_core.config.credentials import stored_credential\n"
+        "log.configure(level='info')\n"
+        f"log.get_logger('t').info('before', value={plain!r})\n"
+        "stored_credential('mine')\n"
+        f"log.get_logger('t').info('after', value={plain!r})\n"
+        f"logging.getLogger('sdk').warning('header x-api-key: %s', {plain!r})\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True
+    )
+    before, after, sdk = done.stderr.splitlines()
+    assert plain in before  # not a secret this process knew of yet
+    assert plain not in after and REDACTED in after
+    assert plain not in sdk and REDACTED in sdk
