@@ -19,7 +19,13 @@ import pytest
 from acp import RequestError
 from acp import schema as s
 
-from defect_fakeapi import DEFAULT_API_KEY, FakeProvider, Reply
+from defect_fakeapi import (
+    DEFAULT_API_KEY,
+    DEFAULT_AWS_ACCESS_KEY_ID,
+    DEFAULT_AWS_SECRET_KEY,
+    FakeProvider,
+    Reply,
+)
 from tests.support.acp_harness import REPO, agent_env, raw_session, spawn_defect
 
 pytestmark = pytest.mark.anyio
@@ -141,3 +147,61 @@ async def test_login_in_another_process_lets_the_running_agent_answer(
     recorded = transcript.read_text()
     assert "Logged in and answering." in recorded
     assert DEFAULT_API_KEY not in recorded
+
+
+@pytest.mark.parametrize("how", ["profile", "bearer token"])
+async def test_bedrock_credentials_stored_by_login_reach_the_running_agent(
+    tmp_path: Path, how: str
+) -> None:
+    """No AWS credentials anywhere (the default chain finds none): -32000; after `defect
+    login --provider bedrock` in another process, the same agent calls Bedrock with them."""
+    token = "bedrock-api-key-AbCdEf0123456789"
+    (tmp_path / "aws-credentials").write_text(
+        f"[fake]\naws_access_key_id = {DEFAULT_AWS_ACCESS_KEY_ID}\n"
+        f"aws_secret_access_key = {DEFAULT_AWS_SECRET_KEY}\n"
+    )
+    with FakeProvider(bedrock_bearer_token=token) as fake:
+        env = agent_env(
+            DEFECT_PROVIDER="bedrock",
+            ANTHROPIC_BEDROCK_BASE_URL=fake.url,
+            AWS_CONFIG_FILE=str(tmp_path / "aws-config"),
+            AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "aws-credentials"),
+            AWS_EC2_METADATA_DISABLED="true",
+            DEFECT_REASONING_EFFORT="off",
+            XDG_CONFIG_HOME=str(tmp_path / "xdg"),
+            DEFECT_STATE_DIR=str(tmp_path / "state"),
+            HOME=str(tmp_path),
+        )
+        for name in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_REGION", "AWS_BEARER_TOKEN_BEDROCK"):
+            env.pop(name, None)
+        fake.enqueue(Reply.text("Hello from Bedrock."))
+        async with spawn_defect(env=env) as agent:
+            await agent.conn.initialize(protocol_version=1, client_capabilities=TERMINAL)
+            sid = await agent.new_session(tmp_path)
+            with pytest.raises(RequestError) as no_credentials:
+                await agent.prompt(sid, "hello")
+            assert no_credentials.value.code == -32000
+            with pytest.raises(RequestError) as not_yet:
+                await agent.conn.authenticate(method_id="defect-login")
+            assert "defect login --provider bedrock" in str(not_yet.value)
+
+            args = ["login", "--provider", "bedrock", "--region", "us-east-1"]
+            args += ["--profile", "fake"] if how == "profile" else ["--bearer-token-stdin"]
+            logged_in = subprocess.run(
+                [sys.executable, "-m", "defect_cli", *args],
+                input=token if how == "bearer token" else "",
+                env=env,
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert logged_in.returncode == 0, logged_in.stderr
+
+            assert await agent.conn.authenticate(method_id="defect-login") is not None
+            assert (await agent.prompt(sid, "hello")).stop_reason == "end_turn"
+            assert agent.client.text(sid) == "Hello from Bedrock."
+        [call] = fake.requests
+        sent = call.headers["authorization"]
+        assert sent == f"Bearer {token}" if how == "bearer token" else sent.startswith("AWS4-")

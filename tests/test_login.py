@@ -20,7 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from defect_fakeapi import DEFAULT_API_KEY, FakeProvider
+from defect_fakeapi import (
+    DEFAULT_API_KEY,
+    DEFAULT_AWS_ACCESS_KEY_ID,
+    DEFAULT_AWS_SECRET_KEY,
+    FakeProvider,
+)
 from tests.support.acp_harness import REPO, agent_env
 
 WRONG_KEY = "sk-ant-api03-this-key-is-wrong-4242"
@@ -211,3 +216,62 @@ def test_logout_with_nothing_stored(
     args = ["logout"] + (["--provider", provider] if provider else [])
     out = defect(args, login_env(tmp_path, fake_provider))
     assert out.returncode == 0 and "nothing stored" in out.stderr
+
+
+# --- Bedrock: a profile (boto3 resolves it) or a bearer token, checked with ListFoundationModels
+
+
+def bedrock_env(tmp_path: Path, fake: FakeProvider) -> dict[str, str]:
+    """No AWS credentials in the environment; two profiles in AWS's own files: `fake` (the
+    keys the fake accepts) and `wrong`; Bedrock's endpoint at the fake."""
+    (tmp_path / "aws-credentials").write_text(
+        f"[fake]\naws_access_key_id = {DEFAULT_AWS_ACCESS_KEY_ID}\n"
+        f"aws_secret_access_key = {DEFAULT_AWS_SECRET_KEY}\n"
+        "[wrong]\naws_access_key_id = AKIAIOSFODNN7WRONG00\naws_secret_access_key = nope\n"
+    )
+    env = login_env(
+        tmp_path,
+        fake,
+        ANTHROPIC_BEDROCK_BASE_URL=fake.url,
+        AWS_CONFIG_FILE=str(tmp_path / "aws-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "aws-credentials"),
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+    for name in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
+        env.pop(name, None)
+    return env
+
+
+def test_bedrock_stores_a_profile_name_the_provider_accepted(
+    fake_provider: FakeProvider, tmp_path: Path
+) -> None:
+    env = bedrock_env(tmp_path, fake_provider)
+    login = ["login", "--provider", "bedrock", "--region", "us-east-1", "--profile"]
+    wrong = defect([*login, "wrong"], env)
+    assert wrong.returncode == 1
+    assert "Bedrock (us-east-1) refused the credentials: UnrecognizedClientException" in (
+        wrong.stderr
+    )
+    assert not stored_file(tmp_path).exists()
+    right = defect([*login, "fake"], env)
+    assert right.returncode == 0, right.stderr
+    text = stored_file(tmp_path).read_text()
+    assert 'profile = "fake"' in text and 'region = "us-east-1"' in text
+    assert DEFAULT_AWS_SECRET_KEY not in text and DEFAULT_AWS_ACCESS_KEY_ID not in text
+    assert [r.route for r in fake_provider.listings] == ["foundation_models"] * 2
+    shown = defect(["auth", "status"], env).stdout
+    assert "bedrock      stored credentials (AWS profile 'fake', region us-east-1)" in shown
+
+
+def test_bedrock_bearer_token_is_checked_then_stored(tmp_path: Path) -> None:
+    token = "bedrock-api-key-AbCdEf0123456789"
+    with FakeProvider(bedrock_bearer_token=token) as fake:
+        env = bedrock_env(tmp_path, fake)
+        login = ["login", "--provider", "bedrock", "--bearer-token-stdin", "--region", "eu-west-1"]
+        wrong = defect(login, env, "bedrock-api-key-wrong")
+        assert wrong.returncode == 1 and "refused the credentials" in wrong.stderr
+        right = defect(login, env, token)
+        assert right.returncode == 0, right.stderr
+        assert token not in right.stderr
+        assert f"Bedrock bearer token …{token[-4:]}" in right.stderr
+        assert f'bearer_token = "{token}"' in stored_file(tmp_path).read_text()

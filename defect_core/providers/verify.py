@@ -4,7 +4,8 @@ saves it.
 Owns `verify_credential`: for a provider (`config.ProviderSpec`, built with the process's
 settings as `registry.build_named` would build it) and the credential a person just typed,
 the Anthropic API's or an OpenAI-compatible server's `GET /v1/models` (one page of one
-model), or Bedrock's `ListFoundationModels` through boto3 with the profile or bearer token.
+model), or Bedrock's `ListFoundationModels`: through boto3 with a profile, over the SDK's
+HTTP client with a bearer token (as `AsyncAnthropicBedrock` sends one).
 
 Invariants:
 - The call goes where the provider itself would send it: `base_url` of the user's
@@ -120,16 +121,15 @@ def _bedrock(
         or os.environ.get("AWS_REGION")
         or os.environ.get("AWS_DEFAULT_REGION")
     )
-    saved = os.environ.get("AWS_BEARER_TOKEN_BEDROCK")
     try:
-        if bearer_token:  # boto3 reads Bedrock's bearer token from this variable only
-            os.environ["AWS_BEARER_TOKEN_BEDROCK"] = bearer_token
         session = boto3.Session(profile_name=None if bearer_token else profile)
         region = region or session.region_name
         if not region:
             raise VerificationFailed(
                 "no AWS region: pass --region (e.g. --region us-east-1)", refused=False
             )
+        if bearer_token:
+            return _bedrock_bearer(settings, bearer_token, region)
         client = session.client(
             "bedrock", region_name=region, endpoint_url=settings.bedrock_base_url or None
         )
@@ -141,23 +141,45 @@ def _bedrock(
         ) from None
     except botocore.exceptions.ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
-        refused = code in (
-            "UnrecognizedClientException",
-            "AccessDeniedException",
-            "ExpiredTokenException",
-        )
-        raise VerificationFailed(
-            f"Bedrock ({region}) refused the credentials: {code}"
-            if refused
-            else f"Bedrock ({region}) answered {code or exc}",
-            refused=refused,
-        ) from None
+        raise _bedrock_failure(region, code, exc.response.get("ResponseMetadata", {})) from None
     except botocore.exceptions.BotoCoreError as exc:
         message = f"Bedrock ({region}) could not be asked: {exc}"
         raise VerificationFailed(message, refused=False) from None
-    finally:
-        if saved is None:
-            os.environ.pop("AWS_BEARER_TOKEN_BEDROCK", None)
-        else:
-            os.environ["AWS_BEARER_TOKEN_BEDROCK"] = saved
+    return f"Bedrock ({region})"
+
+
+_REFUSALS = ("UnrecognizedClientException", "AccessDeniedException", "ExpiredTokenException")
+
+
+def _bedrock_failure(region: str | None, code: str, detail: object) -> VerificationFailed:
+    if code in _REFUSALS:
+        return VerificationFailed(
+            f"Bedrock ({region}) refused the credentials: {code}", refused=True
+        )
+    return VerificationFailed(f"Bedrock ({region}) answered {code or detail}", refused=False)
+
+
+def _bedrock_bearer(settings: Settings, token: str, region: str) -> str:
+    """`ListFoundationModels` with a Bedrock API key, as the SDK's Bedrock client sends one
+    (`Authorization: Bearer`); boto3 would take it only from the environment, and only over
+    HTTPS."""
+    from defect_core.providers.anthropic.client import import_sdk
+
+    httpx = import_sdk().httpx
+    base = settings.bedrock_base_url or f"https://bedrock.{region}.amazonaws.com"
+    try:
+        response = httpx.get(
+            base.rstrip("/") + "/foundation-models",
+            params={"byProvider": "Anthropic"},
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout),
+        )
+    except httpx.HTTPError as exc:
+        message = f"Bedrock ({region}) could not be reached: {type(exc).__name__}"
+        raise VerificationFailed(message, refused=False) from None
+    if response.status_code != 200:
+        code = response.headers.get("x-amzn-errortype", "").split(":")[0]
+        if not code and response.status_code in (401, 403):
+            code = "AccessDeniedException"
+        raise _bedrock_failure(region, code, response.status_code)
     return f"Bedrock ({region})"
