@@ -202,6 +202,12 @@ async def test_bedrock_credentials_stored_by_login_reach_the_running_agent(
             assert await agent.conn.authenticate(method_id="defect-login") is not None
             assert (await agent.prompt(sid, "hello")).stop_reason == "end_turn"
             assert agent.client.text(sid) == "Hello from Bedrock."
+
+            logout = [sys.executable, "-m", "defect_cli", "logout", "--provider", "bedrock"]
+            subprocess.run(logout, env=env, cwd=REPO, capture_output=True, timeout=60, check=True)
+            with pytest.raises(RequestError) as logged_out:  # the client built before is gone
+                await agent.prompt(sid, "hello again")
+            assert logged_out.value.code == -32000
         [call] = fake.requests
         sent = call.headers["authorization"]
         assert sent == f"Bearer {token}" if how == "bearer token" else sent.startswith("AWS4-")

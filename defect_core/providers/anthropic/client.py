@@ -52,6 +52,7 @@ __all__ = [
     "anthropic_client",
     "api_key",
     "bedrock_client",
+    "bedrock_identity",
     "chosen_by",
     "freeze_once",
     "hand_back_the_loop",
@@ -255,6 +256,13 @@ def bedrock_client(sdk: Sdk, settings: Settings, name: str = "bedrock") -> Any:
         timeout=_timeout(sdk, s),
         http_client=_http_client(sdk, s),
     )
+
+
+def bedrock_identity(name: str = "bedrock") -> tuple[object, ...]:
+    """What a Bedrock client was built from, cheaply (the variables and the stored entry,
+    one `stat`): the provider builds a new client when it changes (a login, a logout)."""
+    names = ("AWS_BEARER_TOKEN_BEDROCK", "AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_REGION")
+    return (*(os.environ.get(n, "") for n in names), stored_credential(name))
 
 
 def _aws_in_environment() -> bool:

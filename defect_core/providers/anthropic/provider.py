@@ -49,6 +49,7 @@ from defect_core.providers.anthropic.client import (
     anthropic_client,
     api_key,
     bedrock_client,
+    bedrock_identity,
     freeze_once,
     load_sdk,
     preload_sdk,
@@ -84,6 +85,8 @@ class AnthropicProvider:
         self._sdk: Sdk | None = None
         self._client: Any = None
         self._client_key: str | None = None
+        self._identity: tuple[object, ...] | None = None
+        """What the Bedrock client was built from (`client.bedrock_identity`)."""
         self._lock: anyio.Lock | None = None
         self._loop: object | None = None
         self._opening = 0
@@ -253,10 +256,12 @@ class AnthropicProvider:
                 if self._client is None or key != self._client_key:
                     self._client = anthropic_client(self._sdk, self._settings, key)
                     self._client_key = key
-            elif self._client is None:
+            elif self._client is None or bedrock_identity(self._name) != self._identity:
+                identity = bedrock_identity(self._name)  # a login or logout: a new client
                 self._client = await anyio.to_thread.run_sync(
                     bedrock_client, self._sdk, self._settings, self._name
                 )
+                self._identity = identity
             return self._client, self._sdk
 
     async def aclose(self) -> None:
