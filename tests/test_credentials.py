@@ -67,9 +67,12 @@ def test_a_file_open_to_others_is_refused_with_one_line(config_home: Path) -> No
     with pytest.raises(CredentialsMissing) as missing:
         api_key(Settings(), "anthropic")
     assert f"chmod 600 {path}" in missing.value.message
-    os.chmod(path, 0o600)
+    # A new login tightens the file again and keeps what it held.
+    save_credential(path, StoredCredential("other", api_key=Secret(KEY + "2")))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
     stored = stored_credential("anthropic")
     assert stored is not None and stored.api_key == Secret(KEY)
+    assert sorted(read_credentials(path)) == ["anthropic", "other"]
 
 
 def test_the_environment_beats_the_stored_key(

@@ -275,3 +275,19 @@ def test_bedrock_bearer_token_is_checked_then_stored(tmp_path: Path) -> None:
         assert token not in right.stderr
         assert f"Bedrock bearer token …{token[-4:]}" in right.stderr
         assert f'bearer_token = "{token}"' in stored_file(tmp_path).read_text()
+
+
+def test_bedrock_profile_chosen_in_a_terminal(fake_provider: FakeProvider, tmp_path: Path) -> None:
+    env = bedrock_env(tmp_path, fake_provider)
+    answers = [
+        ("Provider [", "bedrock"),
+        ("bearer token? [1]: ", "1"),
+        ("AWS region", "us-east-1"),
+        ("AWS profile name [default]: ", "fake"),
+    ]
+    status, screen = in_terminal(["login"], env, answers)
+    assert status == 0, screen
+    assert "Logged in to bedrock (Bedrock (us-east-1)): AWS profile 'fake', region us-east-1" in (
+        screen
+    )
+    assert 'profile = "fake"' in stored_file(tmp_path).read_text()

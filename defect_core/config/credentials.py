@@ -292,12 +292,13 @@ def _render(entries: Mapping[str, StoredCredential]) -> str:
 
 
 def save_credential(path: Path, entry: StoredCredential) -> None:
-    """Store `entry`, replacing the provider's earlier one. A file refused for its mode is
-    replaced (the new one is 0600); one that cannot be parsed raises `CredentialsError`."""
+    """Store `entry`, replacing the provider's earlier one. A file refused for its mode keeps
+    its other entries and is written 0600 again; one that cannot be parsed raises
+    `CredentialsError` (nothing is lost)."""
     try:
         entries = read_credentials(path)
     except CredentialsRefused:
-        entries = {}
+        entries = _parse(path, path.read_text(encoding="utf-8"))
     entries[entry.provider] = entry
     write_private(path, _render(entries))
 
