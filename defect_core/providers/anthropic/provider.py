@@ -53,6 +53,7 @@ from defect_core.providers.anthropic.client import (
     anthropic_client,
     api_key,
     bedrock_client,
+    bedrock_identity,
     freeze_once,
     load_sdk,
     preload_sdk,
@@ -89,6 +90,8 @@ class AnthropicProvider:
         self._sdk: Sdk | None = None
         self._client: Any = None
         self._client_key: str | None = None
+        self._identity: tuple[object, ...] | None = None
+        """What the Bedrock client was built from (`client.bedrock_identity`)."""
         self._lock: anyio.Lock | None = None
         self._loop: object | None = None
         self._opening = 0
@@ -258,14 +261,16 @@ class AnthropicProvider:
             if self._sdk is None:
                 self._sdk = await load_sdk()
             if self._route == "anthropic":
-                key = api_key(self._settings)
+                key = api_key(self._settings, self._name)
                 if self._client is None or key != self._client_key:
                     self._client = anthropic_client(self._sdk, self._settings, key)
                     self._client_key = key
-            elif self._client is None:
+            elif self._client is None or bedrock_identity(self._name) != self._identity:
+                identity = bedrock_identity(self._name)  # a login or logout: a new client
                 self._client = await anyio.to_thread.run_sync(
-                    bedrock_client, self._sdk, self._settings
+                    bedrock_client, self._sdk, self._settings, self._name
                 )
+                self._identity = identity
             return self._client, self._sdk
 
     async def aclose(self) -> None:
