@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck pytest bench test-real-server acp-schema clean
+.PHONY: install run test lint typecheck pytest bench test-real-server acp-schema release-check clean
 
 install: $(STAMP)
 
@@ -48,6 +48,12 @@ test-real-server: $(STAMP)
 # Refresh the vendored ACP schema (tests/schema/) from the published npm package.
 acp-schema: $(STAMP)
 	$(BIN)/python scripts/refresh_acp_schema.py $(if $(VERSION),--version $(VERSION))
+
+# Before publishing a version: one version in defect_core/__init__.py and agent.json, the
+# manifest valid for the ACP registry, fresh sdist + wheel passing twine check, and the
+# installed wheel's initialize checked as the registry's CI does (scripts/release_check.py).
+release-check: $(STAMP)
+	$(BIN)/python scripts/release_check.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
