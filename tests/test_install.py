@@ -284,10 +284,10 @@ def test_pipx_install_then_help_and_acp(
 
 
 def test_readme_quick_start_with_uv_tool_install(
-    tools: Path, wheel: Path, wheelhouse: Path, tmp_path: Path
+    tools: Path, dist: release_check.Artefacts, wheelhouse: Path, tmp_path: Path
 ) -> None:
+    # `uv tool install defect`, the index being the wheelhouse that holds the built wheel.
     offline_uv = ["--offline", "--no-index", "--find-links", wheelhouse]
-    env = uv_env(tmp_path, tools)
     done = run(
         tools / "uv",
         "tool",
@@ -295,9 +295,9 @@ def test_readme_quick_start_with_uv_tool_install(
         *offline_uv,
         "--python",
         sys.executable,
-        wheel,
+        "defect",
         cwd=tmp_path,
-        env=env,
+        env=uv_env(tmp_path, tools),
     )
     assert done.returncode == 0, done.stderr
     version = run(tmp_path / "uv-bin" / "defect", "--version", cwd=tmp_path)
