@@ -95,9 +95,10 @@ def manifest_problems(manifest: Any, schema: dict[str, Any]) -> list[str]:
     if problems or not isinstance(manifest, dict):
         return problems
     version = manifest["version"]
-    for kind in ("uvx", "npx"):
+    pins = {"uvx": r"==([^,;\s]+)$", "npx": r"(?<=.)@([^@/\s]+)$"}  # defect==1.2.3, x@1.2.3
+    for kind, pin in pins.items():
         package = manifest["distribution"].get(kind, {}).get("package", "")
-        pinned = re.search(r"==([^,;\s]+)$", package)
+        pinned = re.search(pin, package)
         if pinned is None:
             if kind in manifest["distribution"]:
                 problems.append(f"agent.json: {kind} package {package!r} pins no exact version")
@@ -294,11 +295,14 @@ def main(argv: list[str] | None = None) -> int:
         home.mkdir()
         try:
             problems = check_manifest(args.root)
-            manifest = load_json(args.root / "agent.json")
-            agent_args = [str(a) for a in manifest["distribution"]["uvx"].get("args", [])]
-            program = args.program or install_wheel(args.wheel, Path(scratch) / "venv")
-            problems += check_agent(program, agent_args, home)
-        except (CheckError, KeyError, TypeError) as exc:
+            uvx = load_json(args.root / "agent.json").get("distribution", {}).get("uvx")
+            if not isinstance(uvx, dict):
+                problems.append("agent.json: no distribution.uvx, the way defect is listed")
+            if not problems:
+                agent_args = [str(a) for a in uvx.get("args", [])]
+                program = args.program or install_wheel(args.wheel, Path(scratch) / "venv")
+                problems += check_agent(program, agent_args, home)
+        except CheckError as exc:
             print(f"registry_check: {exc}", file=sys.stderr)
             return 2
     for problem in problems:

@@ -68,6 +68,10 @@ def test_the_registry_rules_find_each_mistake() -> None:
     assert registry_check.manifest_problems(other, SCHEMA) == [
         f"agent.json: uvx package pins 9.9.9, the entry says {MANIFEST['version']}"
     ]
+    other["distribution"] = {"npx": {"package": "@scope/defect@9.9.9"}}
+    assert registry_check.manifest_problems(other, SCHEMA) == [
+        f"agent.json: npx package pins 9.9.9, the entry says {MANIFEST['version']}"
+    ]
 
 
 def test_the_icon_rules() -> None:
@@ -159,3 +163,17 @@ def test_the_refresh_accepts_only_an_entry_schema() -> None:
         with pytest.raises(refresh_registry_schema.RefreshError):
             refresh_registry_schema.check_schema(bad)
     assert refresh_registry_schema.source_url("abc123").endswith("/abc123/agent.schema.json")
+
+
+def test_registry_check_stops_at_a_manifest_the_registry_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tree_copy(tmp_path)
+    manifest = copy.deepcopy(MANIFEST)
+    manifest["distribution"] = {"npx": {"package": f"defect@{MANIFEST['version']}"}}
+    (root / "agent.json").write_text(json.dumps(manifest), encoding="utf-8")
+    # The agent is never started: the program named does not exist.
+    assert registry_check.main(["--program", "/nonexistent/defect", "--root", str(root)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "registry_check: agent.json: no distribution.uvx, the way defect is listed"
+    ]
