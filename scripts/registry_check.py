@@ -169,6 +169,8 @@ def initialize(
         line = agent.stdout.readline() if ready else ""
     finally:
         stderr = _end(agent)
+    if not line and ready:
+        raise CheckError(f"the agent ended (exit {agent.returncode}) unanswered; stderr: {stderr}")
     if not line:
         raise CheckError(f"no answer to initialize within {timeout:g} s; stderr: {stderr}")
     try:

@@ -142,12 +142,13 @@ def tools(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def uv_env(root: Path, tools: Path) -> dict[str, str]:
     """uv's directories under `root` but its cache (the session's, beside the tools), and no
-    interpreter download."""
+    interpreter download, nor any uv.toml of the machine."""
     return {
         "UV_CACHE_DIR": str(tools.parent / "uv-cache"),
         "UV_TOOL_DIR": str(root / "uv-tools"),
         "UV_TOOL_BIN_DIR": str(root / "uv-bin"),
         "UV_PYTHON_DOWNLOADS": "never",
+        "UV_NO_CONFIG": "1",
     }
 
 
@@ -249,7 +250,9 @@ def test_transcript_with_the_fake_api_from_the_install(installed: Path, tmp_path
     assert "1 passed, 0 failed, 0 skipped" in done.stdout, done.stdout
 
 
-def test_the_registry_command_through_uvx(tools: Path, wheelhouse: Path, tmp_path: Path) -> None:
+def test_the_registry_command_through_uvx(
+    tools: Path, dist: release_check.Artefacts, wheelhouse: Path, tmp_path: Path
+) -> None:
     manifest = json.loads((REPO / "agent.json").read_text(encoding="utf-8"))
     uvx = manifest["distribution"]["uvx"]
     offline_uv = ["--offline", "--no-index", "--find-links", str(wheelhouse)]
