@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck pytest bench test-real-server acp-schema release-check clean
+.PHONY: install run test lint typecheck pytest bench test-real-server acp-schema clean
 
 install: $(STAMP)
 
@@ -52,6 +52,7 @@ acp-schema: $(STAMP)
 # Before publishing a version: one version in defect_core/__init__.py and agent.json, the
 # manifest valid for the ACP registry, fresh sdist + wheel passing twine check, and the
 # installed wheel's initialize checked as the registry's CI does (scripts/release_check.py).
+.PHONY: release-check
 release-check: $(STAMP)
 	$(BIN)/python scripts/release_check.py
 
