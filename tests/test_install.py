@@ -350,12 +350,6 @@ def test_a_terminal_auth_method_must_run(installed: Path, tmp_path: Path) -> Non
     assert "`defect no-such-command --help` exits 2" in problem, problem
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="initialize answers authMethods: [] until `defect login` and its terminal auth "
-    "method exist; the registry lists only agents with an Agent or Terminal method",
-)
 def test_the_registry_ci_check_passes_on_the_installed_agent(
     installed: Path, tmp_path: Path
 ) -> None:
