@@ -1,6 +1,7 @@
 """One MCP server from start to stop: its transport, its `ClientSession`, its process.
 
-Owns `Connection` (one server's lifecycle: start, ready or failed, lost, closed, swept),
+Owns `Connection` (one server's lifecycle: start, ready or failed, lost, closed, swept; the
+tool calls running on it, and what answers its elicitations, `Elicit`),
 the stdio server's stderr reader (`_StderrTail`), which transports can be connected
 (`supported_transports`), and how a failure is put in one line (`describe`).
 
@@ -38,7 +39,7 @@ import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,9 @@ if TYPE_CHECKING:
     from mcp import ClientSession
 
 log = get_logger("defect.mcp")
+
+Elicit = Callable[["Connection", Any], Awaitable[Any]]
+"""What answers a server's `elicitation/create` (the hub's, `mcp/elicitation.py`)."""
 
 SWEEP_GRACE = 0.5
 """Seconds a stopped server's leftover children get after SIGTERM before SIGKILL."""
@@ -120,7 +124,13 @@ class _StderrTail:
 class Connection:
     """One server: its long-lived task owns the SDK contexts from connect to close."""
 
-    def __init__(self, spec: McpServerSpec, cwd: Path, env: EnvPolicy = DEFAULT_POLICY) -> None:
+    def __init__(
+        self,
+        spec: McpServerSpec,
+        cwd: Path,
+        env: EnvPolicy = DEFAULT_POLICY,
+        elicit: Elicit | None = None,
+    ) -> None:
         self.spec = spec
         self.name = spec.name
         self.cwd = cwd
@@ -139,6 +149,10 @@ class Connection:
         self._scope = anyio.CancelScope()
         self._stderr: _StderrTail | None = None
         self._task: asyncio.Task[None] | None = None
+        self._elicit = elicit
+        self.calls: list[str] = []
+        """The tool calls running on this server, oldest first (`McpTool.run`): an
+        elicitation is tied to the latest."""
 
     @property
     def pid(self) -> int | None:
@@ -255,11 +269,16 @@ class Connection:
             if isinstance(message, Exception) and self.stream_error is None:
                 self.stream_error = self.redact(_describe_stream_error(message))
 
+        async def on_elicit(context: Any, params: Any) -> Any:
+            assert self._elicit is not None
+            return await self._elicit(self, params)
+
         return await stack.enter_async_context(
             ClientSession(
                 read,
                 write,
                 message_handler=on_message,
+                elicitation_callback=on_elicit if self._elicit is not None else None,
                 client_info=Implementation(name="defect", version=__version__),
             )
         )

@@ -1,6 +1,7 @@
 """A session's MCP servers: `McpHub` starts them, offers their tools, and stops them.
 
-Owns the set of one session's connections, the time-out each has to start, the tools they
+Owns the set of one session's connections, the time-out each has to start, how their
+elicitations reach the session's user (`ask_with`, `mcp/elicitation.py`), the tools they
 offer (named uniquely across servers, in the order their servers became ready), the servers
 still starting, and the list of servers that failed, with why.
 
@@ -43,9 +44,10 @@ from pathlib import Path
 import anyio
 
 from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
-from defect_core.events import AgentEvent, Notice
+from defect_core.events import AgentEvent, Ask, Notice
 from defect_core.log import get_logger
 from defect_core.mcp.connection import Connection, describe
+from defect_core.mcp.elicitation import elicit
 from defect_core.mcp.spec import McpServerSpec, merge_servers
 from defect_core.mcp.tool import MCP_PREFIX, McpTool, tool_name, unique_name
 from defect_core.tools.base import ToolRegistry
@@ -93,6 +95,8 @@ class McpHub:
         self._closed = False
         self._env: EnvPolicy = DEFAULT_POLICY
         """What a stdio server inherits of defect's environment (`defect_core/child_env.py`)."""
+        self._ask: Ask | None = None
+        """How the servers' elicitations reach the session's user (`ask_with`)."""
 
     @classmethod
     def start(
@@ -144,6 +148,15 @@ class McpHub:
         self._follower = publish
         return self.failure_notice()
 
+    def ask_with(self, ask: Ask) -> None:
+        """Ask the session's user through `ask` when a server elicits input
+        (`mcp/elicitation.py`); until then, and once the hub is closed, it is refused."""
+        self._ask = ask
+
+    async def _elicit(self, conn: Connection, params: object) -> object:
+        ask = None if self._closed else self._ask
+        return await elicit(conn.name, params, conn.calls[-1] if conn.calls else None, ask)
+
     async def offer(self, tools: ToolRegistry, publish: Publish) -> None:
         """Before a model turn: wait for the servers still starting (each within its
         time-out), saying so through `publish`, then add to `tools`, at its end, the ready
@@ -180,7 +193,7 @@ class McpHub:
                 await self._failed(spec.name, "the `mcp` package is not installed")
             return
         deadline = anyio.current_time() + seconds
-        connections = [Connection(spec, cwd, self._env) for spec in specs]
+        connections = [Connection(spec, cwd, self._env, self._elicit) for spec in specs]
         self._connections.extend(connections)
         for conn in connections:
             conn.start()

@@ -195,6 +195,7 @@ class McpTool:
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+        conn.calls.append(ctx.tool_call_id)
         try:
             result = await session.call_tool(
                 self._remote_name, args or {}, read_timeout_seconds=self._call_timeout
@@ -214,6 +215,8 @@ class McpTool:
             error = conn.redact(describe(exc))
             log.warning("mcp_call_failed", server=conn.name, tool=self._remote_name, error=error)
             return _failed(f"MCP server '{conn.name}': {self._remote_name} failed: {error}")
+        finally:
+            conn.calls.remove(ctx.tool_call_id)
         return tool_output(result)
 
 

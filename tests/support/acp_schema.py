@@ -43,7 +43,10 @@ AGENT_REQUESTS = {
     "terminal/wait_for_exit": "WaitForTerminalExitRequest",
     "terminal/kill": "KillTerminalRequest",
     "terminal/release": "ReleaseTerminalRequest",
+    "elicitation/create": "CreateElicitationRequest",
 }
+CLIENT_RESPONSES = {"elicitation/create": "CreateElicitationResponse"}
+"""What the test's client answers to the agent's requests, checked too (both directions)."""
 AGENT_NOTIFICATIONS = {"session/update": "SessionNotification"}
 
 
@@ -122,6 +125,11 @@ class AcpSchema:
             self.check(
                 RESPONSES[answered_method], message.get("result"), f"{answered_method} result"
             )
+
+    def check_client_response(self, message: dict[str, Any], method: str | None) -> None:
+        """Validate the test client's answer to an agent request of `method`."""
+        if method in CLIENT_RESPONSES and "result" in message:
+            self.check(CLIENT_RESPONSES[method], message["result"], f"the client's {method} result")
 
 
 @cache
