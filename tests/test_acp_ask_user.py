@@ -145,3 +145,23 @@ def test_exec_answers_at_once_that_no_one_is_there(tmp_path: Path) -> None:
     updates = [e for e in events if e["type"] == "tool_call_update" and e["id"] == "toolu_ask"]
     assert updates and "No one is there to answer" in json.dumps(updates[-1])
     assert events[-1]["text"] == "Done."
+
+
+async def test_a_loaded_session_replays_the_question_and_its_answer(tmp_path: Path) -> None:
+    client = RecordingClient(elicitation=accept({"choice": "Green"}))
+    async with spawn_defect(env=script_env(tmp_path, REPLIES), client=client) as first:
+        await first.initialize(elicitation=("form",))
+        sid = await first.new_session(tmp_path)
+        assert (await first.prompt(sid, "style the button")).stop_reason == "end_turn"
+    replayed = RecordingClient()
+    async with spawn_defect(env=script_env(tmp_path), client=replayed) as second:
+        await second.initialize()
+        await second.conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+        [card] = [
+            u
+            for _, u in replayed.updates
+            if u.session_update == "tool_call" and u.tool_call_id == "toolu_ask"
+        ]
+        assert card.kind == "think" and card.title == "Question: Which colour should the button be?"
+        shown = json.dumps([u.model_dump(mode="json") for _, u in replayed.updates])
+        assert "The user chose: Green" in shown

@@ -6,11 +6,13 @@ result shows what the server got). In `defect exec` no one is asked."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from acp import schema as s
 
@@ -125,3 +127,33 @@ def test_exec_asks_no_one_and_the_server_is_told(tmp_path: Path) -> None:
     updates = [e for e in events if e["type"] == "tool_call_update" and e["id"] == "toolu_mcp"]
     text = json.dumps(updates[-1])
     assert "elicitation failed" in text and "without an editor" in text
+
+
+async def test_a_cancelled_turn_withdraws_the_servers_question_and_tells_it(
+    tmp_path: Path,
+) -> None:
+    gate = asyncio.Event()
+    client = RecordingClient(permission_gate=gate)  # the form is never answered
+    env = script_env(tmp_path, replies("pick_colour"))
+    async with spawn_defect(env=env, client=client) as agent:
+        await agent.initialize(elicitation=("form",))
+        response = await agent.conn.new_session(
+            cwd=str(tmp_path),
+            mcp_servers=[
+                s.McpServerStdio(name="ask", command=sys.executable, args=[str(SERVER)], env=[])
+            ],
+        )
+        sid = response.session_id
+        prompt = asyncio.create_task(agent.prompt(sid, "ask"))
+        await client.wait_for(lambda: bool(client.elicitations))
+        await agent.conn.cancel(session_id=sid)
+        assert (await prompt).stop_reason == "cancelled"
+
+        def told() -> list[str]:  # logged by the server's task: it may follow the answer
+            return [line for line in agent.stderr().splitlines() if "mcp_elicitation" in line]
+
+        with anyio.move_on_after(20):
+            while not told():
+                await anyio.sleep(0.05)
+        assert told() and "cancel" in told()[-1] and "its tool call ended" in told()[-1]
+        gate.set()

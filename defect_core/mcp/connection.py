@@ -153,6 +153,9 @@ class Connection:
         self.calls: list[str] = []
         """The tool calls running on this server, oldest first (`McpTool.run`): an
         elicitation is tied to the latest."""
+        self.asking: dict[str, set[anyio.CancelScope]] = {}
+        """The elicitations waiting on the user, by the tool call they are tied to: they end
+        with it (`call_ended`)."""
 
     @property
     def pid(self) -> int | None:
@@ -189,6 +192,12 @@ class Connection:
             self._closing.set()
         else:
             self.abort("closed before it started")
+
+    def call_ended(self, tool_call_id: str) -> None:
+        """A tool call on this server ended (or was cancelled): so do its elicitations."""
+        self.calls.remove(tool_call_id)
+        for scope in self.asking.pop(tool_call_id, ()):
+            scope.cancel()
 
     def redact(self, text: str) -> str:
         """`text` without the secrets this server may have printed (see the module)."""

@@ -12,7 +12,9 @@ Invariants:
   a front end that cannot show a form or open a page, a time-out, the front end's error),
   an error whose message says why in one line; never a hang.
 - Only a session's own servers ask, and only while the session lives: the hub that owns the
-  connection is the session's, and closing the session answers its open questions.
+  connection is the session's, and closing the session answers its open questions. A
+  question tied to a tool call ends with it (`McpHub._elicit`): a cancelled turn withdraws it
+  and the server gets `cancel`.
 - Like every module of the package, it imports the `mcp` SDK only inside the function that
   needs it (docs/architecture.md, rule 6).
 """
@@ -56,6 +58,14 @@ def why_not(answer: Answer) -> str:
         "failed": "the editor could not ask",
     }.get(answer.action, "not asked")
     return f"the user was not asked: {answer.detail or reason}"
+
+
+def elicit_cancelled(server: str) -> Any:
+    """The answer to an elicitation whose tool call ended before the user answered."""
+    import mcp_types
+
+    log.info("mcp_elicitation", server=server, action="cancel", why="its tool call ended")
+    return mcp_types.ElicitResult(action="cancel")
 
 
 async def elicit(server: str, params: Any, tool_call_id: str | None, ask: Ask | None) -> Any:

@@ -47,7 +47,7 @@ from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
 from defect_core.events import AgentEvent, Ask, Notice
 from defect_core.log import get_logger
 from defect_core.mcp.connection import Connection, describe
-from defect_core.mcp.elicitation import elicit
+from defect_core.mcp.elicitation import elicit, elicit_cancelled
 from defect_core.mcp.spec import McpServerSpec, merge_servers
 from defect_core.mcp.tool import MCP_PREFIX, McpTool, tool_name, unique_name
 from defect_core.tools.base import ToolRegistry
@@ -154,8 +154,21 @@ class McpHub:
         self._ask = ask
 
     async def _elicit(self, conn: Connection, params: object) -> object:
+        """A server's elicitation, tied to its latest running tool call (if any), which it
+        does not outlive: when that call ends first (the turn was cancelled), the question
+        is withdrawn and the server told it was cancelled."""
         ask = None if self._closed else self._ask
-        return await elicit(conn.name, params, conn.calls[-1] if conn.calls else None, ask)
+        call = conn.calls[-1] if conn.calls else None
+        scope = anyio.CancelScope()
+        if call is not None:
+            conn.asking.setdefault(call, set()).add(scope)
+        try:
+            with scope:
+                return await elicit(conn.name, params, call, ask)
+        finally:
+            if call is not None:
+                conn.asking.get(call, set()).discard(scope)
+        return elicit_cancelled(conn.name)
 
     async def offer(self, tools: ToolRegistry, publish: Publish) -> None:
         """Before a model turn: wait for the servers still starting (each within its

@@ -216,7 +216,7 @@ class McpTool:
             log.warning("mcp_call_failed", server=conn.name, tool=self._remote_name, error=error)
             return _failed(f"MCP server '{conn.name}': {self._remote_name} failed: {error}")
         finally:
-            conn.calls.remove(ctx.tool_call_id)
+            conn.call_ended(ctx.tool_call_id)
         return tool_output(result)
 
 
