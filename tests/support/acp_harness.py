@@ -66,13 +66,14 @@ class RecordingClient:
     permission_requests: list[s.RequestPermissionRequest] = field(default_factory=list)
     reverse_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     permission_gate: asyncio.Event | None = None
+    """When set, permission and elicitation answers wait for this event (to test cancels
+    while pending)."""
     elicitation: ElicitationPolicy = decline
     elicitations: list[tuple[str, Any]] = field(default_factory=list)
     """Every `elicitation/create` received: (message, mode)."""
     terminal_through_shell: bool = False
     """False: `terminal/create` execs exactly `[command, *args]` with no shell, as Zed and acpx
     do. True: the line `command args...` runs through a shell, as some other editors do."""
-    """When set, permission answers wait for this event (to test cancels while pending)."""
     terminals: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
     update_event: asyncio.Event = field(default_factory=asyncio.Event)
 
