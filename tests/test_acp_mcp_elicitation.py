@@ -157,3 +157,37 @@ async def test_a_cancelled_turn_withdraws_the_servers_question_and_tells_it(
                 await anyio.sleep(0.05)
         assert told() and "cancel" in told()[-1] and "its tool call ended" in told()[-1]
         gate.set()
+
+
+async def test_a_question_with_no_turn_running_reaches_the_client_scoped_to_the_session(
+    tmp_path: Path,
+) -> None:
+    trigger, out = tmp_path / "trigger", tmp_path / "out.json"
+    ask_later = {
+        "name": "mcp__ask__ask_later",
+        "input": {"trigger": str(trigger), "out": str(out)},
+        "id": "toolu_mcp",
+    }
+    client = RecordingClient(elicitation=accept({"ok": True}))
+    env = script_env(tmp_path, [{"tool_calls": [ask_later]}, {"text": "Done."}])
+    async with spawn_defect(env=env, client=client) as agent:
+        await agent.initialize(elicitation=("form",))
+        response = await agent.conn.new_session(
+            cwd=str(tmp_path),
+            mcp_servers=[
+                s.McpServerStdio(name="ask", command=sys.executable, args=[str(SERVER)], env=[])
+            ],
+        )
+        sid = response.session_id
+        assert (await agent.prompt(sid, "ask later")).stop_reason == "end_turn"
+        assert client.elicitations == []
+        trigger.write_text("now")  # the turn has ended: no tool call runs
+        await client.wait_for(lambda: bool(client.elicitations), timeout=30)
+        [(message, mode)] = client.elicitations
+        assert message == "MCP server 'ask' asks: Still there?"
+        assert isinstance(mode, s.ElicitationFormSessionMode)
+        assert mode.session_id == sid and mode.tool_call_id is None
+        with anyio.move_on_after(30):
+            while not out.exists() or not out.read_text():
+                await anyio.sleep(0.05)
+        assert json.loads(out.read_text()) == {"action": "accept", "content": {"ok": True}}

@@ -5,13 +5,18 @@ reads the server's side of the answer in the tool's result:
 
 - `pick_colour`: a form of one choice (`colour`: red or blue);
 - `profile`: a form of two fields (`name`, `age`): not a single choice;
-- `sign_in`: a page to open (URL mode, as an OAuth sign-in asks).
+- `sign_in`: a page to open (URL mode, as an OAuth sign-in asks);
+- `ask_later`: returns at once, and asks once the file `trigger` exists (no tool call runs
+  then), writing what came of it to `out`.
 
 Run: `python tests/mcp_servers/ask_server.py` (stdio).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 from typing import Literal
 
 import mcp_types as types
@@ -65,7 +70,30 @@ def build_server() -> MCPServer:
             return f"elicitation failed: {exc}"
         return f"server got: {result.action}"
 
+    @server.tool(description="Ask the user later, once a file exists.", annotations=READ_ONLY)
+    async def ask_later(trigger: str, out: str, ctx: Context) -> str:
+        session = ctx.request_context.session
+
+        async def later() -> None:
+            while not os.path.exists(trigger):
+                await asyncio.sleep(0.02)
+            schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+            try:
+                result = await session.elicit_form("Still there?", schema)
+                text = json.dumps({"action": result.action, "content": result.content})
+            except Exception as exc:
+                text = json.dumps({"error": str(exc)})
+            with open(out, "w", encoding="utf-8") as f:
+                f.write(text)
+
+        _later.append(asyncio.get_running_loop().create_task(later()))
+        return "scheduled"
+
     return server
+
+
+_later: list[asyncio.Task[None]] = []
+"""`ask_later`'s questions, kept until they are asked."""
 
 
 if __name__ == "__main__":
