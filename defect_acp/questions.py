@@ -1,6 +1,8 @@
 """A session's questions to the user (`events.QuestionAsked`) as the client can show them.
 
-Owns `put`: one `Question` asked of the client, and what came of it as an `events.Answer`.
+Owns `put`: one `Question` asked of the client, and what came of it as an `events.Answer`;
+and `completed`, which tells a client that opens pages that one is done with
+(`elicitation/complete`, when an MCP server says so).
 How it is shown depends on what the client advertised in `initialize` (`elicitation`):
 
 - a choice (`ask_user`): an ACP form (`elicitation/create`, form mode, tied to the tool
@@ -72,6 +74,20 @@ async def put(
     except (ConnectionError, ValueError) as exc:
         log.warning("question_failed", session_id=session_id, error=str(exc))
         return ev.Answer("failed", detail=f"{type(exc).__name__}: {exc}")
+
+
+async def completed(
+    conn: AgentSideConnection,
+    event: ev.ElicitationCompleted,
+    caps: s.ElicitationCapabilities | None,
+) -> None:
+    """Tell a client that opens pages that one an MCP server asked for is done with."""
+    if caps is None or caps.url is None:
+        return
+    try:
+        await conn.complete_elicitation(elicitation_id=event.elicitation_id)
+    except ConnectionError as exc:
+        log.debug("elicitation_complete_dropped", error=str(exc))
 
 
 def message_of(question: ev.Question) -> str:

@@ -186,6 +186,9 @@ class SessionPump:
                 await self._flush(pending)
                 key = event.question.question_id
                 self._asking[key] = asyncio.create_task(self._put(event.question))
+            elif isinstance(event, ev.ElicitationCompleted):
+                await self._flush(pending)
+                await questions.completed(self._agent.connection, event, self._elicitation)
             elif isinstance(event, ev.QuestionWithdrawn):
                 if (asking := self._asking.pop(event.question_id, None)) is not None:
                     asking.cancel()

@@ -220,6 +220,15 @@ class QuestionWithdrawn:
 
 
 @dataclass(frozen=True, slots=True)
+class ElicitationCompleted:
+    """An MCP server says the page it asked the user to open (`Question.kind == "url"`) is
+    done with: the front end may tell the editor (`elicitation/complete`)."""
+
+    elicitation_id: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
 class UsageReported:
     used: int
     size: int
@@ -324,6 +333,7 @@ AgentEvent = (
     | PermissionRequested
     | QuestionAsked
     | QuestionWithdrawn
+    | ElicitationCompleted
     | UsageReported
     | ModeChanged
     | ConfigChanged

@@ -105,6 +105,7 @@ async def test_a_page_to_open_goes_to_a_client_with_url_elicitation(tmp_path: Pa
     assert str(mode.url) == "https://auth.example/sign-in?state=abc"
     assert mode.elicitation_id == "sign-in-1"
     assert "server got: accept" in result_of(agent)
+    assert client.completed == ["sign-in-1"], "the server's completion reaches the editor"
 
 
 async def test_a_page_to_open_is_refused_on_a_client_without_url_elicitation(

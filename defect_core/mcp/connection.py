@@ -61,6 +61,8 @@ log = get_logger("defect.mcp")
 
 Elicit = Callable[["Connection", Any], Awaitable[Any]]
 """What answers a server's `elicitation/create` (the hub's, `mcp/elicitation.py`)."""
+Completed = Callable[["Connection", str], Awaitable[None]]
+"""What hears a server's `notifications/elicitation/complete` (a page it had opened is done)."""
 
 SWEEP_GRACE = 0.5
 """Seconds a stopped server's leftover children get after SIGTERM before SIGKILL."""
@@ -130,6 +132,7 @@ class Connection:
         cwd: Path,
         env: EnvPolicy = DEFAULT_POLICY,
         elicit: Elicit | None = None,
+        completed: Completed | None = None,
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -150,6 +153,7 @@ class Connection:
         self._stderr: _StderrTail | None = None
         self._task: asyncio.Task[None] | None = None
         self._elicit = elicit
+        self._completed = completed
         self.calls: list[str] = []
         """The tool calls running on this server, oldest first (`McpTool.run`): an
         elicitation is tied to the latest."""
@@ -274,9 +278,13 @@ class Connection:
         else:
             raise _StartError(f"unsupported transport {spec.transport!r}")
 
+        from mcp_types import ElicitCompleteNotification
+
         async def on_message(message: Any) -> None:
             if isinstance(message, Exception) and self.stream_error is None:
                 self.stream_error = self.redact(_describe_stream_error(message))
+            elif isinstance(message, ElicitCompleteNotification) and self._completed is not None:
+                await self._completed(self, message.params.elicitation_id)
 
         async def on_elicit(context: Any, params: Any) -> Any:
             assert self._elicit is not None

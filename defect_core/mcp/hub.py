@@ -44,7 +44,7 @@ from pathlib import Path
 import anyio
 
 from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
-from defect_core.events import AgentEvent, Ask, Notice
+from defect_core.events import AgentEvent, Ask, ElicitationCompleted, Notice
 from defect_core.log import get_logger
 from defect_core.mcp.connection import Connection, describe
 from defect_core.mcp.elicitation import elicit, elicit_cancelled
@@ -97,6 +97,7 @@ class McpHub:
         """What a stdio server inherits of defect's environment (`defect_core/child_env.py`)."""
         self._ask: Ask | None = None
         """How the servers' elicitations reach the session's user (`ask_with`)."""
+        self._tell: Publish | None = None
 
     @classmethod
     def start(
@@ -148,10 +149,15 @@ class McpHub:
         self._follower = publish
         return self.failure_notice()
 
-    def ask_with(self, ask: Ask) -> None:
+    def ask_with(self, ask: Ask, tell: Publish) -> None:
         """Ask the session's user through `ask` when a server elicits input
-        (`mcp/elicitation.py`); until then, and once the hub is closed, it is refused."""
-        self._ask = ask
+        (`mcp/elicitation.py`), and `tell` when a page it opened is done with
+        (`ElicitationCompleted`); until then, and once the hub is closed, it is refused."""
+        self._ask, self._tell = ask, tell
+
+    async def _completed(self, conn: Connection, elicitation_id: str) -> None:
+        if self._tell is not None and not self._closed:
+            await self._tell(ElicitationCompleted(elicitation_id, conn.name))
 
     async def _elicit(self, conn: Connection, params: object) -> object:
         """A server's elicitation, tied to its latest running tool call (if any), which it
@@ -206,7 +212,8 @@ class McpHub:
                 await self._failed(spec.name, "the `mcp` package is not installed")
             return
         deadline = anyio.current_time() + seconds
-        connections = [Connection(spec, cwd, self._env, self._elicit) for spec in specs]
+        asks = (self._elicit, self._completed)
+        connections = [Connection(spec, cwd, self._env, *asks) for spec in specs]
         self._connections.extend(connections)
         for conn in connections:
             conn.start()

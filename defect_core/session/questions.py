@@ -76,7 +76,7 @@ class SessionQuestions:
             timeout=settings.ask_timeout,
         )
         if mcp is not None:
-            mcp.ask_with(questions.ask)
+            mcp.ask_with(questions.ask, publish)
         return questions
 
     async def ask(self, question: Question) -> Answer:

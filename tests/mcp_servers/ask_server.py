@@ -68,6 +68,8 @@ def build_server() -> MCPServer:
             )
         except Exception as exc:
             return f"elicitation failed: {exc}"
+        if result.action == "accept":  # the sign-in happened out of band: say it is done
+            await ctx.request_context.session.send_elicit_complete("sign-in-1")
         return f"server got: {result.action}"
 
     @server.tool(description="Ask the user later, once a file exists.", annotations=READ_ONLY)

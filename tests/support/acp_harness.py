@@ -71,6 +71,8 @@ class RecordingClient:
     elicitation: ElicitationPolicy = decline
     elicitations: list[tuple[str, Any]] = field(default_factory=list)
     """Every `elicitation/create` received: (message, mode)."""
+    completed: list[str] = field(default_factory=list)
+    """Every `elicitation/complete` received: its elicitation id."""
     terminal_through_shell: bool = False
     """False: `terminal/create` execs exactly `[command, *args]` with no shell, as Zed and acpx
     do. True: the line `command args...` runs through a shell, as some other editors do."""
@@ -110,6 +112,10 @@ class RecordingClient:
         if isinstance(answer, BaseException):
             raise answer
         return answer
+
+    async def complete_elicitation(self, elicitation_id: str, **kwargs: Any) -> None:
+        self.completed.append(elicitation_id)
+        self.update_event.set()
 
     # --- delegated fs / terminal (served for real) ------------------------------------------
 

@@ -47,7 +47,10 @@ AGENT_REQUESTS = {
 }
 CLIENT_RESPONSES = {"elicitation/create": "CreateElicitationResponse"}
 """What the test's client answers to the agent's requests, checked too (both directions)."""
-AGENT_NOTIFICATIONS = {"session/update": "SessionNotification"}
+AGENT_NOTIFICATIONS = {
+    "session/update": "SessionNotification",
+    "elicitation/complete": "CompleteElicitationNotification",
+}
 
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schema"
