@@ -17,6 +17,7 @@ import pytest
 from acp import schema as s
 
 from tests.support.acp_harness import Agent, RecordingClient, script_env, spawn_defect
+from tests.test_acp_trust import make_project, user_config
 from tests.test_exec import defect_exec, json_lines
 
 pytestmark = pytest.mark.anyio
@@ -192,3 +193,21 @@ async def test_a_question_with_no_turn_running_reaches_the_client_scoped_to_the_
             while not out.exists() or not out.read_text():
                 await anyio.sleep(0.05)
         assert json.loads(out.read_text()) == {"action": "accept", "content": {"ok": True}}
+
+
+async def test_a_trusted_projects_server_asks_through_the_session_too(tmp_path: Path) -> None:
+    project = make_project(
+        tmp_path / "cloned", mcp={"ask": {"command": sys.executable, "args": [str(SERVER)]}}
+    )
+    home = tmp_path / "xdg"
+    user_config(home, "")
+    env = script_env(tmp_path, replies("pick_colour"), XDG_CONFIG_HOME=str(home))
+    client = RecordingClient(elicitation=accept({"colour": "red"}))
+    async with spawn_defect(env=env, client=client) as agent:
+        await agent.initialize(elicitation=("form",))
+        sid = await agent.new_session(project)
+        assert (await agent.prompt(sid, "/trust")).stop_reason == "end_turn"
+        assert (await agent.prompt(sid, "ask")).stop_reason == "end_turn"
+        [(message, _mode)] = client.elicitations
+        assert message == "MCP server 'ask' asks: Which colour?"
+        assert "server got: red" in result_of(agent)

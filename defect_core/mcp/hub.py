@@ -155,6 +155,11 @@ class McpHub:
         (`ElicitationCompleted`); until then, and once the hub is closed, it is refused."""
         self._ask, self._tell = ask, tell
 
+    def ask_like(self, other: McpHub) -> None:
+        """Ask the user as `other` does: a hub started later for the same session (a trusted
+        project's servers, `session/trusting.py`) asks through the session's questions too."""
+        self._ask, self._tell = other._ask, other._tell
+
     async def _completed(self, conn: Connection, elicitation_id: str) -> None:
         if self._tell is not None and not self._closed:
             await self._tell(ElicitationCompleted(elicitation_id, conn.name))
