@@ -2,7 +2,8 @@
 (`ctx.elicit`, `ctx.elicit_url` of the `mcp` SDK), the question reaches the client named by its
 server (an ACP form where the client has forms, else a permission question for a single
 choice, else refused saying why), and the client's answer reaches the server (the tool's
-result shows what the server got). In `defect exec` no one is asked."""
+result shows what the server got). In `defect exec` no one is asked. One test drives the hub
+in process, to give a call a time-out shorter than the user's answer."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ import anyio
 import pytest
 from acp import schema as s
 
+from defect_core.events import AgentEvent, Answer, Question
+from defect_core.mcp import McpHub, McpServerSpec
+from defect_core.tools.backends import LocalFsBackend, LocalShellBackend
+from defect_core.tools.base import ToolContext
 from tests.support.acp_harness import Agent, RecordingClient, script_env, spawn_defect
 from tests.test_acp_trust import make_project, user_config
 from tests.test_exec import defect_exec, json_lines
@@ -211,3 +216,35 @@ async def test_a_trusted_projects_server_asks_through_the_session_too(tmp_path: 
         [(message, _mode)] = client.elicitations
         assert message == "MCP server 'ask' asks: Which colour?"
         assert "server got: red" in result_of(agent)
+
+
+async def test_the_calls_time_out_waits_while_the_user_answers(tmp_path: Path) -> None:
+    """In process, with the real server: a call whose time-out is shorter than the user's
+    answer still gets the answer: its time-out is held while the question is open."""
+    spec = McpServerSpec(name="ask", transport="stdio", command=sys.executable, args=(str(SERVER),))
+    hub = await McpHub.connect([spec], tmp_path, timeout=20, call_timeout=0.5)
+    answered = anyio.Event()
+
+    async def slow_user(question: Question) -> Answer:
+        await anyio.sleep(1.5)  # three times the call's time-out
+        answered.set()
+        return Answer("accept", {"colour": "blue"}, via="form")
+
+    async def tell(_event: AgentEvent) -> None:
+        return None
+
+    hub.ask_with(slow_user, tell)
+    context = ToolContext(
+        session_id="s",
+        cwd=tmp_path,
+        fs=LocalFsBackend(),
+        shell=LocalShellBackend(),
+        tool_call_id="toolu_slow",
+    )
+    try:
+        [tool] = [t for t in hub.tools if t.name == "mcp__ask__pick_colour"]
+        output = await tool.run({}, context)
+        assert answered.is_set() and not output.is_error
+        assert output.content == "server got: blue"
+    finally:
+        await hub.aclose()

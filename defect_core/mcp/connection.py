@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import math
 import os
 import shutil
 import signal
@@ -157,6 +158,8 @@ class Connection:
         self.calls: list[str] = []
         """The tool calls running on this server, oldest first (`McpTool.run`): an
         elicitation is tied to the latest."""
+        self._deadlines: dict[str, tuple[anyio.CancelScope, float, list[int]]] = {}
+        """Each running call's time-out: (its scope, its seconds, questions held open)."""
         self.asking: dict[str, set[anyio.CancelScope]] = {}
         """The elicitations waiting on the user, by the tool call they are tied to: they end
         with it (`call_ended`)."""
@@ -197,9 +200,25 @@ class Connection:
         else:
             self.abort("closed before it started")
 
+    def deadline(self, tool_call_id: str, seconds: float) -> anyio.CancelScope:
+        """The time-out of a call starting now (`McpTool.run`), which `user_answering` holds."""
+        scope = anyio.CancelScope(deadline=anyio.current_time() + seconds)
+        self._deadlines[tool_call_id] = (scope, seconds, [0])
+        return scope
+
+    def user_answering(self, tool_call_id: str, answering: bool) -> None:
+        """While the user answers a call's elicitation its time-out is held (the server
+        waits for the user, not the other way round); it runs again, whole, after."""
+        if (entry := self._deadlines.get(tool_call_id)) is None:
+            return
+        scope, seconds, held = entry
+        held[0] += 1 if answering else -1
+        scope.deadline = math.inf if held[0] > 0 else anyio.current_time() + seconds
+
     def call_ended(self, tool_call_id: str) -> None:
         """A tool call on this server ended (or was cancelled): so do its elicitations."""
         self.calls.remove(tool_call_id)
+        self._deadlines.pop(tool_call_id, None)
         for scope in self.asking.pop(tool_call_id, ()):
             scope.cancel()
 

@@ -167,18 +167,21 @@ class McpHub:
     async def _elicit(self, conn: Connection, params: object) -> object:
         """A server's elicitation, tied to its latest running tool call (if any), which it
         does not outlive: when that call ends first (the turn was cancelled), the question
-        is withdrawn and the server told it was cancelled."""
+        is withdrawn and the server told it was cancelled. While the user answers, the
+        call's time-out is held (`Connection.user_answering`)."""
         ask = None if self._closed else self._ask
         call = conn.calls[-1] if conn.calls else None
         scope = anyio.CancelScope()
         if call is not None:
             conn.asking.setdefault(call, set()).add(scope)
+            conn.user_answering(call, True)
         try:
             with scope:
                 return await elicit(conn.name, params, call, ask)
         finally:
             if call is not None:
                 conn.asking.get(call, set()).discard(scope)
+                conn.user_answering(call, False)
         return elicit_cancelled(conn.name)
 
     async def offer(self, tools: ToolRegistry, publish: Publish) -> None:
