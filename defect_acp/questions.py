@@ -7,8 +7,9 @@ How it is shown depends on what the client advertised in `initialize` (`elicitat
 
 - a choice (`ask_user`): an ACP form (`elicitation/create`, form mode, tied to the tool
   call: a single-choice `choice` property, plus a free `text` one when the model allows it)
-  where the client has forms; else a `session/request_permission` whose options are the
-  choices (every client shows those; no free text then, which the answer says: `via`);
+  where the client has forms; else — or when the client answers the form "method not
+  found" — a `session/request_permission` whose options are the choices (every client shows
+  those; no free text then, which the answer says: `via`);
 - an MCP server's form: passed on as an ACP form where the client has forms (named by its
   server); else, if it is a single choice (one enum or boolean property), as a permission
   question's options; else not asked, saying why;
@@ -42,6 +43,9 @@ log = get_logger("defect.acp")
 
 DECLINE = "decline"
 """The permission fallback's option for not answering."""
+METHOD_NOT_FOUND = -32601
+"""A client that advertised forms but does not serve `elicitation/create`: a choice is asked
+again as a permission question."""
 
 
 async def put(
@@ -59,7 +63,12 @@ async def put(
             return await _url(conn, session_id, question)
         if question.kind == "choice":
             if forms:
-                return await _form(conn, session_id, question, _choice_schema(question))
+                try:
+                    return await _form(conn, session_id, question, _choice_schema(question))
+                except RequestError as exc:
+                    if exc.code != METHOD_NOT_FOUND:
+                        raise
+                    log.info("elicitation_not_served", session_id=session_id)
             return await _options(conn, session_id, question, _choice_options(question))
         schema = _form_schema(question.schema or {})
         if forms and schema is not None:

@@ -165,3 +165,16 @@ async def test_a_loaded_session_replays_the_question_and_its_answer(tmp_path: Pa
         assert card.kind == "think" and card.title == "Question: Which colour should the button be?"
         shown = json.dumps([u.model_dump(mode="json") for _, u in replayed.updates])
         assert "The user chose: Green" in shown
+
+
+async def test_a_client_that_advertised_forms_but_lacks_them_gets_the_options(
+    tmp_path: Path,
+) -> None:
+    client = RecordingClient(
+        elicitation=lambda _m, _d: RequestError.method_not_found("elicitation/create"),
+        permission=lambda _request: "answer-0",
+    )
+    agent, stop = await ask(tmp_path, client, "form")
+    assert stop == "end_turn" and len(client.elicitations) == 1
+    assert len(client.permission_requests) == 1
+    assert "The user chose: Blue" in final_text(agent)
