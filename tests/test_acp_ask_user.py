@@ -1,7 +1,8 @@
 """`ask_user` through the real `defect acp` process: a form where the client has ACP
 elicitation, a permission question's options where it has not, no permission asked in any
 mode, and every way a question ends without an answer (declined, the client's error, a cancel
-of the turn, a time-out); in `defect exec` it answers at once that no one is there."""
+of the turn, a time-out); in `defect exec` and in a subagent it answers at once that no one
+is there; a loaded session shows the question's card again."""
 
 from __future__ import annotations
 
@@ -178,3 +179,30 @@ async def test_a_client_that_advertised_forms_but_lacks_them_gets_the_options(
     assert stop == "end_turn" and len(client.elicitations) == 1
     assert len(client.permission_requests) == 1
     assert "The user chose: Blue" in final_text(agent)
+
+
+async def test_a_subagent_asks_no_one(tmp_path: Path) -> None:
+    spawn = {
+        "name": "spawn_agent",
+        "id": "toolu_spawn",
+        "input": {"agent": "general", "task": "Pick the button colour."},
+    }
+    script = tmp_path / "agents.json"
+    script.write_text(
+        json.dumps(
+            {
+                "replies": [{"tool_calls": [spawn]}, {"text": "Parent done."}],
+                "agents": {"general": [{"tool_calls": [ASK]}, {"text": "I assumed Blue."}]},
+            }
+        )
+    )
+    client = RecordingClient(elicitation=accept({"choice": "Green"}))
+    env = script_env(tmp_path, DEFECT_SCRIPT=str(script))
+    async with spawn_defect(env=env, client=client) as agent:
+        await agent.initialize(elicitation=("form",))
+        sid = await agent.new_session(tmp_path)
+        await agent.conn.set_session_mode(session_id=sid, mode_id="yolo")
+        assert (await agent.prompt(sid, "style the button")).stop_reason == "end_turn"
+        assert client.elicitations == [] and client.permission_requests == []
+        shown = json.dumps([u.model_dump(mode="json") for _, u in client.updates])
+        assert "I assumed Blue." in shown and "Parent done." in client.text(sid)
