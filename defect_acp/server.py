@@ -452,7 +452,8 @@ class DefectAgent:
         return session
 
     def _attach(self, session: Session) -> None:
-        pump = SessionPump(self, session)
+        caps = self._client_capabilities
+        pump = SessionPump(self, session, caps.elicitation if caps is not None else None)
         self._pumps[session.id] = pump
         pump.start()
 
@@ -479,6 +480,7 @@ class DefectAgent:
                 client_name=name,
                 fs_delegated=fs.delegated,
                 terminal_delegated=shell.delegated,
+                interactive=True,
             ),
         )
 
