@@ -49,5 +49,12 @@ test-real-server: $(STAMP)
 acp-schema: $(STAMP)
 	$(BIN)/python scripts/refresh_acp_schema.py $(if $(VERSION),--version $(VERSION))
 
+# Before publishing a version: one version in defect_core/__init__.py and agent.json, the
+# manifest valid for the ACP registry, fresh sdist + wheel passing twine check, and the
+# installed wheel's initialize checked as the registry's CI does (scripts/release_check.py).
+.PHONY: release-check
+release-check: $(STAMP)
+	$(BIN)/python scripts/release_check.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -19,7 +19,8 @@ Invariants:
 - Extension requests (`_`-prefixed) reach `ext_method`: `_session/steering` is served by
   `defect_acp/steering.py`; any other is -32601.
 - Errors are one line: -32602 for bad params, -32002 for an unknown session, -32000 when
-  credentials are missing, -32603 with `data.retryable` when the model call failed.
+  credentials are missing (a prompt, `authenticate`: `defect_acp/auth.py`), -32603 with
+  `data.retryable` when the model call failed.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from acp import PROTOCOL_VERSION, RequestError
 from acp import schema as s
 from acp.agent.connection import AgentSideConnection
 
+from defect_acp import auth as acp_auth
 from defect_acp import projection
 from defect_acp.delegate import select_backends
 from defect_acp.fastimport import warm_turn_path
@@ -83,9 +85,16 @@ class DefectAgent:
     """The handler object behind the SDK's router."""
 
     def __init__(
-        self, core: AgentCore, *, resume: str | None = None, terminal_shell: str = "/bin/sh"
+        self,
+        core: AgentCore,
+        *,
+        resume: str | None = None,
+        terminal_shell: str = "/bin/sh",
+        auth: acp_auth.AuthDoor | None = None,
     ) -> None:
         self._core = core
+        self._auth = auth
+        """The stored credentials (`defect_acp/auth.py`); None: the environment only."""
         self._terminal_shell = terminal_shell
         """What the editor's terminal runs a command line with (`terminal_shell` setting)."""
         self._resume = resume
@@ -202,8 +211,9 @@ class DefectAgent:
                     # Unstable in ACP; a fork lives in the store, so only when sessions are saved.
                     fork=s.SessionForkCapabilities() if saved else None,
                 ),
+                auth=acp_auth.agent_auth_capabilities(self._auth),
             ),
-            auth_methods=[],
+            auth_methods=acp_auth.auth_methods(client_capabilities),
             agent_info=s.Implementation(name="defect", title="defect", version=__version__),
             field_meta=INITIALIZE_META,  # `_session/steering` (defect_acp/steering.py)
         )
@@ -211,11 +221,11 @@ class DefectAgent:
         return result
 
     async def authenticate(self, method_id: str, **kwargs: Any) -> s.AuthenticateResponse:
-        raise RequestError(
-            -32602,
-            f"unknown authentication method {method_id!r}: defect reads credentials from the "
-            "environment (ANTHROPIC_API_KEY, or AWS credentials for Bedrock)",
-        )
+        return await acp_auth.authenticate(self._auth, method_id)
+
+    async def logout(self, params: Any) -> dict[str, Any]:
+        """`logout` (routed by hand: the pinned SDK does not)."""
+        return await acp_auth.logout(self._auth, params)
 
     # --- sessions ---------------------------------------------------------------------------
 
@@ -454,7 +464,8 @@ class DefectAgent:
         return session
 
     def _attach(self, session: Session) -> None:
-        pump = SessionPump(self, session)
+        caps = self._client_capabilities
+        pump = SessionPump(self, session, caps.elicitation if caps is not None else None)
         self._pumps[session.id] = pump
         pump.start()
 
@@ -481,6 +492,7 @@ class DefectAgent:
                 client_name=name,
                 fs_delegated=fs.delegated,
                 terminal_delegated=shell.delegated,
+                interactive=True,
             ),
         )
 
@@ -537,13 +549,14 @@ async def serve(
     resume: str | None = None,
     stop: asyncio.Event | None = None,
     terminal_shell: str = "/bin/sh",
+    auth: acp_auth.AuthDoor | None = None,
 ) -> None:
     """Serve ACP on stdin and `protocol_fd` until stdin closes or `stop` is set (SIGTERM).
 
     Either end is graceful and bounded: running turns are cancelled, requests already received
     are answered — a running `session/prompt` with `cancelled`, its partial turn committed as
     any cancel commits it — within `SHUTDOWN_GRACE_SECONDS`, then every session is closed."""
-    agent = DefectAgent(core, resume=resume, terminal_shell=terminal_shell)
+    agent = DefectAgent(core, resume=resume, terminal_shell=terminal_shell, auth=auth)
     reader = await open_stdin_reader()
     writer = await LineWriter(protocol_fd).open()
     transport = StdioTransport(
@@ -557,6 +570,7 @@ async def serve(
     conn = agent_connection(agent, transport)
     # Methods the pinned SDK does not route.
     add_request_route(conn, "session/delete", agent.delete_session)
+    add_request_route(conn, "logout", agent.logout)
     guard_params(conn)
     listening = asyncio.ensure_future(conn.listen())
     stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None

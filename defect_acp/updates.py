@@ -1,8 +1,9 @@
 """What the client is told about a session: live `session/update`s, permission questions, replay.
 
 Owns `SessionPump` (one per open session: forwards the session's `AgentEvent`s to the client
-in order, as `session/update` notifications, and turns each `PermissionRequested` into a
-`session/request_permission` request whose answer resolves the permission), `replay` (a
+in order, as `session/update` notifications, turns each `PermissionRequested` into a
+`session/request_permission` request whose answer resolves the permission, and puts each
+`QuestionAsked` to the client as `defect_acp/questions.py` shows it), `replay` (a
 stored session's history as the updates a client needs to show it again, then its plan, for
 `session/load` and `--resume`) and `after_open_updates` (what follows the answer that opened
 a session: the slash commands and the session's notices).
@@ -47,7 +48,7 @@ import anyio
 from acp import schema as s
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from defect_acp import cards, projection, replay_walk
+from defect_acp import cards, projection, questions, replay_walk
 from defect_acp.replay_lines import ReplayLines
 from defect_core import events as ev
 from defect_core.log import get_logger
@@ -85,9 +86,18 @@ class UpdateSink(Protocol):
 class SessionPump:
     """Forwards one session's events to the client, in order."""
 
-    def __init__(self, agent: UpdateSink, session: Session) -> None:
+    def __init__(
+        self,
+        agent: UpdateSink,
+        session: Session,
+        elicitation: s.ElicitationCapabilities | None = None,
+    ) -> None:
         self._agent = agent
         self._session = session
+        self._elicitation = elicitation
+        """What the client said it can show of a question (`initialize`): `questions.put`."""
+        self._asking: dict[str, asyncio.Task[None]] = {}
+        """The questions put to the client, by id, until answered or withdrawn."""
         self._stream = session.subscribe()
         self._turns_ended = 0
         self._ended = asyncio.Condition()
@@ -185,6 +195,16 @@ class SessionPump:
                 task = asyncio.create_task(self._ask(event))
                 self._questions.add(task)
                 task.add_done_callback(self._questions.discard)
+            elif isinstance(event, ev.QuestionAsked):
+                await self._flush(pending)
+                key = event.question.question_id
+                self._asking[key] = asyncio.create_task(self._put(event.question))
+            elif isinstance(event, ev.ElicitationCompleted):
+                await self._flush(pending)
+                await questions.completed(self._agent.connection, event, self._elicitation)
+            elif isinstance(event, ev.QuestionWithdrawn):
+                if (asking := self._asking.pop(event.question_id, None)) is not None:
+                    asking.cancel()
             elif isinstance(event, ev.TurnEnded | ev.TurnFailed):
                 await self._flush(pending)
                 async with self._ended:
@@ -255,7 +275,22 @@ class SessionPump:
             option = "reject_once"
         self._session.resolve_permission(event.tool_call_id, option)
 
+    async def _put(self, question: ev.Question) -> None:
+        key = question.question_id
+        try:
+            answer = await questions.put(
+                self._agent.connection, self._session.id, question, self._elicitation
+            )
+        except Exception as exc:  # an answer, whatever broke: the asker must not wait on it
+            log.exception("question_not_put", session_id=self._session.id)
+            answer = ev.Answer("failed", detail=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._asking.pop(key, None)
+        self._session.answer_question(key, answer)
+
     async def stop(self) -> None:
+        for asking in list(self._asking.values()):
+            asking.cancel()
         if self._refresh is not None:
             self._refresh.cancel()
         if self._task is not None:

@@ -17,6 +17,8 @@ Invariants:
   argument). Its stderr is read by a person: logs there are plain lines, at `error` unless a
   level is asked for, so what the run reports itself is not said twice; `--log-format json`
   gives the JSON lines instead.
+- `defect login`, `defect logout` and `defect auth status` store, remove and show the
+  credentials of the providers (`defect_cli/auth_cli.py`; `config/credentials.py`).
 - `defect transcript run|record` plays or records scripted JSON-RPC sessions
   (`defect_transcript`, a client of `defect acp` over stdio that imports nothing of the
   server); it keeps stdout for its report.
@@ -46,6 +48,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import defect_transcript as transcript
+from defect_cli import auth_cli
 from defect_core import __version__
 
 if TYPE_CHECKING:
@@ -65,7 +68,8 @@ environment:
   DEFECT_SCRIPT       script file for the offline (scripted) model
   DEFECT_MAX_TOKENS, DEFECT_MAX_TURN_REQUESTS, DEFECT_RETRIES, DEFECT_REASONING_EFFORT,
   DEFECT_READ_TIMEOUT  override the configuration keys of those names
-  ANTHROPIC_API_KEY   the Anthropic key (ANTHROPIC_BASE_URL: another endpoint)
+  ANTHROPIC_API_KEY   the Anthropic key (ANTHROPIC_BASE_URL: another endpoint);
+                      it beats the one `defect login` stored
   AWS_PROFILE, AWS_REGION, AWS_ACCESS_KEY_ID...  Bedrock credentials (the boto3 chain)
   DEFECT_LOG_LEVEL    debug, info, warning (default), error — logs go to stderr
   DEFECT_LOG_FILE     also append logs to this file
@@ -110,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_exec_parser(sub)
+    auth_cli.add_parsers(sub)
     transcript.add_parser(sub)
     # Listed for --help only: main() hands `fake-api ...` to defect_fakeapi's own parser.
     sub.add_parser(
@@ -144,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_acp(args)
     if args.command == "exec":
         return run_exec(args)
+    if args.command in auth_cli.COMMANDS:
+        return auth_cli.run(args)
     if args.command == "transcript":
         # Not through _claim_stdout(): the results (and the recorder's proxy) use stdout.
         return transcript.main(args)
@@ -328,6 +335,7 @@ def _serve(
     import signal
 
     from defect_acp.server import serve
+    from defect_cli.acp_auth import StoredAuth
     from defect_cli.idle_loop import new_event_loop
     from defect_cli.wiring import acp_core
 
@@ -355,6 +363,7 @@ def _serve(
             # a repository must not choose the program the editor's terminal runs
             # (docs/security.md).
             terminal_shell=settings.terminal_shell,
+            auth=StoredAuth(settings),  # authenticate / logout over `defect login`'s store
         )
 
     # Everything imported so far lives as long as the process: keep it out of the cyclic

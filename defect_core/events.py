@@ -1,6 +1,7 @@
 """Typed events for everything a session does, and their per-session fan-out.
 
-Owns the `AgentEvent` types and `EventBus`.
+Owns the `AgentEvent` types and `EventBus`, and the values a question to the user is made of
+(`Question`, `Choice`, `Answer`: a tool and an MCP server ask through the session with them).
 
 Invariants:
 - Every subscriber sees every event published after it subscribed, in publish order. A slow
@@ -21,6 +22,7 @@ consumers with their own pace; each gets its own stream (docs/architecture.md, E
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -157,6 +159,84 @@ class PermissionRequested:
     locations: tuple[Location, ...] = ()
 
 
+# --- questions to the user (`ask_user`, an MCP server's elicitation) --------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """One answer a question offers: its label (what the answer is) and what it means."""
+
+    label: str
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """Something the user is asked, in core terms; the front end picks how it is shown.
+
+    `kind`: `choice` (the model's `ask_user`: `choices`, free text if `free_text`), `form`
+    (an MCP server's form: `schema`, the JSON Schema of a flat object) or `url` (an MCP
+    server's page to open: `url`, `elicitation_id`). `source` names the MCP server that
+    asks (None: the model); `tool_call_id` the call it belongs to (None: none is running)."""
+
+    message: str
+    kind: Literal["choice", "form", "url"]
+    question_id: str = ""
+    """Set by the session when it is asked (`session/questions.py`), unique in it."""
+    tool_call_id: str | None = None
+    source: str | None = None
+    choices: tuple[Choice, ...] = ()
+    free_text: bool = False
+    schema: dict[str, Any] | None = None
+    url: str | None = None
+    elicitation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What came of a `Question`.
+
+    `action`: `accept` (with `content`: a form's values; a choice question's `choice` label
+    and/or free `text`), `decline` (the user said no), `cancel` (dismissed), or, when the user
+    never saw or answered it, `unavailable` (no one to ask, or the front end cannot show it),
+    `timeout` or `failed` (the front end's error). `detail` says why, in words; `via` how it
+    was shown (`form`, `url`, `options`: as a permission question's buttons, so without free
+    text)."""
+
+    action: Literal["accept", "decline", "cancel", "unavailable", "timeout", "failed"]
+    content: dict[str, Any] | None = None
+    detail: str | None = None
+    via: Literal["form", "url", "options"] | None = None
+
+
+Ask = Callable[[Question], Awaitable[Answer]]
+"""How a tool (or an MCP server's request) asks the session's user (`session/questions.py`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionAsked:
+    """The asker waits for `Session.answer_question(question.question_id, ...)`."""
+
+    question: Question
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionWithdrawn:
+    """A question no longer waits (its turn was cancelled, or it timed out): the front end
+    stops asking it."""
+
+    question_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ElicitationCompleted:
+    """An MCP server says the page it asked the user to open (`Question.kind == "url"`) is
+    done with: the front end may tell the editor (`elicitation/complete`)."""
+
+    elicitation_id: str
+    source: str
+
+
 @dataclass(frozen=True, slots=True)
 class UsageReported:
     used: int
@@ -261,6 +341,9 @@ AgentEvent = (
     | ToolCallStarted
     | ToolCallUpdated
     | PermissionRequested
+    | QuestionAsked
+    | QuestionWithdrawn
+    | ElicitationCompleted
     | UsageReported
     | ModeChanged
     | ConfigChanged

@@ -3,8 +3,10 @@
 Owns the process's logging set-up: structlog for defect's own events, the stdlib `logging`
 root (which the ACP SDK and the provider SDKs use) routed to the same place.
 
-Invariant: nothing here writes to stdout. Under `defect acp`, stdout carries JSON-RPC and
-nothing else (docs/architecture.md, rule 5); a stray line there corrupts the protocol stream.
+Invariants: nothing here writes to stdout; every line goes through the filters registered
+with `filter_lines` (the stored credentials' `redaction.hide_remembered`), so no line shows a
+stored secret this process read. Under `defect acp`, stdout carries JSON-RPC and nothing else
+(docs/architecture.md, rule 5); a stray line there corrupts the protocol stream.
 
 structlog imports `rich` for its console renderer whenever `rich` is installed (a development
 tool brings it), a cost on the path an editor waits on (`initialize`: scripts/bench_startup.py
@@ -22,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 if "rich" in sys.modules:
@@ -56,7 +59,7 @@ def configure(level: str | None = None, log_file: str | None = None, fmt: str = 
     root = logging.getLogger()
     root.handlers[:] = []
     for handler in handlers:
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(_Hiding("%(message)s"))
         root.addHandler(handler)
     root.setLevel(numeric)
 
@@ -79,6 +82,27 @@ def configure(level: str | None = None, log_file: str | None = None, fmt: str = 
         logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=True,
     )
+
+
+_LINE_FILTERS: list[Callable[[str], str]] = []
+
+
+def filter_lines(function: Callable[[str], str]) -> None:
+    """Pass every line written from now on through `function` (once per function): the
+    stored credentials register `redaction.hide_remembered` as soon as one is read."""
+    if function not in _LINE_FILTERS:
+        _LINE_FILTERS.append(function)
+
+
+class _Hiding(logging.Formatter):
+    """Every line through the registered filters (`filter_lines`): an SDK's debug line or an
+    error message never shows a stored key this process read."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        for function in _LINE_FILTERS:
+            line = function(line)
+        return line
 
 
 def _human_line(_logger: Any, _method: str, event: dict[str, Any]) -> str:

@@ -1,10 +1,14 @@
 """Secret-looking values out of text: what a process printed, a command line, a URL.
 
 Owns `redact` (a text with every secret-looking value replaced by `REDACTED`),
+`remember_secret` / `hide_remembered` (the secrets this process read from the stored
+credentials, `config/credentials.py`, hidden wherever they would appear: the log's formatter
+and `redact` both use them),
 `redact_args` (a command line's arguments, for a record) and `redact_url` (a URL without
 its credentials, query values or fragment, for a record).
 
 What counts as a secret in a text (`redact`):
+- the secrets the process remembered (`remember_secret`: every stored credential it read);
 - the values the caller knows are secrets (`known`: the values of defect's secret
   environment variables, `child_env.EnvPolicy.secret_values`, and a server's own `env` and
   header values), wherever they appear;
@@ -32,12 +36,39 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from urllib.parse import parse_qsl, urlsplit
 
-__all__ = ["REDACTED", "high_entropy", "redact", "redact_args", "redact_url"]
+__all__ = [
+    "REDACTED",
+    "hide_remembered",
+    "high_entropy",
+    "redact",
+    "redact_args",
+    "redact_url",
+    "remember_secret",
+]
 
 REDACTED = "[redacted]"
 
 _MIN_KNOWN = 6
 """A known value shorter than this is not redacted (`1`, `true` would garble the text)."""
+
+_REMEMBERED: set[str] = set()
+"""Secrets read by this process from the stored credentials (`remember_secret`)."""
+
+
+def remember_secret(value: str) -> None:
+    """Hide `value` from now on wherever `redact` or `hide_remembered` looks."""
+    if len(value) >= _MIN_KNOWN:
+        _REMEMBERED.add(value)
+
+
+def hide_remembered(text: str) -> str:
+    """`text` with every remembered secret replaced by `REDACTED` (the identity, and cheap,
+    when none was remembered: the log calls it on every line)."""
+    for value in sorted(_REMEMBERED, key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
 
 _TOKEN_SHAPES = re.compile(
     r"\b(?:gh[pousr]_[A-Za-z0-9]{8,}"
@@ -90,7 +121,9 @@ def high_entropy(text: str, min_length: int = 16) -> bool:
 
 def redact(text: str, known: Iterable[str] = ()) -> str:
     """`text` with every secret-looking value replaced by `REDACTED` (see the module)."""
-    values = sorted({v for v in known if len(v) >= _MIN_KNOWN}, key=len, reverse=True)
+    values = sorted(
+        {v for v in (*known, *_REMEMBERED) if len(v) >= _MIN_KNOWN}, key=len, reverse=True
+    )
     if values:
         text = re.sub("|".join(re.escape(v) for v in values), REDACTED, text)
     text = _TOKEN_SHAPES.sub(REDACTED, text)

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from defect_fakeapi.backend import ApiBackend
 from defect_fakeapi.chat import retry_headers, serve_chat, serve_chat_models
 from defect_fakeapi.eventstream import chunk_frame, exception_frame
-from defect_fakeapi.models import ModelsQueryError, models_page
+from defect_fakeapi.models import ModelsQueryError, models_page, serve_foundation_models
 from defect_fakeapi.script import Reply, RequestRecord, estimate_tokens, random_id
 from defect_fakeapi.sse import build_events
 from defect_fakeapi.validation import WireError, validate_bedrock_body, validate_request
@@ -232,6 +232,8 @@ class ApiHandler(BaseHTTPRequestHandler):
                 serve_chat_models(self, record)  # the Chat Completions wire's listing
             elif url.path == "/v1/models":
                 self._models(record, url.query)
+            elif url.path == "/foundation-models":
+                serve_foundation_models(self, record)
             else:
                 self._not_found(record)
         except _ClientGone:

@@ -1,7 +1,8 @@
 """The fake API's model list: `GET /v1/models`, paginated as the real one is.
 
 Owns the models the fake offers by default (`DEFAULT_MODELS`, in the API's shape), how one
-is written (`model_entry`), and one page of the list for a query string (`models_page`):
+is written (`model_entry`), Bedrock's `ListFoundationModels` of the same models
+(`serve_foundation_models`), and one page of the list for a query string (`models_page`):
 `limit` (1-1000, default 20), `after_id` or `before_id`, answered as
 `{"data", "has_more", "first_id", "last_id"}`.
 
@@ -15,11 +16,18 @@ on its own and through the real SDK's page iterator.
 
 from __future__ import annotations
 
+import json
 import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["DEFAULT_MODELS", "ModelsQueryError", "model_entry", "models_page"]
+__all__ = [
+    "DEFAULT_MODELS",
+    "ModelsQueryError",
+    "model_entry",
+    "models_page",
+    "serve_foundation_models",
+]
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 1000
@@ -96,3 +104,32 @@ def models_page(models: Sequence[dict[str, Any]], query: str) -> dict[str, Any]:
         "first_id": data[0]["id"] if data else None,
         "last_id": data[-1]["id"] if data else None,
     }
+
+
+def serve_foundation_models(handler: Any, record: Any) -> None:
+    """Bedrock's `ListFoundationModels` (`GET /foundation-models`) on the request `handler`
+    (`http.py`), authenticated as the runtime is (SigV4 shape and key id, or the bearer
+    token): the check `defect login` makes. Every model of `models` as an Anthropic model
+    that streams text on demand."""
+    record.route = "foundation_models"
+    auth_error = handler._check_sigv4(record)
+    if auth_error is not None:
+        handler._bedrock_error(record, 403, auth_error[0], auth_error[1], rejected=True)
+        return
+    summaries = [
+        {
+            "modelId": f"anthropic.{entry['id']}-v1:0",
+            "modelName": str(entry.get("display_name", entry["id"])),
+            "providerName": "Anthropic",
+            "inputModalities": ["TEXT"],
+            "outputModalities": ["TEXT"],
+            "responseStreamingSupported": True,
+            "inferenceTypesSupported": ["ON_DEMAND"],
+            "modelLifecycle": {"status": "ACTIVE"},
+        }
+        for entry in handler.provider.models
+    ]
+    record.status = 200
+    record.outcome = "models"
+    body = json.dumps({"modelSummaries": summaries}).encode("utf-8")
+    handler._send_bytes(200, body, {"content-type": "application/json"})

@@ -34,8 +34,9 @@ Routes: `POST /v1/chat/completions` and its `GET /v1/models` (the second wire, `
 naming the fake), `POST /v1/messages/count_tokens` (`estimate_tokens`: UTF-8 bytes of system,
 messages and tools / 4), `GET /v1/models` (`models`, paginated like the real list; held by
 `models_gate`, failed by `models_error`), `POST /model/{id}/invoke-with-response-stream`
-(Bedrock; SigV4 header shape and access key id checked, the signature itself is not).
-Anything else is a 404.
+(Bedrock; SigV4 header shape and access key id checked, the signature itself is not), and
+Bedrock's `GET /foundation-models` (the same check; what `defect login` asks). Anything else
+is a 404.
 
 CLI scripts are a JSON list of replies in `Reply.to_dict` form or the shorthands
 `{"text": …}`, `{"tool_use": {"id", "name", "input"}}`, `{"thinking": …, "then": {…}}`,

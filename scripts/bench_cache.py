@@ -40,18 +40,26 @@ Reported:
 - fixed overhead per request: the system prompt and the tool definitions, in the fake's tokens.
   Target ≤ 4,000 (a Claude-Code-based ACP agent: 23,500). Measured (2026-11): 2,637, the
   system prompt 557 and ten tools 2,074 (`update_plan` 200, `spawn_agent` 331).
-- cache share across two switches: a second, shorter session on large windows (no
-  compaction) goes Claude → an OpenAI-compatible model → Claude, each on its own fake (the
-  chat one with a server's automatic prefix cache, `defect_fakeapi/chat_cache.py`). Its
-  share counts every request but each provider's first (a cache is per provider and model),
-  target ≥ 90 %, beside the best share the same requests allow; and Claude's first request
-  after the round trip, as the share of what Claude sent before the switch that it reads back
-  (target ≥ 95 %: the chat turns in between must not cost Claude its cache). Measured
-  (2026-11): 86.6 % against a best of 89.2 %, and 39.9 % back against 100 %: the chat leg
-  adds more than the API's 20-block look-back between Claude's last breakpoint and the two
-  it marks on return (the last two user messages), so Claude reads back only the tools and
-  the system prompt (`defect_core/providers/anthropic/request.py`, `_mark_messages`). The
-  chat model's own share is printed for reference.
+- cache share across two switches: a second, shorter session on large windows (no compaction) goes
+  Claude → an OpenAI-compatible model → Claude, each on its own fake (the chat one with a server's
+  automatic prefix cache, `defect_fakeapi/chat_cache.py`). Its share counts every request but each
+  provider's first (a cache is per provider and model), target ≥ 98 % of the best share the same
+  requests allow (printed beside it); and Claude's first request after the round trip, as the
+  share of what Claude sent before the switch that it reads back (target ≥ 95 %: the chat turns in
+  between must not cost Claude its cache). The chat leg adds more than the API's 20-block
+  look-back between Claude's last prompt and the two breakpoints the newest messages take, so
+  Claude's first request back puts its second one where its last prompt ended
+  (`defect_core/providers/anthropic/last_sent.py`, `request.py`). Measured (2026-11, `python
+  scripts/bench_cache.py --verbose`): 88.9 % against a best of 89.2 %, and 100 % back against 100
+  % (before that breakpoint: 86.6 %, and 39.9 % back, the tools and the system prompt only). The
+  best share itself is under 90 %: Claude's first request back writes the chat leg's turns, which
+  its cache never held, and each request its new tail. What is left below it is the chat server's:
+  it counts a hit in whole steps of 128 tokens (`defect_fakeapi/chat_cache.py`), while the best
+  counts every token. The chat model's own share is printed beside its best (92.2 % against 93.0
+  %: each of its requests reads the whole request before it, rounded down to the server's step;
+  its copy of the history is the same bytes request after request). The main session's figures did
+  not move with that breakpoint (each of its requests' reads and writes, `--verbose`, are the same
+  before and after it).
 - for reference: the floor's share spent on new prefixes; the peer's cost ratio; requests in
   the session; the share read from cache by the requests right after a compaction and by the
   summary requests; micro-compactions and the tokens they had written again; requests that
@@ -99,6 +107,9 @@ from defect_fakeapi.chat_cache import least_chat_reads  # noqa: E402
 from tests.support.acp_harness import agent_env, spawn_defect  # noqa: E402
 
 TARGET_SHARE = 0.90
+# The switch session's share is judged against the best its own requests allow: a provider's
+# first request after a switch writes what its cache never held, so no placement reaches 90 %.
+TARGET_OF_BEST = 0.98
 TARGET_COST_OVER_FLOOR = 1.03
 TARGET_OVERHEAD = 4_000
 TARGET_RETURN_READ = 0.95
@@ -500,6 +511,8 @@ def measure_switch(verbose: bool) -> list[Figure]:
     share = _share(counted)
     best_total = sum(u.total for _, u in best_counted if u is not None)
     best = sum(b for b, _ in best_counted) / best_total if best_total else 0.0
+    chat_totals = sum(r.cache_usage.total for r in chatted[1:] if r.cache_usage is not None)
+    chat_floor = sum(chat_best[1:]) / chat_totals if chat_totals else 0.0
     last_before = claude[before - 1].cache_usage
     back = claude[before].cache_usage
     assert last_before is not None and back is not None
@@ -518,8 +531,8 @@ def measure_switch(verbose: bool) -> list[Figure]:
             "cache share across two switches (Claude → OpenAI-compatible → Claude)",
             round(share * 100, 1),
             "%",
-            f"≥ {TARGET_SHARE * 100:g} %",
-            share >= TARGET_SHARE,
+            f"≥ {TARGET_OF_BEST * 100:g} % of its best",
+            share >= TARGET_OF_BEST * best,
             floor=round(best * 100, 1),
         ),
         Figure(
@@ -534,6 +547,7 @@ def measure_switch(verbose: bool) -> list[Figure]:
             "cache share, the OpenAI-compatible model's requests but its first",
             round(_share([r.cache_usage for r in chatted[1:]]) * 100, 1),
             "%",
+            floor=round(chat_floor * 100, 1),
         ),
         Figure(
             "requests of the switch session (Claude, OpenAI-compatible)",

@@ -146,3 +146,20 @@ async def test_a_check_that_breaks_inside_the_observer_fails_the_test(
     with pytest.raises(SchemaViolation, match="the schema check raised KeyError"):
         async with spawn_defect() as agent:
             await agent.initialize()
+
+
+def test_the_clients_answer_to_an_elicitation_is_checked_too() -> None:
+    schema = acp_schema()
+    good = {"jsonrpc": "2.0", "id": 1, "result": {"action": "accept", "content": {"a": "b"}}}
+    schema.check_client_response(good, "elicitation/create")
+    bad = {"jsonrpc": "2.0", "id": 1, "result": {"action": "accept", "content": {"a": {"b": 1}}}}
+    with pytest.raises(SchemaViolation, match="CreateElicitationResponse"):
+        schema.check_client_response(bad, "elicitation/create")
+    request = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "elicitation/create",
+        "params": {"sessionId": "s", "mode": "form", "message": "m"},
+    }
+    with pytest.raises(SchemaViolation, match="elicitation/create"):
+        schema.check_agent_message(request, None)  # a form without its schema

@@ -15,6 +15,8 @@ from tests.support.doc_checks import (
     doc_files,
     env_problems,
     link_problems,
+    relative_readme_links,
+    repository_url,
     shown_commands,
     toml_blocks,
     toml_problems,
@@ -47,6 +49,15 @@ def test_the_readme_links_every_page() -> None:
     readme = Doc("README.md", "[one](docs/editors.md) and [two](docs/tools.md#x)")
     pages = [readme, Doc("docs/editors.md", ""), Doc("docs/tools.md", ""), Doc("docs/x.md", "")]
     assert unlinked_pages(pages) == ["docs/x.md"]
+
+
+def test_the_readme_links_files_by_absolute_address_for_pypi() -> None:
+    readme = next(doc for doc in doc_files() if doc.name == "README.md")
+    assert relative_readme_links(readme) == []
+    page = Doc("README.md", f"[a]({repository_url()}/blob/main/docs/a.md) [b](docs/b.md) [c](#c)")
+    assert relative_readme_links(page) == ["docs/b.md"]
+    missing = link_problems([page])
+    assert "README.md: link to a missing file: docs/a.md" in missing, missing
 
 
 def test_every_page_the_code_names_exists() -> None:

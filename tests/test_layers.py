@@ -25,7 +25,7 @@ PACKAGE_LAYERS = (
 )
 LAYERS = "defect_core is layered: no import runs back up (docs/layers.md)"
 SESSION_LAYERS = "The session package is layered: core, state, its parts, protocol"
-MCP_LAYERS = "The MCP package is layered: hub, tool, connection | convert, spec"
+MCP_LAYERS = "The MCP package is layered: hub, tool, connection | convert | elicitation, spec"
 STORE_LAYERS = (
     "The store package is layered: door | sqlite, writer | transactions | migrations | rows | "
     "protocol, the values"

@@ -68,10 +68,10 @@ def sample(prop: dict[str, Any]) -> Any:
         return prop.get("maximum", 1)
     if kind == "boolean":
         return False
-    if kind == "array":
-        return []
+    if kind == "array":  # as many items as it needs (`ask_user`'s options)
+        return [sample(prop["items"]) for _ in range(prop.get("minItems", 0))]
     if kind == "object":
-        return {}
+        return minimal(prop) if "properties" in prop else {}
     raise AssertionError(f"no sample for {prop}")
 
 

@@ -43,6 +43,7 @@ TABLE = [
     ("search", EVERY_SESSION),
     ("fetch", EVERY_SESSION),
     ("update_plan", EVERY_SESSION),
+    ("ask_user", EVERY_SESSION),
     ("skill", WITH_SKILLS),
     ("spawn_agent", WITH_SUBAGENTS),
     ("inspect_background_task", WITH_SUBAGENTS),
@@ -105,10 +106,11 @@ def test_offer_adds_a_row_when_it_holds_at_the_end_and_removes_it_when_it_stops(
     facts = ToolFacts(plan=whole.plan, tasks=whole.tasks)
     tools = ToolRegistry(default_tools())
     offer(tools, facts)
-    assert names(tools) == [*WORKSPACE, "update_plan"]
+    assert names(tools) == [*WORKSPACE, "update_plan", "ask_user"]
     facts.skills, facts.lineage = whole.skills, whole.lineage
     offer(tools, facts)
-    ready = [*WORKSPACE, "update_plan", "skill", *(n for n, c in TABLE if c is WITH_SUBAGENTS)]
+    subagents = (n for n, c in TABLE if c is WITH_SUBAGENTS)
+    ready = [*WORKSPACE, "update_plan", "ask_user", "skill", *subagents]
     assert names(tools) == ready
     mcp = Joined()  # an MCP server's tool, joined after the prompt was built
     tools.add(mcp)
@@ -134,7 +136,8 @@ async def test_a_session_offers_each_row_under_its_condition(
     core = DefaultAgentCore(settings, provider=ScriptedProvider(replies))
     backends = Backends(None, None)  # type: ignore[arg-type]
     session: DefaultSession = await core.create_session("s", skilled, backends)
-    assert names(session.tools) == [*WORKSPACE, "update_plan"]  # before the first prompt
+    # before the first prompt:
+    assert names(session.tools) == [*WORKSPACE, "update_plan", "ask_user"]
     await session.run_turn([TextBlock(text="hi")])
     ready = [name for name, condition in TABLE if condition is not WHILE_GOAL]
     assert names(session.tools) == ready
@@ -146,7 +149,7 @@ async def test_a_session_offers_each_row_under_its_condition(
     lean = DefaultAgentCore(Settings(subagent_max_depth=0), provider=ScriptedProvider(replies))
     other: DefaultSession = await lean.create_session("p", plain, backends)
     await other.run_turn([TextBlock(text="hi")])
-    assert names(other.tools) == [*WORKSPACE, "update_plan"]
+    assert names(other.tools) == [*WORKSPACE, "update_plan", "ask_user"]
     await core.aclose()
     await lean.aclose()
 
@@ -159,4 +162,4 @@ def test_a_tool_taken_away_by_its_owner_is_not_offered_again() -> None:
     tools.remove("update_plan")  # a library's choice (tests/test_compaction.py sizes so)
     facts.skills = whole.skills
     offer(tools, facts)
-    assert names(tools) == [*WORKSPACE, "skill"]
+    assert names(tools) == [*WORKSPACE, "ask_user", "skill"]

@@ -11,7 +11,8 @@ Invariants:
 - Never more authority than its parent: its tools are the parent's (narrowed by the profile's
   `tools`), its "always" answers are a copy of the parent's at spawn time, the user's tool
   hooks apply, and it is not interactive — a call the parent's policy would ask about is
-  refused (`TurnDeps.interactive`, `turn/call_steps.py`), so a child never waits on a question.
+  refused (`TurnDeps.interactive`, `turn/call_steps.py`), so a child never waits on a question,
+  and its `ask_user` answers at once that no one is there to answer.
 - The session's mode binds it as it changes: each of its tool calls is judged under the
   session's mode at that moment (`Lineage.mode`), so a switch to `read-only` refuses a
   running background child's next command, saying the mode changed. After a switch to a mode
@@ -50,6 +51,7 @@ from defect_core.log import get_logger
 from defect_core.model import Message, TextBlock
 from defect_core.providers.base import LlmProvider
 from defect_core.store import AsyncStore, SubagentRecord
+from defect_core.tools.ask_user import AskUserTool
 from defect_core.tools.base import Tool, ToolContext, ToolRegistry
 from defect_core.tools.plan import UPDATE_PLAN
 from defect_core.turn import TurnConfig, TurnDeps, TurnRunner
@@ -243,7 +245,7 @@ def _child_tools(lineage: Lineage, profile: AgentProfile) -> ToolRegistry:
         if tool.name in TOP_LEVEL_ONLY or tool.name == SPAWN_AGENT:
             continue
         if allowed is None or tool.name in allowed:
-            tools.add(tool)
+            tools.add(tool.alone() if isinstance(tool, AskUserTool) else tool)
     if allowed is not None:
         missing = sorted(allowed - {t.name for t in lineage.tools} - {SPAWN_AGENT})
         if missing:

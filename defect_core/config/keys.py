@@ -17,6 +17,7 @@ Keys (every one optional; tables merge key by key across layers):
     retry_max_delay = 30.0            # seconds; also caps a server's retry-after
     read_timeout = 120.0              # seconds without a byte before a stream is stalled
     connect_timeout = 10.0            # seconds to open a connection
+    ask_timeout = 600.0               # seconds a question to the user waits for its answer
     allow_read_outside = false        # may tools read files outside the workspace
     terminal_shell = "/bin/sh"        # the editor's terminal runs commands as SHELL -c LINE
     require_persistence = false       # refuse new sessions when they cannot be saved
@@ -109,9 +110,9 @@ session's opening notice, never silently dropped.
 
 Environment: DEFECT_PROVIDER, DEFECT_MODEL, DEFECT_SCRIPT, DEFECT_MAX_TOKENS,
 DEFECT_MAX_TURN_REQUESTS, DEFECT_RETRIES, DEFECT_REASONING_EFFORT, DEFECT_READ_TIMEOUT,
-DEFECT_TERMINAL_SHELL, ANTHROPIC_BASE_URL, ANTHROPIC_BEDROCK_BASE_URL, AWS_REGION,
-AWS_PROFILE. AWS_DEFAULT_REGION is what its name says: the provider falls back to it only
-when no layer names a region.
+DEFECT_ASK_TIMEOUT, DEFECT_TERMINAL_SHELL, ANTHROPIC_BASE_URL, ANTHROPIC_BEDROCK_BASE_URL,
+AWS_REGION, AWS_PROFILE. AWS_DEFAULT_REGION is what its name says: the provider falls back to it
+only when no layer names a region.
 
 Invariants:
 - Strict: an unknown key, a wrong type or a bad value is a `ConfigError` naming the source and
@@ -327,6 +328,7 @@ TOP_KEYS: dict[str, Key] = {
     "retry_max_delay": Key("retry_max_delay", _number(positive=False), TRUSTED),
     "read_timeout": Key("read_timeout", _number(positive=True), TRUSTED),
     "connect_timeout": Key("connect_timeout", _number(positive=True), TRUSTED),
+    "ask_timeout": Key("ask_timeout", _number(positive=True), TRUSTED),
     "allow_read_outside": Key("allow_read_outside", _bool, TRUSTED),
     "require_persistence": Key("require_persistence", _bool, PROJECT),
     "script_path": Key("script_path", _string, TRUSTED),
@@ -390,6 +392,7 @@ ENV_VARIABLES: dict[str, tuple[str, Callable[[str], object], Check]] = {
     "DEFECT_RETRIES": ("retries", int, at_least(0)),
     "DEFECT_REASONING_EFFORT": ("reasoning_effort", str, TOP_KEYS["reasoning_effort"].check),
     "DEFECT_READ_TIMEOUT": ("read_timeout", float, _number(positive=True)),
+    "DEFECT_ASK_TIMEOUT": ("ask_timeout", float, _number(positive=True)),
     "DEFECT_TERMINAL_SHELL": ("terminal_shell", str, _string),
     "ANTHROPIC_BASE_URL": ("base_url", str, _url),
     "ANTHROPIC_BEDROCK_BASE_URL": ("bedrock_base_url", str, _url),

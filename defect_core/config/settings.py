@@ -158,6 +158,8 @@ class Settings:
     read_timeout: float = 120.0
     """Seconds without a byte from the provider before a stream counts as stalled."""
     connect_timeout: float = 10.0
+    ask_timeout: float = 600.0
+    """Seconds a question to the user (`ask_user`, an MCP server's) waits for its answer."""
     terminal_shell: str = "/bin/sh"
     """The program the editor's terminal runs a command line with (`SHELL -c LINE`): clients
     exec `terminal/create`'s command without a shell."""

@@ -20,9 +20,8 @@ Invariants:
 - Only the user's own configuration directory holds it (`$XDG_CONFIG_HOME/defect/`, else
   `~/.config/defect/`, the directory of the user's `config.toml`): no project file is ever
   read as trust, and a project path is stored as its real path.
-- A write is atomic: the new content goes to a temporary file in the same directory, is
-  flushed to disk and renamed over the old one, so a crash leaves the old file or the new one,
-  never half of one; the file is private to the user (mode 0600).
+- A write is atomic and the file private to the user (mode 0600): `private_file.write_private`
+  writes it, as it writes the stored credentials.
 - A file that cannot be read or parsed trusts nothing (logged), and is not overwritten by a
   later `/trust` without the user seeing why: recording into it raises `TrustFileError`.
 - Only digests are stored: never a command line, a URL or a value of the project's files.
@@ -31,12 +30,11 @@ Invariants:
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
+from defect_core.config.private_file import user_config_dir, write_private
 from defect_core.log import get_logger
 
 __all__ = ["TrustFileError", "forget_trust", "read_trust", "record_trust", "trust_file"]
@@ -55,12 +53,7 @@ class TrustFileError(OSError):
 
 def trust_file(env: Mapping[str, str] | None = None) -> Path:
     """Where the trust decisions are: beside the user's `config.toml`."""
-    env = os.environ if env is None else env
-    xdg = env.get("XDG_CONFIG_HOME", "")
-    if xdg and Path(xdg).is_absolute():
-        return Path(xdg) / "defect" / "trust.toml"
-    home = env.get("HOME")
-    return (Path(home) if home else Path.home()) / ".config" / "defect" / "trust.toml"
+    return user_config_dir(env) / "trust.toml"
 
 
 def _load(path: Path) -> dict[str, frozenset[str]]:
@@ -103,18 +96,7 @@ def _write(path: Path, trusted: Mapping[str, frozenset[str]]) -> None:
         digests = ", ".join(json.dumps(d) for d in sorted(trusted[project]))
         # json.dumps writes a valid TOML basic string (ASCII, TOML's own escapes).
         lines.append(f"\n[[project]]\npath = {json.dumps(project)}\ntrusted = [{digests}]\n")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=".trust.", suffix=".toml", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write("".join(lines))
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o600)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_private(path, "".join(lines))
 
 
 def record_trust(path: Path, project: str, digests: frozenset[str]) -> None:

@@ -1,6 +1,7 @@
 """One MCP server from start to stop: its transport, its `ClientSession`, its process.
 
-Owns `Connection` (one server's lifecycle: start, ready or failed, lost, closed, swept),
+Owns `Connection` (one server's lifecycle: start, ready or failed, lost, closed, swept; the
+tool calls running on it, and what answers its elicitations, `Elicit`),
 the stdio server's stderr reader (`_StderrTail`), which transports can be connected
 (`supported_transports`), and how a failure is put in one line (`describe`).
 
@@ -32,13 +33,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import math
 import os
 import shutil
 import signal
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +59,11 @@ if TYPE_CHECKING:
     from mcp import ClientSession
 
 log = get_logger("defect.mcp")
+
+Elicit = Callable[["Connection", Any], Awaitable[Any]]
+"""What answers a server's `elicitation/create` (the hub's, `mcp/elicitation.py`)."""
+Completed = Callable[["Connection", str], Awaitable[None]]
+"""What hears a server's `notifications/elicitation/complete` (a page it had opened is done)."""
 
 SWEEP_GRACE = 0.5
 """Seconds a stopped server's leftover children get after SIGTERM before SIGKILL."""
@@ -120,7 +127,14 @@ class _StderrTail:
 class Connection:
     """One server: its long-lived task owns the SDK contexts from connect to close."""
 
-    def __init__(self, spec: McpServerSpec, cwd: Path, env: EnvPolicy = DEFAULT_POLICY) -> None:
+    def __init__(
+        self,
+        spec: McpServerSpec,
+        cwd: Path,
+        env: EnvPolicy = DEFAULT_POLICY,
+        elicit: Elicit | None = None,
+        completed: Completed | None = None,
+    ) -> None:
         self.spec = spec
         self.name = spec.name
         self.cwd = cwd
@@ -139,6 +153,16 @@ class Connection:
         self._scope = anyio.CancelScope()
         self._stderr: _StderrTail | None = None
         self._task: asyncio.Task[None] | None = None
+        self._elicit = elicit
+        self._completed = completed
+        self.calls: list[str] = []
+        """The tool calls running on this server, oldest first (`McpTool.run`): an
+        elicitation is tied to the latest."""
+        self._deadlines: dict[str, tuple[anyio.CancelScope, float, list[int]]] = {}
+        """Each running call's time-out: (its scope, its seconds, questions held open)."""
+        self.asking: dict[str, set[anyio.CancelScope]] = {}
+        """The elicitations waiting on the user, by the tool call they are tied to: they end
+        with it (`call_ended`)."""
 
     @property
     def pid(self) -> int | None:
@@ -175,6 +199,28 @@ class Connection:
             self._closing.set()
         else:
             self.abort("closed before it started")
+
+    def deadline(self, tool_call_id: str, seconds: float) -> anyio.CancelScope:
+        """The time-out of a call starting now (`McpTool.run`), which `user_answering` holds."""
+        scope = anyio.CancelScope(deadline=anyio.current_time() + seconds)
+        self._deadlines[tool_call_id] = (scope, seconds, [0])
+        return scope
+
+    def user_answering(self, tool_call_id: str, answering: bool) -> None:
+        """While the user answers a call's elicitation its time-out is held (the server
+        waits for the user, not the other way round); it runs again, whole, after."""
+        if (entry := self._deadlines.get(tool_call_id)) is None:
+            return
+        scope, seconds, held = entry
+        held[0] += 1 if answering else -1
+        scope.deadline = math.inf if held[0] > 0 else anyio.current_time() + seconds
+
+    def call_ended(self, tool_call_id: str) -> None:
+        """A tool call on this server ended (or was cancelled): so do its elicitations."""
+        self.calls.remove(tool_call_id)
+        self._deadlines.pop(tool_call_id, None)
+        for scope in self.asking.pop(tool_call_id, ()):
+            scope.cancel()
 
     def redact(self, text: str) -> str:
         """`text` without the secrets this server may have printed (see the module)."""
@@ -251,15 +297,24 @@ class Connection:
         else:
             raise _StartError(f"unsupported transport {spec.transport!r}")
 
+        from mcp_types import ElicitCompleteNotification
+
         async def on_message(message: Any) -> None:
             if isinstance(message, Exception) and self.stream_error is None:
                 self.stream_error = self.redact(_describe_stream_error(message))
+            elif isinstance(message, ElicitCompleteNotification) and self._completed is not None:
+                await self._completed(self, message.params.elicitation_id)
+
+        async def on_elicit(context: Any, params: Any) -> Any:
+            assert self._elicit is not None
+            return await self._elicit(self, params)
 
         return await stack.enter_async_context(
             ClientSession(
                 read,
                 write,
                 message_handler=on_message,
+                elicitation_callback=on_elicit if self._elicit is not None else None,
                 client_info=Implementation(name="defect", version=__version__),
             )
         )

@@ -1,6 +1,7 @@
 """A session's MCP servers: `McpHub` starts them, offers their tools, and stops them.
 
-Owns the set of one session's connections, the time-out each has to start, the tools they
+Owns the set of one session's connections, the time-out each has to start, how their
+elicitations reach the session's user (`ask_with`, `mcp/elicitation.py`), the tools they
 offer (named uniquely across servers, in the order their servers became ready), the servers
 still starting, and the list of servers that failed, with why.
 
@@ -43,9 +44,10 @@ from pathlib import Path
 import anyio
 
 from defect_core.child_env import DEFAULT_POLICY, EnvPolicy
-from defect_core.events import AgentEvent, Notice
+from defect_core.events import AgentEvent, Ask, ElicitationCompleted, Notice
 from defect_core.log import get_logger
 from defect_core.mcp.connection import Connection, describe
+from defect_core.mcp.elicitation import elicit, elicit_cancelled
 from defect_core.mcp.spec import McpServerSpec, merge_servers
 from defect_core.mcp.tool import MCP_PREFIX, McpTool, tool_name, unique_name
 from defect_core.tools.base import ToolRegistry
@@ -93,6 +95,9 @@ class McpHub:
         self._closed = False
         self._env: EnvPolicy = DEFAULT_POLICY
         """What a stdio server inherits of defect's environment (`defect_core/child_env.py`)."""
+        self._ask: Ask | None = None
+        """How the servers' elicitations reach the session's user (`ask_with`)."""
+        self._tell: Publish | None = None
 
     @classmethod
     def start(
@@ -144,6 +149,41 @@ class McpHub:
         self._follower = publish
         return self.failure_notice()
 
+    def ask_with(self, ask: Ask, tell: Publish) -> None:
+        """Ask the session's user through `ask` when a server elicits input
+        (`mcp/elicitation.py`), and `tell` when a page it opened is done with
+        (`ElicitationCompleted`); until then, and once the hub is closed, it is refused."""
+        self._ask, self._tell = ask, tell
+
+    def ask_like(self, other: McpHub) -> None:
+        """Ask the user as `other` does: a hub started later for the same session (a trusted
+        project's servers, `session/trusting.py`) asks through the session's questions too."""
+        self._ask, self._tell = other._ask, other._tell
+
+    async def _completed(self, conn: Connection, elicitation_id: str) -> None:
+        if self._tell is not None and not self._closed:
+            await self._tell(ElicitationCompleted(elicitation_id, conn.name))
+
+    async def _elicit(self, conn: Connection, params: object) -> object:
+        """A server's elicitation, tied to its latest running tool call (if any), which it
+        does not outlive: when that call ends first (the turn was cancelled), the question
+        is withdrawn and the server told it was cancelled. While the user answers, the
+        call's time-out is held (`Connection.user_answering`)."""
+        ask = None if self._closed else self._ask
+        call = conn.calls[-1] if conn.calls else None
+        scope = anyio.CancelScope()
+        if call is not None:
+            conn.asking.setdefault(call, set()).add(scope)
+            conn.user_answering(call, True)
+        try:
+            with scope:
+                return await elicit(conn.name, params, call, ask)
+        finally:
+            if call is not None:
+                conn.asking.get(call, set()).discard(scope)
+                conn.user_answering(call, False)
+        return elicit_cancelled(conn.name)
+
     async def offer(self, tools: ToolRegistry, publish: Publish) -> None:
         """Before a model turn: wait for the servers still starting (each within its
         time-out), saying so through `publish`, then add to `tools`, at its end, the ready
@@ -180,7 +220,8 @@ class McpHub:
                 await self._failed(spec.name, "the `mcp` package is not installed")
             return
         deadline = anyio.current_time() + seconds
-        connections = [Connection(spec, cwd, self._env) for spec in specs]
+        asks = (self._elicit, self._completed)
+        connections = [Connection(spec, cwd, self._env, *asks) for spec in specs]
         self._connections.extend(connections)
         for conn in connections:
             conn.start()

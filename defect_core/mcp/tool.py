@@ -18,6 +18,8 @@ Invariants:
 - `McpTool.run` returns a result for everything except cancellation: an `isError` result, a
   call timeout, a server that died (and every later call to it), a protocol error all become
   `ToolOutput(is_error=True)` with a message naming the server and what happened.
+- The call timeout counts the server's time, not the user's: it is held while the user answers
+  the server's question (`Connection.user_answering`, `hub.py`).
 """
 
 from __future__ import annotations
@@ -195,10 +197,17 @@ class McpTool:
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+        conn.calls.append(ctx.tool_call_id)
+        # The call's own time-out, held while the user answers its server's question.
+        deadline = conn.deadline(ctx.tool_call_id, self._call_timeout)
         try:
-            result = await session.call_tool(
-                self._remote_name, args or {}, read_timeout_seconds=self._call_timeout
-            )
+            with deadline:
+                result = await session.call_tool(self._remote_name, args or {})
+            if deadline.cancelled_caught:
+                return _failed(
+                    f"MCP server '{conn.name}' did not answer {self._remote_name} within "
+                    f"{self._call_timeout:g} s; the call was abandoned"
+                )
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
                 return _failed(
@@ -214,6 +223,8 @@ class McpTool:
             error = conn.redact(describe(exc))
             log.warning("mcp_call_failed", server=conn.name, tool=self._remote_name, error=error)
             return _failed(f"MCP server '{conn.name}': {self._remote_name} failed: {error}")
+        finally:
+            conn.call_ended(ctx.tool_call_id)
         return tool_output(result)
 
 

@@ -17,3 +17,7 @@ class Frontend:
     client_name: str | None = None
     fs_delegated: bool = False
     terminal_delegated: bool = False
+    interactive: bool = False
+    """Whether someone can answer a question (`ask_user`, an MCP server's): an editor can;
+    `defect exec` and a library without a front end cannot, and are answered at once that
+    no one is there (`session/questions.py`)."""

@@ -39,6 +39,11 @@ TOOL_GUIDANCE: dict[str, str] = {
         "as you go: exactly one step in_progress, mark each completed as soon as it is done. "
         "Skip it for a simple question or a one-step change."
     ),
+    "ask_user": (
+        "Ask only when a decision is the user's and you cannot settle it from the workspace; "
+        "offer concrete options. If no one answers, go on with your best judgement and say "
+        "what you assumed."
+    ),
 }
 
 MCP_GUIDANCE = (

@@ -59,6 +59,7 @@ from defect_core.errors import (
 )
 from defect_core.events import (
     AgentEvent,
+    Answer,
     CommandOffer,
     Location,
     PlanEntry,
@@ -311,6 +312,11 @@ class Session(Protocol):
 
     def resolve_permission(self, tool_call_id: str, option_id: str | None) -> None:
         """The user's answer to a `PermissionRequested`; `None` means the request was cancelled."""
+        ...
+
+    def answer_question(self, question_id: str, answer: Answer) -> None:
+        """What came of a `QuestionAsked` (`events.Answer`); one answer per question, a late
+        or unknown one is ignored."""
         ...
 
     async def close(self) -> None:

@@ -81,6 +81,7 @@ from defect_core.session.persistence import ReplayStateWriter, server_summary
 from defect_core.session.plan import SessionPlan
 from defect_core.session.protocol import (
     AgentError,
+    Answer,
     Backends,
     ConfigOption,
     InvalidOption,
@@ -90,6 +91,7 @@ from defect_core.session.protocol import (
     TurnError,
     TurnInProgress,
 )
+from defect_core.session.questions import SessionQuestions
 from defect_core.session.rewind import Rewinder
 from defect_core.session.slash_commands import CommandBook, CommandFacts, CommandScope, SlashCommand
 from defect_core.session.steering import SessionSteers
@@ -206,7 +208,8 @@ class DefaultSession:
             mode=self.current_mode,
             ask_permission=self._permissions.ask,
         )  # subagents and background tasks (`defect_core/agents/`)
-        self._tool_facts = ToolFacts(plan=self.plan.replace, tasks=self.delegation.tasks)
+        self._asks = SessionQuestions.of(session_id, self._publish, backends, settings, mcp)
+        self._tool_facts = ToolFacts(self.plan.replace, self._asks.ask, tasks=self.delegation.tasks)
         offer(tools, self._tool_facts)  # the built-in tools a new session offers (toolset.py)
 
     # --- identity --------------------------------------------------------------------------
@@ -495,6 +498,9 @@ class DefaultSession:
     def resolve_permission(self, tool_call_id: str, option_id: str | None) -> None:
         self._permissions.resolve(tool_call_id, option_id)
 
+    def answer_question(self, question_id: str, answer: Answer) -> None:
+        self._asks.answer(question_id, answer)
+
     @property
     def permission_rules(self) -> policy.PermissionRules:
         return self._permissions.rules
@@ -587,5 +593,6 @@ class DefaultSession:
             await self._mcp.aclose()
         await self._trusting.aclose()
         self._permissions.cancel_all()
+        self._asks.cancel_all()
         self._checkpoints.close()
         self._bus.close()

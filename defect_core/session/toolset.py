@@ -11,6 +11,8 @@ registry in line with the table. The rows, in the order the model sees them:
   (`default_tools`; `DefaultAgentCore(tools=...)` puts a library's or a test's own in their
   place);
 - `update_plan`: every session (`session/plan.py` holds the plan);
+- `ask_user`: every session (`session/questions.py` asks; a session no one can answer, such as
+  `defect exec`'s, answers at once that no one is there);
 - `skill`: when the session has skills (`catalog/skills.py`, known with the prompt's facts);
 - `spawn_agent`, `inspect_background_task`, `cancel_background_task`: when subagents are
   allowed (`subagent_max_depth` ≥ 1; `agents/delegation.py` prepares their lineage);
@@ -42,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from defect_core.config import Settings
-from defect_core.events import PlanEntry
+from defect_core.events import Ask, PlanEntry
 from defect_core.session.protocol import Backends
 from defect_core.tools.base import ProgressReporter, Tool, ToolContext, ToolRegistry
 
@@ -58,6 +60,8 @@ class ToolFacts:
 
     plan: Callable[[tuple[PlanEntry, ...]], Awaitable[None]] | None = None
     """What `update_plan` replaces the plan with (`SessionPlan.replace`)."""
+    ask: Ask | None = None
+    """How `ask_user` asks the session's user (`SessionQuestions.ask`)."""
     skills: Sequence[Skill] = ()
     """The session's skills, once the prompt's facts are gathered."""
     lineage: Lineage | None = None
@@ -141,6 +145,12 @@ def _update_plan(facts: ToolFacts) -> Tool:
     return UpdatePlanTool(facts.plan)
 
 
+def _ask_user(facts: ToolFacts) -> Tool:
+    from defect_core.tools.ask_user import AskUserTool
+
+    return AskUserTool(facts.ask)
+
+
 def _skill(facts: ToolFacts) -> Tool:
     from defect_core.tools.skill import SkillTool
 
@@ -183,6 +193,7 @@ BUILTIN_TOOLS: tuple[BuiltinTool, ...] = (
     BuiltinTool("search", _search, EVERY_SESSION, workspace=True),
     BuiltinTool("fetch", _fetch, EVERY_SESSION, workspace=True),
     BuiltinTool("update_plan", _update_plan, EVERY_SESSION),
+    BuiltinTool("ask_user", _ask_user, EVERY_SESSION),
     BuiltinTool("skill", _skill, WITH_SKILLS),
     BuiltinTool("spawn_agent", _spawn_agent, WITH_SUBAGENTS),
     BuiltinTool("inspect_background_task", _inspect_task, WITH_SUBAGENTS),

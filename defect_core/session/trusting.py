@@ -116,6 +116,8 @@ class ProjectTrusting:
         said = ""
         if specs and self._hub is None:
             self._hub = await McpHub.connect(specs, self._cwd, env=self._env)
+            if opened is not None:
+                self._hub.ask_like(opened)  # their elicitations ask the session's user
             for tool in self._hub.tools:
                 self._tools.add(tool)
             if self._hub.servers:

@@ -10,8 +10,9 @@ fails the test at once), anything a check raises — a violation or a crash of t
 `spawn_defect` fails the test at exit when any message was not clean, whether or not the test
 asked (`Agent.assert_schema_clean` checks earlier). `raw_session` validates what it reads too.
 
-The client records every `session/update`, answers permission questions from a policy the
-test sets, and — when the test advertises the capabilities — serves `fs/*` and `terminal/*`
+The client records every `session/update`, answers permission questions and `elicitation/create`
+from policies the test sets (its answers to the agent's elicitations are checked against the
+schema too), and — when the test advertises the capabilities — serves `fs/*` and `terminal/*`
 for real (files on disk, subprocesses), recording each call.
 
 Pitfalls this avoids: the SDK's spawner trims the child's environment and
@@ -43,6 +44,13 @@ from tests.support.acp_schema import SchemaViolation, acp_schema
 REPO = Path(__file__).resolve().parents[2]
 
 PermissionPolicy = Callable[[s.RequestPermissionRequest], str | None]
+ElicitationPolicy = Callable[[str, Any], Any]
+"""(message, mode) → the client's answer to `elicitation/create`: an `Accept`/`Decline`/
+`CancelElicitationResponse`, or an exception to raise (the client answers with an error)."""
+
+
+def decline(_message: str, _mode: Any) -> Any:
+    return s.DeclineElicitationResponse(action="decline")
 
 
 def allow_once(_: s.RequestPermissionRequest) -> str | None:
@@ -58,10 +66,16 @@ class RecordingClient:
     permission_requests: list[s.RequestPermissionRequest] = field(default_factory=list)
     reverse_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     permission_gate: asyncio.Event | None = None
+    """When set, permission and elicitation answers wait for this event (to test cancels
+    while pending)."""
+    elicitation: ElicitationPolicy = decline
+    elicitations: list[tuple[str, Any]] = field(default_factory=list)
+    """Every `elicitation/create` received: (message, mode)."""
+    completed: list[str] = field(default_factory=list)
+    """Every `elicitation/complete` received: its elicitation id."""
     terminal_through_shell: bool = False
     """False: `terminal/create` execs exactly `[command, *args]` with no shell, as Zed and acpx
     do. True: the line `command args...` runs through a shell, as some other editors do."""
-    """When set, permission answers wait for this event (to test cancels while pending)."""
     terminals: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
     update_event: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -88,6 +102,20 @@ class RecordingClient:
         return s.RequestPermissionResponse(
             outcome=s.AllowedOutcome(outcome="selected", option_id=answer)
         )
+
+    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> Any:
+        self.elicitations.append((message, mode))
+        self.update_event.set()
+        if self.permission_gate is not None:
+            await self.permission_gate.wait()
+        answer = self.elicitation(message, mode)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    async def complete_elicitation(self, elicitation_id: str, **kwargs: Any) -> None:
+        self.completed.append(elicitation_id)
+        self.update_event.set()
 
     # --- delegated fs / terminal (served for real) ------------------------------------------
 
@@ -222,6 +250,8 @@ class Wire:
     violations: list[str] = field(default_factory=list)
     deferred: bool = False
     _methods: dict[Any, str] = field(default_factory=dict)
+    _asked: dict[Any, str] = field(default_factory=dict)
+    """The agent's requests to the client, by id: the client's answers are checked too."""
     _unchecked: list[tuple[dict[str, Any], str | None]] = field(default_factory=list)
 
     def observe(self, event: StreamEvent) -> None:
@@ -230,7 +260,11 @@ class Wire:
             self.messages.append(("client", message))
             if "method" in message and "id" in message:
                 self._methods[message["id"]] = message["method"]
+            elif "method" not in message and message.get("id") in self._asked:
+                self._check_answer(message, self._asked.pop(message["id"]))
             return
+        if "method" in message and "id" in message:
+            self._asked[message["id"]] = message["method"]
         self.messages.append(("agent", message))
         answered = self._methods.get(message.get("id")) if "method" not in message else None
         if self.deferred:
@@ -255,6 +289,12 @@ class Wire:
                 f"message: {json.dumps(message)[:2000]}"
             )
 
+    def _check_answer(self, message: dict[str, Any], method: str) -> None:
+        try:
+            acp_schema().check_client_response(message, method)
+        except AssertionError as exc:
+            self.violations.append(str(exc))
+
     def from_agent(self) -> list[dict[str, Any]]:
         return [m for d, m in self.messages if d == "agent"]
 
@@ -278,9 +318,16 @@ class Agent:
     async def initialize(self, **capabilities: Any) -> s.InitializeResponse:
         fs = capabilities.pop("fs", None)
         terminal = capabilities.pop("terminal", False)
+        elicitation = capabilities.pop("elicitation", ())  # "form", "url"
         caps = s.ClientCapabilities(
             fs=s.FileSystemCapabilities(read_text_file=bool(fs), write_text_file=bool(fs)),
             terminal=terminal,
+            elicitation=s.ElicitationCapabilities(
+                form=s.ElicitationFormCapabilities() if "form" in elicitation else None,
+                url=s.ElicitationUrlCapabilities() if "url" in elicitation else None,
+            )
+            if elicitation
+            else None,
         )
         return await self.conn.initialize(
             protocol_version=1,

@@ -43,8 +43,14 @@ AGENT_REQUESTS = {
     "terminal/wait_for_exit": "WaitForTerminalExitRequest",
     "terminal/kill": "KillTerminalRequest",
     "terminal/release": "ReleaseTerminalRequest",
+    "elicitation/create": "CreateElicitationRequest",
 }
-AGENT_NOTIFICATIONS = {"session/update": "SessionNotification"}
+CLIENT_RESPONSES = {"elicitation/create": "CreateElicitationResponse"}
+"""What the test's client answers to the agent's requests, checked too (both directions)."""
+AGENT_NOTIFICATIONS = {
+    "session/update": "SessionNotification",
+    "elicitation/complete": "CompleteElicitationNotification",
+}
 
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schema"
@@ -122,6 +128,11 @@ class AcpSchema:
             self.check(
                 RESPONSES[answered_method], message.get("result"), f"{answered_method} result"
             )
+
+    def check_client_response(self, message: dict[str, Any], method: str | None) -> None:
+        """Validate the test client's answer to an agent request of `method`."""
+        if method in CLIENT_RESPONSES and "result" in message:
+            self.check(CLIENT_RESPONSES[method], message["result"], f"the client's {method} result")
 
 
 @cache

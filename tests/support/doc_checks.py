@@ -15,6 +15,9 @@ five checks, each returning the problems it found as lines naming the file:
 - `link_problems`: every relative link resolves to a file, and its anchor (if any) to a
   heading of that file; every backticked repository path (`defect_core/…`, `docs/…`) and
   every `docs/NAME.md` of the prose exists; the README links every page (`unlinked_pages`).
+  The README is also the package's description on PyPI, where a relative link leads
+  nowhere: it links the repository's files by absolute address (`relative_readme_links`),
+  under the `Repository` URL of `pyproject.toml`, and those links are checked as files too.
 - `code_doc_problems`: every `docs/NAME.md` the packages and scripts name exists.
 - `env_problems`: every `DEFECT_*` variable named is in `keys.ENV_VARIABLES` or appears as a
   string literal in the repository's Python code (it is read somewhere).
@@ -292,13 +295,32 @@ def anchors(text: str) -> set[str]:
     return found
 
 
+@functools.cache
+def repository_url() -> str:
+    """The repository's address, written once: `[project.urls] Repository` of pyproject.toml."""
+    with (REPO / "pyproject.toml").open("rb") as handle:
+        return str(tomllib.load(handle)["project"]["urls"]["Repository"])
+
+
+def repository_path(target: str) -> str | None:
+    """The repository path an absolute link to one of its files names, else None."""
+    for kind in ("blob", "tree"):
+        prefix = f"{repository_url()}/{kind}/main/"
+        if target.startswith(prefix):
+            return target[len(prefix) :]
+    return None
+
+
 def link_problems(docs: list[Doc], root: Path = REPO) -> list[str]:
     problems = []
     for doc in docs:
-        here = (root / doc.name).parent
         for target in _LINK.findall(prose(doc.text)):
+            here = (root / doc.name).parent
             if re.match(r"[a-z]+:", target):
-                continue  # https:, mailto:
+                local = repository_path(target)
+                if local is None:
+                    continue  # https:, mailto: elsewhere
+                target, here = local, root
             file_part, _, anchor = target.partition("#")
             path = (here / file_part).resolve()
             if file_part and not path.exists():
@@ -316,8 +338,20 @@ def link_problems(docs: list[Doc], root: Path = REPO) -> list[str]:
 def unlinked_pages(docs: list[Doc]) -> list[str]:
     """The pages of docs/ the README does not link to: the landing page lists the manual."""
     readme = next(doc for doc in docs if doc.name == "README.md")
-    linked = {target.partition("#")[0] for target in _LINK.findall(prose(readme.text))}
+    linked = {
+        (repository_path(target) or target).partition("#")[0]
+        for target in _LINK.findall(prose(readme.text))
+    }
     return [doc.name for doc in docs if doc.name.startswith("docs/") and doc.name not in linked]
+
+
+def relative_readme_links(readme: Doc) -> list[str]:
+    """The README's links to files by relative path: broken where PyPI shows the README."""
+    return [
+        target
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose(readme.text))
+        if not re.match(r"[a-z]+:", target) and not target.startswith("#")
+    ]
 
 
 def _missing_paths(doc: Doc, root: Path) -> Iterator[str]:

@@ -16,7 +16,9 @@ Invariants:
 - Credentials are looked up when a client is built (at stream time), never at construction of
   the provider: a prompt without them raises `CredentialsMissing` whose message says exactly
   what to set, and where the provider was chosen (`chosen_by`). Secrets come from the
-  environment only; the configuration names the variable (`api_key_env`).
+  environment (the configuration names the variable, `api_key_env`), else from what `defect
+  login` stored (`config/credentials.py`: read at this moment, so a login in another process
+  is seen by the next call); never from a configuration file.
 - Every client has `max_retries=0` (the runner owns retries) and the configured connect and
   read timeouts; `bedrock_client` may touch files or the network, so it runs in a thread.
 
@@ -40,6 +42,7 @@ import anyio
 
 from defect_core.background_import import FOREGROUND, BackgroundImport
 from defect_core.config import Settings
+from defect_core.config.credentials import stored_credential, stored_problem
 from defect_core.log import get_logger
 from defect_core.providers.anthropic import lazy_sdk
 from defect_core.providers.base import CredentialsMissing
@@ -49,6 +52,7 @@ __all__ = [
     "anthropic_client",
     "api_key",
     "bedrock_client",
+    "bedrock_identity",
     "chosen_by",
     "freeze_once",
     "hand_back_the_loop",
@@ -156,21 +160,31 @@ def running_loop() -> object | None:
         return None
 
 
-def api_key(settings: Settings) -> str:
-    """The Anthropic API key from the variable `api_key_env` names, or `CredentialsMissing`."""
+def api_key(settings: Settings, name: str = "anthropic") -> str:
+    """The Anthropic API key: the variable `api_key_env` names, else the one `defect login`
+    stored for the provider `name` (`config/credentials.py`), else `CredentialsMissing`."""
     variable = settings.api_key_env
     key = os.environ.get(variable, "").strip()
-    if not key:
-        named = (
-            "ANTHROPIC_API_KEY"
-            if variable == "ANTHROPIC_API_KEY"
-            else (f"{variable} (named by api_key_env in your defect config)")
-        )
-        raise CredentialsMissing(
-            f"no Anthropic API key: set {named} in the environment defect runs in "
-            f"({chosen_by(settings, 'bedrock')})"
-        )
-    return key
+    if key:
+        return key
+    stored = stored_credential(name)
+    if stored is not None and stored.api_key is not None:
+        return stored.api_key.reveal()
+    named = (
+        "ANTHROPIC_API_KEY"
+        if variable == "ANTHROPIC_API_KEY"
+        else (f"{variable} (named by api_key_env in your defect config)")
+    )
+    raise CredentialsMissing(
+        f"no Anthropic API key: set {named} in the environment defect runs in "
+        f"({chosen_by(settings, 'bedrock')}); or run `defect login`{_refused()}"
+    )
+
+
+def _refused() -> str:
+    """Why the stored credentials were not used, when their file was refused."""
+    problem = stored_problem()
+    return f" ({problem})" if problem else ""
 
 
 def anthropic_client(sdk: Sdk, settings: Settings, key: str) -> Any:
@@ -184,13 +198,22 @@ def anthropic_client(sdk: Sdk, settings: Settings, key: str) -> Any:
     )
 
 
-def bedrock_client(sdk: Sdk, settings: Settings) -> Any:
+def bedrock_client(sdk: Sdk, settings: Settings, name: str = "bedrock") -> Any:
     """An `AsyncAnthropicBedrock`. Runs in a worker thread: boto3's credential chain may touch
-    files or the network."""
+    files or the network. The environment's credentials first, then what `defect login`
+    stored for the provider `name` (a bearer token or a profile), then boto3's chain."""
     s = settings
     bearer = os.environ.get("AWS_BEARER_TOKEN_BEDROCK", "").strip()
     profile = None if bearer else s.aws_profile
     region = s.aws_region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not bearer and not _aws_in_environment():
+        stored = stored_credential(name)
+        if stored is not None:
+            region = region or stored.region
+            if stored.bearer_token is not None:
+                bearer, profile = stored.bearer_token.reveal(), None
+            elif stored.profile:
+                profile = stored.profile
     if not bearer or not region:
         import boto3
         import botocore.exceptions
@@ -223,14 +246,28 @@ def bedrock_client(sdk: Sdk, settings: Settings) -> Any:
             "no AWS region for Bedrock: set AWS_REGION (e.g. AWS_REGION=us-east-1), or "
             "`region` in [bedrock] of your defect config, or a region for your AWS profile"
         )
+    token = {"api_key": bearer} if bearer else {}
     return sdk.anthropic.AsyncAnthropicBedrock(
         aws_region=region,
         aws_profile=profile,
+        **token,
         base_url=s.bedrock_base_url or None,
         max_retries=0,
         timeout=_timeout(sdk, s),
         http_client=_http_client(sdk, s),
     )
+
+
+def bedrock_identity(name: str = "bedrock") -> tuple[object, ...]:
+    """What a Bedrock client was built from, cheaply (the variables and the stored entry,
+    one `stat`): the provider builds a new client when it changes (a login, a logout)."""
+    names = ("AWS_BEARER_TOKEN_BEDROCK", "AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_REGION")
+    return (*(os.environ.get(n, "") for n in names), stored_credential(name))
+
+
+def _aws_in_environment() -> bool:
+    """Did the environment choose AWS credentials (they beat the stored ones)?"""
+    return any(os.environ.get(name, "").strip() for name in ("AWS_ACCESS_KEY_ID", "AWS_PROFILE"))
 
 
 def _timeout(sdk: Sdk, settings: Settings) -> Any:

@@ -20,6 +20,10 @@ Invariants:
   stream under way has handed out its first chunk (the listing starts in the background as
   a session opens, just before the first prompt; its request and the import of the SDK's
   models resource would otherwise compete with that prompt's).
+- The prompt cache outlives a switch: the provider remembers the last prompt it sent per
+  conversation (`last_sent.py`, once the service has accepted the call), and its first
+  request back after another provider's turns keeps a breakpoint where that prompt ended
+  (`request.py`), so it reads back what it cached before the switch.
 - The call is logged once when it starts and once when it ends (completed or failed), with
   its request id, token usage and duration; never its content.
 - Once its response is closed, a stream hands the event loop back (shielded from cancel)
@@ -49,14 +53,16 @@ from defect_core.providers.anthropic.client import (
     anthropic_client,
     api_key,
     bedrock_client,
+    bedrock_identity,
     freeze_once,
     load_sdk,
     preload_sdk,
     running_loop,
 )
 from defect_core.providers.anthropic.errors import request_id_of, translate_exception
+from defect_core.providers.anthropic.last_sent import LastSent
 from defect_core.providers.anthropic.listing import anthropic_models, bedrock_models
-from defect_core.providers.anthropic.request import encode_request, route_options
+from defect_core.providers.anthropic.request import cache_key, encode_request, route_options
 from defect_core.providers.anthropic.stream import StreamAssembler
 from defect_core.providers.anthropic.stream_events import stream_event
 from defect_core.providers.base import (
@@ -84,11 +90,15 @@ class AnthropicProvider:
         self._sdk: Sdk | None = None
         self._client: Any = None
         self._client_key: str | None = None
+        self._identity: tuple[object, ...] | None = None
+        """What the Bedrock client was built from (`client.bedrock_identity`)."""
         self._lock: anyio.Lock | None = None
         self._loop: object | None = None
         self._opening = 0
         """Streams not yet past their first chunk: a listing waits for them (`list_models`)."""
         self._opened: anyio.Event | None = None
+        self._last_sent = LastSent()
+        """The last prompt sent per conversation: where a model back from a switch reads."""
 
     @property
     def name(self) -> str:
@@ -170,7 +180,8 @@ class AnthropicProvider:
 
     async def _stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
         client, sdk = await self._ready()
-        body = encode_request(request)
+        key = cache_key(request)
+        body = encode_request(request, seen=self._last_sent.seen_until(key, request.messages))
         started = time.monotonic()
         request_id: str | None = None
         log.info(
@@ -186,6 +197,7 @@ class AnthropicProvider:
             except Exception as exc:
                 raise self._translate(exc, sdk, in_stream=False) from None
             request_id = request_id_of(stream.response.headers)
+            self._last_sent.remember(key, request.messages)
             assembler = StreamAssembler(max_tokens=request.max_tokens)
             try:
                 async with aclosing(stream_batches(stream)) as batches:
@@ -249,14 +261,16 @@ class AnthropicProvider:
             if self._sdk is None:
                 self._sdk = await load_sdk()
             if self._route == "anthropic":
-                key = api_key(self._settings)
+                key = api_key(self._settings, self._name)
                 if self._client is None or key != self._client_key:
                     self._client = anthropic_client(self._sdk, self._settings, key)
                     self._client_key = key
-            elif self._client is None:
+            elif self._client is None or bedrock_identity(self._name) != self._identity:
+                identity = bedrock_identity(self._name)  # a login or logout: a new client
                 self._client = await anyio.to_thread.run_sync(
-                    bedrock_client, self._sdk, self._settings
+                    bedrock_client, self._sdk, self._settings, self._name
                 )
+                self._identity = identity
             return self._client, self._sdk
 
     async def aclose(self) -> None:

@@ -16,6 +16,12 @@ Invariants:
   first would not), it goes instead on the last cacheable block before
   `ModelRequest.cache_anchor`, where the history will next be rewritten (a micro-compaction's
   first cleared result): that prefix stays cached, and the request after the rewrite reads it.
+- When the messages extend the last prompt this provider sent in the conversation (`seen`:
+  its length, from `last_sent.py`) and no message breakpoint's look-back reaches the
+  breakpoint that prompt ended on (another provider answered the turns in between), the
+  second message breakpoint goes there instead: the first request back reads what the
+  provider cached before the switch. Within reach, nothing moves (a session that never
+  switches sends the body it always did).
 - The hosted web search (`ModelRequest.web_search`) is the last tool, after the client tools:
   its bytes depend on the configuration only, so it never moves nor changes within a session,
   the last-tool breakpoint sits on it, and the cached prefix (tools → system → messages)
@@ -43,6 +49,7 @@ __all__ = [
     "BEDROCK_ANTHROPIC_VERSION",
     "MAX_CACHE_BREAKPOINTS",
     "WEB_SEARCH_TOOL_TYPE",
+    "cache_key",
     "encode_request",
     "route_options",
     "web_search_tool",
@@ -62,9 +69,11 @@ WEB_SEARCH_TOOL_TYPE = "web_search_20250305"
 _CACHEABLE = frozenset({"text", "image", "document", "tool_use", "tool_result"})
 
 
-def encode_request(request: ModelRequest) -> dict[str, Any]:
+def encode_request(request: ModelRequest, *, seen: int | None = None) -> dict[str, Any]:
     """The Messages body for `request` (without `stream`): wire messages, tools, system,
-    cache breakpoints (≤ 4) and thinking. Pure: the same request gives the same body."""
+    cache breakpoints (≤ 4) and thinking. Pure: the same request gives the same body.
+    `seen`: how many leading messages the last prompt sent in this conversation under the
+    same `cache_key` was (`last_sent.LastSent.seen_until`), or None."""
     body: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens,
@@ -90,6 +99,7 @@ def encode_request(request: ModelRequest) -> dict[str, Any]:
         body["messages"],
         min(MESSAGE_BREAKPOINTS, MAX_CACHE_BREAKPOINTS - breakpoints),
         request.cache_anchor,
+        seen,
     )
     budget = _thinking_budget(request)
     if budget is not None:
@@ -112,6 +122,12 @@ def web_search_tool(search: HostedWebSearch) -> dict[str, Any]:
     return tool
 
 
+def cache_key(request: ModelRequest) -> tuple[str, int | None]:
+    """What keys the cached messages of `request` besides their content: the model and the
+    thinking budget sent (the API's cache is per model, and thinking keys the messages)."""
+    return (request.model, _thinking_budget(request))
+
+
 def route_options(route: Route) -> dict[str, Any]:
     """Keyword arguments for the SDK's `messages.create` beyond the body, per route."""
     if route == "bedrock":
@@ -123,13 +139,17 @@ Spot = tuple[int, int]
 """A content block: (message index, block index)."""
 
 
-def _mark_messages(messages: list[dict[str, Any]], count: int, anchor: int | None) -> None:
+def _mark_messages(
+    messages: list[dict[str, Any]], count: int, anchor: int | None, seen: int | None = None
+) -> None:
     """Put a breakpoint on the last cacheable block of each of the last `count` user messages:
     the newest caches the whole prompt for the next request; the one before re-reads what the
     previous request cached, even when the new turn added more than the 20-block look-back.
     When the newest's look-back reaches that one anyway, the second breakpoint marks the last
     cacheable block before message `anchor` instead: each request keeps that prefix cached,
-    and the one after a rewrite from `anchor` on reads it instead of writing it again."""
+    and the one after a rewrite from `anchor` on reads it instead of writing it again.
+    Last, the breakpoint the provider's last prompt in the conversation ended on (its first
+    `seen` messages) takes the second place when no breakpoint's look-back reaches it."""
     spots = _latest_user_spots(messages, count)
     before = _spot_before(messages, anchor) if anchor is not None else None
     if before is not None and len(spots) == 2 and before < spots[0]:
@@ -137,9 +157,27 @@ def _mark_messages(messages: list[dict[str, Any]], count: int, anchor: int | Non
         newest, previous = (offsets[m] + b for m, b in spots)
         if newest - previous < LOOKBACK_BLOCKS:
             spots[1] = before
+    if seen is not None:
+        _resume_at(messages, spots, count, seen)
     for message_index, block_index in spots:
         content = messages[message_index]["content"]
         content[block_index] = {**content[block_index], "cache_control": dict(EPHEMERAL)}
+
+
+def _resume_at(messages: list[dict[str, Any]], spots: list[Spot], count: int, seen: int) -> None:
+    """Make the second of `spots` the breakpoint the prompt of the first `seen` messages ended
+    on (its last user message's last cacheable block), unless a spot's look-back reaches it."""
+    ended = _latest_user_spots(messages[:seen], 1)
+    if not ended or ended[0] in spots:
+        return
+    offsets = _block_offsets(messages)
+    target = offsets[ended[0][0]] + ended[0][1]
+    if any(0 <= offsets[m] + b - target < LOOKBACK_BLOCKS for m, b in spots):
+        return
+    if len(spots) < count:
+        spots.append(ended[0])
+    elif len(spots) >= 2:
+        spots[1] = ended[0]
 
 
 def _latest_user_spots(messages: list[dict[str, Any]], count: int) -> list[Spot]:

@@ -19,9 +19,11 @@ Invariants:
   in a worker thread), so the event loop keeps serving the editor.
 - It runs no hosted capability: a session delegating web search to it fails at `session/new`
   (`hosted.py`).
-- A key only where one is configured: `api_key_env` names the variable (a missing one is
-  `CredentialsMissing` naming it); without it the placeholder `no-key` goes as the bearer
-  token (the SDK sends one always; a local server ignores it), never another provider's key.
+- A key only where one is configured: `api_key_env` names the variable, else `defect login`
+  stored one for this provider's name (`config/credentials.py`; a missing one is
+  `CredentialsMissing` naming the variable); without either the placeholder `no-key` goes as
+  the bearer token (the SDK sends one always; a local server ignores it), never another
+  provider's key.
 - The call is logged when it starts and when it ends, with its usage; never its content.
 """
 
@@ -39,6 +41,7 @@ import anyio
 
 from defect_core.background_import import FOREGROUND, BackgroundImport
 from defect_core.config import ProviderSpec, Settings
+from defect_core.config.credentials import stored_credential
 from defect_core.log import get_logger
 from defect_core.providers.base import (
     CredentialsMissing,
@@ -197,17 +200,23 @@ class OpenAICompatProvider:
     # --- the client -------------------------------------------------------------------------
 
     def _api_key(self) -> str:
+        """The variable `api_key_env` names, else the key `defect login` stored for this
+        provider (`config/credentials.py`), else none when no variable is named."""
         variable = self._spec.api_key_env
+        key = os.environ.get(variable, "").strip() if variable else ""
+        if key:
+            return key
+        stored = stored_credential(self.name)
+        if stored is not None and stored.api_key is not None:
+            return stored.api_key.reveal()
         if not variable:
             return ""
-        key = os.environ.get(variable, "").strip()
-        if not key:
-            raise CredentialsMissing(
-                f"no API key for {self.name}: set {variable} (named by api_key_env in "
-                f"[providers.{self.name}], {self._spec.source}) in the environment defect "
-                "runs in, or remove api_key_env for a server that needs no key"
-            )
-        return key
+        raise CredentialsMissing(
+            f"no API key for {self.name}: set {variable} (named by api_key_env in "
+            f"[providers.{self.name}], {self._spec.source}) in the environment defect "
+            "runs in, or remove api_key_env for a server that needs no key; or run "
+            f"`defect login --provider {self.name}`"
+        )
 
     async def _ready(self) -> tuple[Any, ModuleType]:
         loop = _running_loop()
