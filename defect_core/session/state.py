@@ -443,14 +443,9 @@ class DefaultSession:
             await self.plan.follow(self._transcript)
 
         return Rewinder(
-            session_id=self._id,
-            cwd=self._cwd,
-            store=self._store,
-            checkpoints=self._checkpoints,
-            transcript=self._transcript,
-            ids=self._ids,
-            adopt=adopt,
-        )
+            session_id=self._id, cwd=self._cwd, store=self._store, checkpoints=self._checkpoints,
+            transcript=self._transcript, ids=self._ids, adopt=adopt,
+        )  # fmt: skip
 
     def _tool_context(self, tool_call_id: str) -> ToolContext:
         async def report(display: tuple[ToolDisplay, ...]) -> None:
