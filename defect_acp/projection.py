@@ -90,7 +90,9 @@ def event_to_update(event: ev.AgentEvent) -> Update | None:
             session_update="current_mode_update", current_mode_id=event.mode_id
         )
     if isinstance(event, ev.TitleChanged):
-        return s.SessionInfoUpdate(session_update="session_info_update", title=event.title)
+        return s.SessionInfoUpdate(
+            session_update="session_info_update", title=event.title, updated_at=event.updated_at
+        )
     if isinstance(event, ev.UsageReported):
         cost = s.Cost(amount=event.cost_usd, currency="USD") if event.cost_usd is not None else None
         return s.UsageUpdate(
@@ -257,10 +259,16 @@ class UpdateLines:
             params = {"sessionId": self._session_id, "update": update}
             return encode_message({"jsonrpc": "2.0", "method": "session/update", "params": params})
 
-    def chunk(self, kind: str, text: str) -> bytes | None:
+    def chunk(self, kind: str, text: str, message_id: str | None = None) -> bytes | None:
         """A text chunk's line (`kind`: `agent_message_chunk`, `agent_thought_chunk`,
-        `user_message_chunk`): the most frequent update, written with no call it can spare."""
-        update = {"content": {"text": text, "type": "text"}, "sessionUpdate": kind}
+        `user_message_chunk`; `message_id`: the message it belongs to, if it is one of the
+        conversation's): the most frequent update, written with no call it can spare."""
+        update: dict[str, Any]
+        if message_id is None:
+            update = {"content": {"text": text, "type": "text"}, "sessionUpdate": kind}
+        else:
+            content = {"text": text, "type": "text"}
+            update = {"content": content, "messageId": message_id, "sessionUpdate": kind}
         try:
             return self._head + to_json(update, inf_nan_mode="null") + _TAIL
         except ValueError:  # as `line`

@@ -216,10 +216,13 @@ async def test_a_long_replay_sends_the_same_updates_in_order(tmp_path: Path) -> 
     sid = write_long_session(db, work, turns)
     with SqliteStore(db) as store:
         stored = store.load(sid)
-    # What the SDK itself would have written for each update of the whole-list projection.
+    # What the SDK itself would have written for each update of the whole-list projection,
+    # each message's chunks carrying its id.
+    ids = [ev.message_id(*name) for name in stored.ids]
+    calls = ToolCallSnapshots(stored.tool_calls)
     expected = [
         projection.session_notification(sid, u)["params"]
-        for u in iter_models(stored.transcript, ToolCallSnapshots(stored.tool_calls))
+        for u in iter_models(stored.transcript, calls, message_ids=ids)
     ]
     assert len(expected) == 4 * turns
 

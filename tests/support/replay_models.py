@@ -22,8 +22,6 @@ from acp.helpers import (
     tool_content,
     tool_diff_content,
     tool_terminal_ref,
-    update_agent_message_text,
-    update_agent_thought_text,
 )
 
 from defect_acp import projection, replay_walk
@@ -100,20 +98,26 @@ def permission_model(event: ev.PermissionRequested) -> s.ToolCallUpdate:
 class UpdateModels:
     """The `ReplayView` that builds each update with the schema's models."""
 
-    def user_text(self, text: str) -> Model:
-        return _user_chunk(s.TextContentBlock(type="text", text=text))
+    def user_text(self, text: str, message_id: str | None = None) -> Model:
+        return _user_chunk(s.TextContentBlock(type="text", text=text), message_id)
 
-    def user_image(self, block: ImageBlock) -> Model:
+    def user_image(self, block: ImageBlock, message_id: str | None = None) -> Model:
         image = s.ImageContentBlock(
             type="image", data=block.data or "", mime_type=block.media_type or "", uri=block.url
         )
-        return _user_chunk(image)
+        return _user_chunk(image, message_id)
 
-    def agent_text(self, text: str) -> Model:
-        return update_agent_message_text(text)
+    def agent_text(self, text: str, message_id: str | None = None) -> Model:
+        content = s.TextContentBlock(type="text", text=text)
+        return s.AgentMessageChunk(
+            session_update="agent_message_chunk", content=content, message_id=message_id
+        )
 
-    def thought(self, text: str) -> Model:
-        return update_agent_thought_text(text)
+    def thought(self, text: str, message_id: str | None = None) -> Model:
+        content = s.TextContentBlock(type="text", text=text)
+        return s.AgentThoughtChunk(
+            session_update="agent_thought_chunk", content=content, message_id=message_id
+        )
 
     def tool_call(self, call: ReplayedCall) -> Model:
         return s.ToolCallStart(
@@ -139,17 +143,21 @@ class UpdateModels:
         return self.tool_call(call())  # always from the snapshot, never the record
 
 
-def _user_chunk(content: Any) -> s.UserMessageChunk:
-    return s.UserMessageChunk(session_update="user_message_chunk", content=content)
+def _user_chunk(content: Any, message_id: str | None) -> s.UserMessageChunk:
+    return s.UserMessageChunk(
+        session_update="user_message_chunk", content=content, message_id=message_id
+    )
 
 
 def iter_models(
     transcript: Sequence[Message],
     tool_calls: ToolCallSnapshots,
     subagents: Mapping[str, str] | None = None,
+    message_ids: Sequence[str] = (),
 ) -> Iterator[Model]:
     """The whole replay as the schema's models."""
-    return replay_walk.iter_replay(transcript, tool_calls, UpdateModels(), dict(subagents or {}))
+    views = dict(subagents or {})
+    return replay_walk.iter_replay(transcript, tool_calls, UpdateModels(), views, message_ids)
 
 
 def model_lines(
@@ -157,11 +165,12 @@ def model_lines(
     transcript: Sequence[Message],
     tool_calls: ToolCallSnapshots,
     subagents: Mapping[str, str] | None = None,
+    message_ids: Sequence[str] = (),
 ) -> list[bytes | None]:
     """The reference lines: each model of the replay as `projection.update_line` writes it."""
     return [
         projection.update_line(session_id, u)
-        for u in iter_models(transcript, tool_calls, subagents)
+        for u in iter_models(transcript, tool_calls, subagents, message_ids)
     ]
 
 
