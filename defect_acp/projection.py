@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from acp import schema as s
-from acp.helpers import update_agent_message_text, update_agent_thought_text
 from pydantic_core import PydanticSerializationError, to_json
 
 from defect_acp.transport import encode_message
@@ -82,9 +81,9 @@ def event_to_update(event: ev.AgentEvent) -> Update | None:
     """The `session/update` for an event, or None when the event is not shown here (a tool
     call's: `cards.started`, `cards.progress`)."""
     if isinstance(event, ev.AgentTextDelta):
-        return update_agent_message_text(event.text)
+        return message_text(event.text)
     if isinstance(event, ev.AgentThoughtDelta):
-        return update_agent_thought_text(event.text)
+        return thought_text(event.text)
     if isinstance(event, ev.ModeChanged):
         return s.CurrentModeUpdate(
             session_update="current_mode_update", current_mode_id=event.mode_id
@@ -104,10 +103,23 @@ def event_to_update(event: ev.AgentEvent) -> Update | None:
     if isinstance(event, ev.CommandsChanged):
         return commands_update(event.commands)
     if isinstance(event, ev.Notice):
-        return update_agent_message_text(f"\n\n> {event.text}\n\n")
+        return message_text(f"\n\n> {event.text}\n\n")
     if isinstance(event, ev.PlanUpdated):
         return plan_update(event.entries)
     return None
+
+
+def message_text(text: str) -> s.AgentMessageChunk:
+    """An `agent_message_chunk` of `text`. Made from the schema's models, as every update here
+    is: the SDK's builders (`acp.helpers`) are gone from its 1.0 releases."""
+    content = s.TextContentBlock(type="text", text=text)
+    return s.AgentMessageChunk(session_update="agent_message_chunk", content=content)
+
+
+def thought_text(text: str) -> s.AgentThoughtChunk:
+    """An `agent_thought_chunk` of `text` (as `message_text`)."""
+    content = s.TextContentBlock(type="text", text=text)
+    return s.AgentThoughtChunk(session_update="agent_thought_chunk", content=content)
 
 
 def plan_update(entries: Sequence[ev.PlanEntry]) -> s.AgentPlanUpdate:

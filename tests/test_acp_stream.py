@@ -19,7 +19,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from acp.helpers import update_agent_message_text
 
 from defect_acp import projection
 from defect_acp.transport import encode_message
@@ -238,11 +237,11 @@ async def test_a_long_replay_sends_the_same_updates_in_order(tmp_path: Path) -> 
 
 
 def test_update_line_is_the_line_encode_message_writes() -> None:
-    update = update_agent_message_text('quote " newline \n tab \t \u00e9 \U0001f600 \x01')
+    update = projection.message_text('quote " newline \n tab \t \u00e9 \U0001f600 \x01')
     line = projection.update_line("sess-1", update)
     assert line == encode_message(projection.session_notification("sess-1", update))
     # A lone surrogate (UTF-8 cannot carry it) is mended as the transport mends it.
-    broken = update_agent_message_text("half \ud800 pair")
+    broken = projection.message_text("half \ud800 pair")
     mended = projection.update_line("sess-1", broken)
     assert mended == encode_message(projection.session_notification("sess-1", broken))
     assert mended is not None

@@ -18,11 +18,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from acp import schema as s
-from acp.helpers import (
-    tool_content,
-    tool_diff_content,
-    tool_terminal_ref,
-)
 
 from defect_acp import projection, replay_walk
 from defect_acp.replayed import ReplayedCall
@@ -40,17 +35,19 @@ def displays(content: Sequence[ev.ToolDisplay]) -> list[Any]:
     out: list[Any] = []
     for item in content:
         if isinstance(item, ev.TextDisplay):
-            out.append(tool_content(s.TextContentBlock(type="text", text=item.text)))
+            text = s.TextContentBlock(type="text", text=item.text)
+            out.append(s.ContentToolCallContent(type="content", content=text))
         elif isinstance(item, ev.DiffDisplay):
-            out.append(tool_diff_content(item.path, item.new_text, item.old_text))
-        elif isinstance(item, ev.TerminalDisplay):
-            out.append(tool_terminal_ref(item.terminal_id))
-        elif isinstance(item, ev.ImageDisplay):
             out.append(
-                tool_content(
-                    s.ImageContentBlock(type="image", data=item.data, mime_type=item.media_type)
+                s.FileEditToolCallContent(
+                    type="diff", path=item.path, new_text=item.new_text, old_text=item.old_text
                 )
             )
+        elif isinstance(item, ev.TerminalDisplay):
+            out.append(s.TerminalToolCallContent(type="terminal", terminal_id=item.terminal_id))
+        elif isinstance(item, ev.ImageDisplay):
+            image = s.ImageContentBlock(type="image", data=item.data, mime_type=item.media_type)
+            out.append(s.ContentToolCallContent(type="content", content=image))
     return out
 
 
