@@ -13,6 +13,9 @@ Invariants:
   `session/prompt` is answered after the last update of its turn (`defect_acp/server.py`).
 - A permission question never hangs a turn: a client that cannot answer it counts as a
   rejection.
+- Every chunk of a message of the conversation carries that message's id, live (the session's
+  `NextMessageId`, until its turn ends) and replayed alike; text outside the conversation (a
+  notice, a slash command's answer) carries none.
 - A call shown by what it publishes (`update_plan`: its `plan` update) gets no tool-call card;
   only a refused one does, once it failed, with why (`cards.SHOWN_BY_THEIR_EVENT`).
 - What an event or a stored message looks like on the wire is decided in
