@@ -63,6 +63,10 @@ async def test_live_ids_are_the_ids_a_load_replays(tmp_path: Path) -> None:
         assert (await first.prompt(sid, "and then?")).stop_reason == "end_turn"
         before_help = len(live.updates)
         assert (await first.prompt(sid, "/help")).stop_reason == "end_turn"
+        # A load of the live session replays what it holds, with the same ids.
+        before_load = len(live.updates)
+        await first.conn.load_session(cwd=str(work), session_id=sid, mcp_servers=[])
+        reloaded = messages(chunks(live, sid, before_load))
         first.assert_schema_clean()
     streamed = messages(chunks(live, sid, 0, before_help))
     assert [(kind, text) for kind, _, text in streamed] == [
@@ -71,11 +75,12 @@ async def test_live_ids_are_the_ids_a_load_replays(tmp_path: Path) -> None:
         ("agent_message_chunk", "It is a demo."),
         ("agent_message_chunk", "Second answer."),
     ]
+    assert [m for m in reloaded if m[0] != "user_message_chunk"] == streamed
     ids = [mid for _, mid, _ in streamed]
     assert ids[0] == ids[1], "a message's thinking and text are one message"
     assert len({ids[1], ids[2], ids[3]}) == 3, "each answer is a message of its own"
     # /help answers outside the conversation: its text carries no id.
-    help_chunks = chunks(live, sid, before_help)
+    help_chunks = chunks(live, sid, before_help, before_load)
     assert help_chunks and all(mid is None for _, mid, _ in help_chunks)
     # The session was named once, with the time it was named.
     infos = [u for s, u in live.updates if s == sid and u.session_update == "session_info_update"]
