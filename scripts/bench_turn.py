@@ -107,9 +107,13 @@ TARGET_BURST_P50_MS = 3.0
 TARGET_BURST_P95_MS = 5.0
 QUIET_MACHINE_CORES = 0.5
 """Other load (cores) above which a run's burst latencies measure the machine more than the
-agent: interleaved on this 2-core machine with about one core of other load, the median of
-4 sessions at once ranged 3 to 12 ms for one build and 10 to 63 ms for the next in 5 rounds
-each, while their agent CPU per delta stayed within 10 %."""
+agent: interleaved on this 2-core machine with about one core of other load, one build's
+median of 4 sessions at once ranged 3 to 12 ms over 5 rounds, the next one's 10 to 63 ms.
+Near saturation a few µs of CPU per delta show as several milliseconds of latency: reading
+the body through httpx2's public `aiter_raw` (one HTTP chunk per step, through httpx2's and
+httpcore2's generators) instead of one piece per network read off httpcore2's internals cost
+about 10 µs per delta and doubled that median under equal other load (5.9 → 11.6 ms, paced
+0.43 → 0.62 ms, 5 interleaved rounds each); the targets are set for a machine without it."""
 
 
 def marked_text(first: int, count: int) -> str:
