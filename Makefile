@@ -7,6 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: install run test lint typecheck pytest bench test-real-server acp-schema clean
+.PHONY: test-sdk-next
 
 install: $(STAMP)
 
@@ -58,3 +59,22 @@ release-check: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Opt-in, not part of `make test`: the whole suite against the next ACP Python SDK (the
+# `ACP_SDK_NEXT` release, installed over the pin) in a venv of its own, at low priority; then
+# a summary of what breaks, grouped (docs/acp-additions.md, "The 1.0 SDK").
+ACP_SDK_NEXT ?= 1.0.0rc3
+SDK_NEXT_VENV ?= .venv-sdk-next
+SDK_NEXT_STAMP := $(SDK_NEXT_VENV)/.installed-$(ACP_SDK_NEXT)
+
+$(SDK_NEXT_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(SDK_NEXT_VENV)
+	$(SDK_NEXT_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(SDK_NEXT_VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	$(SDK_NEXT_VENV)/bin/python -m pip install --quiet --no-deps 'agent-client-protocol==$(ACP_SDK_NEXT)'
+	rm -f $(SDK_NEXT_VENV)/.installed-*
+	touch $(SDK_NEXT_STAMP)
+
+test-sdk-next: $(SDK_NEXT_STAMP)
+	-nice $(SDK_NEXT_VENV)/bin/pytest -p no:cacheprovider --junitxml=$(SDK_NEXT_VENV)/junit.xml $(PYTEST_ARGS) > $(SDK_NEXT_VENV)/pytest.log 2>&1
+	$(SDK_NEXT_VENV)/bin/python scripts/sdk_next_report.py $(SDK_NEXT_VENV)/junit.xml --log $(SDK_NEXT_VENV)/pytest.log

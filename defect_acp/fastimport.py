@@ -22,16 +22,16 @@ def warm_turn_path() -> None:
     hundred, so that no prompt (even one sent at once) pays for the builds.
     """
     from acp import schema as s
-    from acp.helpers import update_agent_message_text, update_agent_thought_text
 
+    from defect_acp.projection import message_text, thought_text
     from defect_core.model import Message, TextBlock, message_from_json, message_to_json
 
     s.PromptRequest.model_validate({"sessionId": "w", "prompt": [{"type": "text", "text": "w"}]})
     s.CancelNotification.model_validate({"sessionId": "w"})
     dump = {"mode": "json", "by_alias": True, "exclude_none": True, "exclude_unset": True}
     for update in (
-        update_agent_message_text("w"),
-        update_agent_thought_text("w"),
+        message_text("w"),
+        thought_text("w"),
         s.ToolCallStart(session_update="tool_call", tool_call_id="w", title="w", kind="read"),
         s.ToolCallProgress(session_update="tool_call_update", tool_call_id="w", status="completed"),
         s.UsageUpdate(session_update="usage_update", used=1, size=2),

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from acp import schema as s
-from acp.helpers import update_agent_message_text, update_agent_thought_text
 from pydantic_core import PydanticSerializationError, to_json
 
 from defect_acp.transport import encode_message
@@ -82,15 +81,17 @@ def event_to_update(event: ev.AgentEvent) -> Update | None:
     """The `session/update` for an event, or None when the event is not shown here (a tool
     call's: `cards.started`, `cards.progress`)."""
     if isinstance(event, ev.AgentTextDelta):
-        return update_agent_message_text(event.text)
+        return message_text(event.text)
     if isinstance(event, ev.AgentThoughtDelta):
-        return update_agent_thought_text(event.text)
+        return thought_text(event.text)
     if isinstance(event, ev.ModeChanged):
         return s.CurrentModeUpdate(
             session_update="current_mode_update", current_mode_id=event.mode_id
         )
     if isinstance(event, ev.TitleChanged):
-        return s.SessionInfoUpdate(session_update="session_info_update", title=event.title)
+        return s.SessionInfoUpdate(
+            session_update="session_info_update", title=event.title, updated_at=event.updated_at
+        )
     if isinstance(event, ev.UsageReported):
         cost = s.Cost(amount=event.cost_usd, currency="USD") if event.cost_usd is not None else None
         return s.UsageUpdate(
@@ -102,10 +103,23 @@ def event_to_update(event: ev.AgentEvent) -> Update | None:
     if isinstance(event, ev.CommandsChanged):
         return commands_update(event.commands)
     if isinstance(event, ev.Notice):
-        return update_agent_message_text(f"\n\n> {event.text}\n\n")
+        return message_text(f"\n\n> {event.text}\n\n")
     if isinstance(event, ev.PlanUpdated):
         return plan_update(event.entries)
     return None
+
+
+def message_text(text: str) -> s.AgentMessageChunk:
+    """An `agent_message_chunk` of `text`. Made from the schema's models, as every update here
+    is: the SDK's builders (`acp.helpers`) are gone from its 1.0 releases."""
+    content = s.TextContentBlock(type="text", text=text)
+    return s.AgentMessageChunk(session_update="agent_message_chunk", content=content)
+
+
+def thought_text(text: str) -> s.AgentThoughtChunk:
+    """An `agent_thought_chunk` of `text` (as `message_text`)."""
+    content = s.TextContentBlock(type="text", text=text)
+    return s.AgentThoughtChunk(session_update="agent_thought_chunk", content=content)
 
 
 def plan_update(entries: Sequence[ev.PlanEntry]) -> s.AgentPlanUpdate:
@@ -257,10 +271,16 @@ class UpdateLines:
             params = {"sessionId": self._session_id, "update": update}
             return encode_message({"jsonrpc": "2.0", "method": "session/update", "params": params})
 
-    def chunk(self, kind: str, text: str) -> bytes | None:
+    def chunk(self, kind: str, text: str, message_id: str | None = None) -> bytes | None:
         """A text chunk's line (`kind`: `agent_message_chunk`, `agent_thought_chunk`,
-        `user_message_chunk`): the most frequent update, written with no call it can spare."""
-        update = {"content": {"text": text, "type": "text"}, "sessionUpdate": kind}
+        `user_message_chunk`; `message_id`: the message it belongs to, if it is one of the
+        conversation's): the most frequent update, written with no call it can spare."""
+        update: dict[str, Any]
+        if message_id is None:
+            update = {"content": {"text": text, "type": "text"}, "sessionUpdate": kind}
+        else:
+            content = {"text": text, "type": "text"}
+            update = {"content": content, "messageId": message_id, "sessionUpdate": kind}
         try:
             return self._head + to_json(update, inf_nan_mode="null") + _TAIL
         except ValueError:  # as `line`

@@ -36,21 +36,25 @@ class ReplayLines:
     def __init__(self, session_id: str) -> None:
         self._lines = UpdateLines(session_id)
 
-    def user_text(self, text: str) -> bytes | None:
-        return self._lines.chunk("user_message_chunk", text)
+    def user_text(self, text: str, message_id: str | None = None) -> bytes | None:
+        return self._lines.chunk("user_message_chunk", text, message_id)
 
-    def user_image(self, block: ImageBlock) -> bytes | None:
+    def user_image(self, block: ImageBlock, message_id: str | None = None) -> bytes | None:
         image: dict[str, Any] = {"data": block.data or "", "mimeType": block.media_type or ""}
         if block.url is not None:
             image["uri"] = block.url
         image["type"] = "image"
-        return self._lines.line({"content": image, "sessionUpdate": "user_message_chunk"})
+        update: dict[str, Any] = {"content": image}
+        if message_id is not None:
+            update["messageId"] = message_id
+        update["sessionUpdate"] = "user_message_chunk"
+        return self._lines.line(update)
 
-    def agent_text(self, text: str) -> bytes | None:
-        return self._lines.chunk("agent_message_chunk", text)
+    def agent_text(self, text: str, message_id: str | None = None) -> bytes | None:
+        return self._lines.chunk("agent_message_chunk", text, message_id)
 
-    def thought(self, text: str) -> bytes | None:
-        return self._lines.chunk("agent_thought_chunk", text)
+    def thought(self, text: str, message_id: str | None = None) -> bytes | None:
+        return self._lines.chunk("agent_thought_chunk", text, message_id)
 
     def tool_call(self, call: ReplayedCall) -> bytes | None:
         return self._lines.line(cards.replayed(call))

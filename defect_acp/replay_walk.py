@@ -58,13 +58,13 @@ class ReplayView(Protocol[T_co]):
     """What each shown piece of a replayed conversation becomes: its protocol line
     (`defect_acp/replay_lines.py`), or, in tests, the schema's model it is held to."""
 
-    def user_text(self, text: str) -> T_co: ...
+    def user_text(self, text: str, message_id: str | None = None) -> T_co: ...
 
-    def user_image(self, block: ImageBlock) -> T_co: ...
+    def user_image(self, block: ImageBlock, message_id: str | None = None) -> T_co: ...
 
-    def agent_text(self, text: str) -> T_co: ...
+    def agent_text(self, text: str, message_id: str | None = None) -> T_co: ...
 
-    def thought(self, text: str) -> T_co: ...
+    def thought(self, text: str, message_id: str | None = None) -> T_co: ...
 
     def tool_call(self, call: ReplayedCall) -> T_co: ...
 
@@ -86,6 +86,7 @@ def iter_replay(
     tool_calls: StoredToolCalls,
     view: ReplayView[T_co],
     subagents: dict[str, str] | None = None,
+    message_ids: Sequence[str] = (),
 ) -> Iterator[T_co]:
     """The whole conversation as the updates a client saw live, in order, each made (by
     `view`) only when it is asked for (a long session's replay is sent while it is being
@@ -99,11 +100,12 @@ def iter_replay(
     `spawn_agent` call shows what its subagent did, from the subagent's own stored transcript
     (`subagents`: its view by call id), also when the process died while it worked. An
     `update_plan` call shows no card (`SHOWN_BY_THEIR_EVENT`) unless it was refused; the plan
-    itself follows the history (`updates.replay`).
+    itself follows the history (`updates.replay`). Each message's text, images and thoughts
+    carry its id (`message_ids`, in the transcript's order; none where it is not known).
     """
     walk = ReplayWalk(tool_calls, view, subagents)
     walk.know(transcript)  # every result first: nothing waits
-    yield from walk.feed(transcript)
+    yield from walk.feed(transcript, message_ids)
     yield from walk.finish()
 
 
@@ -128,7 +130,7 @@ class ReplayWalk(Generic[T]):
         self._subagents = subagents or {}
         self._results: dict[str, Result] = {}
         self._searches: dict[str, WebSearchResultBlock] = {}
-        self._held: deque[tuple[str, Block]] = deque()
+        self._held: deque[tuple[str, Block, str | None]] = deque()
 
     def know(self, messages: Iterable[Message | PlainMessage]) -> None:
         """Take note of the results in `messages` (what the calls before them wait for)."""
@@ -146,22 +148,27 @@ class ReplayWalk(Generic[T]):
             elif isinstance(b, WebSearchResultBlock):
                 self._searches[b.tool_use_id] = b
 
-    def feed(self, messages: Iterable[Message | PlainMessage]) -> Iterator[T]:
-        """The pieces of the next `messages` that can be made now, and of those held before."""
+    def feed(
+        self, messages: Iterable[Message | PlainMessage], message_ids: Sequence[str] = ()
+    ) -> Iterator[T]:
+        """The pieces of the next `messages` that can be made now, and of those held before
+        (`message_ids`: each message's id, in order; fewer: the rest have none)."""
         held, know, waits, piece_of = self._held, self._know, self._waits, self._piece
         content: Sequence[Block]
+        ids = iter(message_ids)
         for message in messages:
             if isinstance(message, dict):
                 role, content = message["role"], message["content"]
             else:
                 role, content = message.role, message.content
+            mid = next(ids, None)
             know(content)
             if held:
                 yield from self._release(final=False)
             for block in content:
                 if held or waits(role, block):
-                    held.append((role, block))
-                elif (piece := piece_of(role, block)) is not HIDDEN:
+                    held.append((role, block, mid))
+                elif (piece := piece_of(role, block, mid)) is not HIDDEN:
                     yield piece  # type: ignore[misc]
 
     def finish(self) -> Iterator[T]:
@@ -181,37 +188,37 @@ class ReplayWalk(Generic[T]):
 
     def _release(self, *, final: bool) -> Iterator[T]:
         held, waits, piece_of = self._held, self._waits, self._piece
-        while held and (final or not waits(*held[0])):
+        while held and (final or not waits(*held[0][:2])):
             if (piece := piece_of(*held.popleft())) is not HIDDEN:
                 yield piece  # type: ignore[misc]
 
-    def _piece(self, role: str, block: Block) -> T | _Hidden:
-        """What `block` shows (made by the view), or `HIDDEN`."""
+    def _piece(self, role: str, block: Block, mid: str | None = None) -> T | _Hidden:
+        """What `block` shows (made by the view), or `HIDDEN`; `mid`: its message's id."""
         view = self._view
         if isinstance(block, dict):  # a plain block (`is_plain_message`)
             kind = block["type"]
             if kind == "text":
                 return (
-                    view.user_text(block["text"])
+                    view.user_text(block["text"], mid)
                     if role == "user"
-                    else view.agent_text(block["text"])
+                    else view.agent_text(block["text"], mid)
                 )
             if role == "user":
                 return HIDDEN
             if kind == "thinking":
-                return view.thought(block["thinking"])
+                return view.thought(block["thinking"], mid)
             if kind == "tool_use":
                 return self._call(block["id"], block["name"], block.get("input", {}))
             return HIDDEN
         if role == "user":
             if isinstance(block, TextBlock):
-                return view.user_text(block.text)
+                return view.user_text(block.text, mid)
             if isinstance(block, ImageBlock):
-                return view.user_image(block)
+                return view.user_image(block, mid)
         elif isinstance(block, TextBlock):
-            return view.agent_text(block.text)
+            return view.agent_text(block.text, mid)
         elif isinstance(block, ThinkingBlock):
-            return view.thought(block.thinking)
+            return view.thought(block.thinking, mid)
         elif isinstance(block, ToolUseBlock):
             return self._call(block.id, block.name, block.input)
         elif isinstance(block, ServerToolUseBlock):

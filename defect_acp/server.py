@@ -416,7 +416,8 @@ class DefectAgent:
     ) -> s.SetSessionConfigOptionResponse:
         session = self._session(session_id)
         try:
-            options = await session.set_config_option(config_id, str(value))
+            choice = str(value).lower() if isinstance(value, bool) else value  # JSON's spelling
+            options = await session.set_config_option(config_id, choice)
         except AgentError as err:
             raise to_request_error(err) from None
         return s.SetSessionConfigOptionResponse(config_options=projection.config_options(options))

@@ -14,6 +14,9 @@ Invariants:
   `session/prompt` is answered after the last update of its turn (`defect_acp/server.py`).
 - A permission question never hangs a turn: a client that cannot answer it counts as a
   rejection.
+- Every chunk of a message of the conversation carries that message's id, live (the session's
+  `NextMessageId`, until its turn ends) and replayed alike; text outside the conversation (a
+  notice, a slash command's answer) carries none.
 - A call shown by what it publishes (`update_plan`: its `plan` update) gets no tool-call card;
   only a refused one does, once it failed, with why (`cards.SHOWN_BY_THEIR_EVENT`).
 - What an event or a stored message looks like on the wire is decided in
@@ -112,6 +115,9 @@ class SessionPump:
         self._held: dict[str, ev.ToolCallStarted] = {}
         """Calls shown by their own event (`cards.SHOWN_BY_THEIR_EVENT`), until they end:
         a refused one is shown then, as a failed card."""
+        self._message_id: str | None = None
+        """The id of the message the model is writing (`ev.NextMessageId`), from a commit
+        until the turn ends; None: text that is not the conversation's (a slash command's)."""
         self.last_usage: ev.TurnUsage | None = None
         """The token usage of the last turn, for the prompt answer's `_meta`."""
 
@@ -187,9 +193,15 @@ class SessionPump:
         pending: list[Any] = []
         for event in events:
             if isinstance(event, ev.AgentTextDelta):
-                pending.append(self._lines.chunk("agent_message_chunk", event.text))
+                pending.append(
+                    self._lines.chunk("agent_message_chunk", event.text, self._message_id)
+                )
             elif isinstance(event, ev.AgentThoughtDelta):
-                pending.append(self._lines.chunk("agent_thought_chunk", event.text))
+                pending.append(
+                    self._lines.chunk("agent_thought_chunk", event.text, self._message_id)
+                )
+            elif isinstance(event, ev.NextMessageId):
+                self._message_id = event.message_id
             elif isinstance(event, ev.PermissionRequested):
                 await self._flush(pending)
                 task = asyncio.create_task(self._ask(event))
@@ -206,6 +218,7 @@ class SessionPump:
                 if (asking := self._asking.pop(event.question_id, None)) is not None:
                     asking.cancel()
             elif isinstance(event, ev.TurnEnded | ev.TurnFailed):
+                self._message_id = None
                 await self._flush(pending)
                 async with self._ended:
                     self.last_usage = event.usage if isinstance(event, ev.TurnEnded) else None
@@ -331,7 +344,8 @@ async def replay(sink: UpdateSink, session: Session) -> None:
     Each is written as its protocol line straight (`replay_lines.py`), not as a model."""
     views = session.subagent_views()
     view = ReplayLines(session.id)
-    lines = replay_walk.iter_replay(session.transcript(), await session.tool_calls(), view, views)
+    calls, ids = await session.tool_calls(), session.message_ids()
+    lines = replay_walk.iter_replay(session.transcript(), calls, view, views, ids)
     await _send_replayed(sink, session.id, lines)
     await _send_plan(sink, session)
 
@@ -352,7 +366,8 @@ class StreamedReplay:
         if self._walk is None:
             view = ReplayLines(self._session_id)
             self._walk = replay_walk.ReplayWalk(part.tool_calls, view, part.subagents)
-        await _send_replayed(self._sink, self._session_id, self._walk.feed(part.messages))
+        lines = self._walk.feed(part.messages, part.message_ids)
+        await _send_replayed(self._sink, self._session_id, lines)
 
     async def finish(self, session: Session) -> None:
         if self._walk is None:

@@ -260,6 +260,25 @@ class ConfigChanged:
 @dataclass(frozen=True, slots=True)
 class TitleChanged:
     title: str
+    updated_at: str | None = None
+    """When the session was named (ISO 8601, UTC); None: not said."""
+
+
+def message_id(session_id: str, seq: int) -> str:
+    """A stored message's id as a front end shows it (ACP's `messageId`): the session whose
+    log holds it and its number there (a fork's first messages are its origin's), so it is
+    unique within a session, never reused, and the same live and replayed."""
+    return f"{session_id}:{seq}"
+
+
+@dataclass(frozen=True, slots=True)
+class NextMessageId:
+    """The id the next message will be stored under (`message_id`): what the model streams
+    until the next commit belongs to it. Published after every commit (the store numbers a
+    session's messages in order, `defect_core/store/sqlite.py`); a reply that is never
+    committed (a failed turn) stores nothing, and its id goes to the next prompt."""
+
+    message_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +367,7 @@ AgentEvent = (
     | ModeChanged
     | ConfigChanged
     | TitleChanged
+    | NextMessageId
     | CommandsChanged
     | Notice
     | PlanUpdated

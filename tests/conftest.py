@@ -10,4 +10,4 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-pytest_plugins = ("tests.support.fixtures",)
+pytest_plugins = ("tests.support.fixtures", "tests.support.config_files")

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from acp.helpers import update_agent_message_text
 
 from defect_acp import projection
 from defect_acp.transport import encode_message
@@ -216,10 +215,13 @@ async def test_a_long_replay_sends_the_same_updates_in_order(tmp_path: Path) -> 
     sid = write_long_session(db, work, turns)
     with SqliteStore(db) as store:
         stored = store.load(sid)
-    # What the SDK itself would have written for each update of the whole-list projection.
+    # What the SDK itself would have written for each update of the whole-list projection,
+    # each message's chunks carrying its id.
+    ids = [ev.message_id(*name) for name in stored.ids]
+    calls = ToolCallSnapshots(stored.tool_calls)
     expected = [
         projection.session_notification(sid, u)["params"]
-        for u in iter_models(stored.transcript, ToolCallSnapshots(stored.tool_calls))
+        for u in iter_models(stored.transcript, calls, message_ids=ids)
     ]
     assert len(expected) == 4 * turns
 
@@ -235,11 +237,11 @@ async def test_a_long_replay_sends_the_same_updates_in_order(tmp_path: Path) -> 
 
 
 def test_update_line_is_the_line_encode_message_writes() -> None:
-    update = update_agent_message_text('quote " newline \n tab \t \u00e9 \U0001f600 \x01')
+    update = projection.message_text('quote " newline \n tab \t \u00e9 \U0001f600 \x01')
     line = projection.update_line("sess-1", update)
     assert line == encode_message(projection.session_notification("sess-1", update))
     # A lone surrogate (UTF-8 cannot carry it) is mended as the transport mends it.
-    broken = update_agent_message_text("half \ud800 pair")
+    broken = projection.message_text("half \ud800 pair")
     mended = projection.update_line("sess-1", broken)
     assert mended == encode_message(projection.session_notification("sess-1", broken))
     assert mended is not None

@@ -11,32 +11,7 @@ from pathlib import Path
 import pytest
 
 from defect_core.config import ConfigError, Settings, load_settings, settings_from_env
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    path = tmp_path / "home"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "repo"
-    (path / ".git").mkdir(parents=True)
-    (path / ".defect").mkdir()
-    (path / "src" / "pkg").mkdir(parents=True)
-    return path
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def user_file(home: Path, text: str) -> Path:
-    return write(home / ".config" / "defect" / "config.toml", text)
+from tests.support.config_files import user_file, write
 
 
 def test_without_files_env_or_flags_the_built_in_defaults_apply(home: Path, repo: Path) -> None:

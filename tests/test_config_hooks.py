@@ -12,31 +12,7 @@ from pathlib import Path
 import pytest
 
 from defect_core.config import ConfigError, load_settings
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    path = tmp_path / "home"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "repo"
-    (path / ".git").mkdir(parents=True)
-    (path / ".defect").mkdir()
-    return path
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def user_file(home: Path, text: str) -> Path:
-    return write(home / ".config" / "defect" / "config.toml", text)
+from tests.support.config_files import user_file, write
 
 
 def test_hook_arrays_of_every_layer_are_appended_in_layer_order(home: Path, repo: Path) -> None:

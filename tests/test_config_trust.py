@@ -24,31 +24,7 @@ from defect_core.config.trust_store import (
     record_trust,
     trust_file,
 )
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    path = tmp_path / "home"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "repo"
-    (path / ".git").mkdir(parents=True)
-    (path / ".defect").mkdir()
-    return path
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def user_file(home: Path, text: str) -> Path:
-    return write(home / ".config" / "defect" / "config.toml", text)
+from tests.support.config_files import user_file, write
 
 
 def withheld_keys(settings: Settings) -> list[str]:

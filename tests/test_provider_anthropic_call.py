@@ -4,8 +4,10 @@
 first prompt does not import the messages resource and the types it drags in). These tests
 send the same body both ways, through the real SDK and the strict fake API on 127.0.0.1, on
 both routes, and compare what arrived byte for byte, and what the SDK was asked (its request
-options: path, headers, extra body, span name and route). An SDK release that changes
-`create` fails here. The last tests check that a call hands the event loop back between the
+options: path, headers, extra body, timeout). An SDK release that changes
+`create` fails here. With a tracer provider set the call is `messages.create` itself (its
+spans are the SDK's), and the switch of the SDK's internals (`DEFECT_PRIVATE_PATHS`) changes
+nothing of the call. The last tests check that a call hands the event loop back between the
 phases of building its request, and between closing its stream and assembling the message.
 """
 
@@ -42,7 +44,7 @@ pytestmark = pytest.mark.anyio
 
 # Bedrock signs each request with the time: these differ between any two requests.
 _SIGNED = {"authorization", "x-amz-date"}
-_OPTION_FIELDS = ("method", "url", "headers", "extra_json", "timeout", "span_name", "span_route")
+_OPTION_FIELDS = ("method", "url", "headers", "extra_json", "timeout")
 
 
 @pytest.fixture(autouse=True)
@@ -117,7 +119,6 @@ async def test_the_call_sends_what_messages_create_sends(
     first, second = asked
     for field in _OPTION_FIELDS:
         assert _given(getattr(second, field)) == _given(getattr(first, field)), field
-    assert second.span_name == "anthropic.messages.create"
 
 
 def test_the_body_keeps_creates_key_order() -> None:
@@ -146,25 +147,19 @@ def _run(code: str) -> Any:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def test_span_attributes_are_the_sdks_once_a_tracer_provider_is_set() -> None:
+def test_a_tracer_provider_set_is_seen() -> None:
     # A fresh interpreter: the tracer provider is process-wide and can be set only once.
     result = _run(
         """
-        import json, sys
-        from defect_core.providers.anthropic import call, client
-        client.import_sdk()
-        body = {"model": "m", "output_config": {"format": {"type": "json_schema"}}}
-        before = dict(call.span_attributes(body))
-        loaded = "anthropic.lib._tracing._api_call" in sys.modules
+        import json
+        from defect_core.providers.anthropic import call
+        before = call._traced()
         from opentelemetry import trace
         trace.set_tracer_provider(trace.NoOpTracerProvider())
-        from anthropic.lib._tracing._api_call import messages_create_request_attributes as real
-        print(json.dumps([before, loaded, dict(call.span_attributes(body)), dict(real(body))]))
+        print(json.dumps([before, call._traced()]))
         """
     )
-    before, loaded, after, real = result
-    assert (before, loaded) == ({}, False)
-    assert after == real == {"gen_ai.output.type": "json"}
+    assert result == [False, True]
 
 
 async def _sent_both_ways(
@@ -367,15 +362,16 @@ async def test_the_loop_is_handed_back_between_closing_the_stream_and_assembling
 
 
 @pytest.mark.parametrize("route", ["anthropic", "bedrock"])
-async def test_with_the_sdks_internals_switched_off_the_call_is_messages_create(
+async def test_traced_the_call_is_messages_create_and_the_switch_changes_nothing_of_it(
     fake_provider: FakeProvider,
     opened: list[AnthropicProvider],
     monkeypatch: pytest.MonkeyPatch,
     route: str,
 ) -> None:
-    # `DEFECT_PRIVATE_PATHS=off` (as for an SDK version `lazy_sdk` does not know): the call
-    # is the SDK's own `messages.create`, iterated by the SDK, and the reply streams as
-    # through the call below it: the same chunks, the same message.
+    # With a tracer provider set, the call is the SDK's own `messages.create`, iterated by the
+    # SDK (its spans are the SDK's); with none, the call posts through the client whatever
+    # `DEFECT_PRIVATE_PATHS` says. The reply streams the same every way: the same chunks, the
+    # same message, the same request byte for byte.
     from anthropic.resources.messages import AsyncMessages
 
     settings = Settings(
@@ -395,18 +391,21 @@ async def test_with_the_sdks_internals_switched_off_the_call_is_messages_create(
         "first I think",
         Reply.tool_use("toolu_01", "lookup", {"key": "a value"}, text_before="some text hére"),
     )
-    fake_provider.enqueue(reply, reply)
-    streamed: dict[str, list[Any]] = {}
-    for switch in ("on", "off"):
+    ways = [("on", False), ("off", False), ("on", True)]
+    fake_provider.enqueue(*[reply] * len(ways))
+    streamed: list[list[Any]] = []
+    for switch, traced in ways:
         monkeypatch.setenv(lazy_sdk.SWITCH, switch)
+        monkeypatch.setattr(call, "_traced", lambda traced=traced: traced)
         assert lazy_sdk.enabled() is (switch == "on")
-        streamed[switch] = [chunk async for chunk in provider.stream(_request(provider))]
-        assert created == ([] if switch == "on" else [True])
-    on, off = streamed["on"], streamed["off"]
-    assert isinstance(off[-1], Completed) and isinstance(on[-1], Completed)
-    assert off[-1].message == on[-1].message and off[-1].stop_reason == "tool_use"
-    assert [type(c) for c in off] == [type(c) for c in on]
-    assert off[:-1] == on[:-1]
-    sdk, ours = fake_provider.requests[-2:]
-    assert not sdk.rejected and not ours.rejected
-    assert ours.raw_body == sdk.raw_body  # the same request, byte for byte
+        streamed.append([chunk async for chunk in provider.stream(_request(provider))])
+        assert created == ([True] if traced else [])
+    on, off, traced_chunks = streamed
+    assert isinstance(on[-1], Completed) and on[-1].stop_reason == "tool_use"
+    for other in (off, traced_chunks):
+        assert isinstance(other[-1], Completed) and other[-1].message == on[-1].message
+        assert [type(c) for c in other] == [type(c) for c in on]
+        assert other[:-1] == on[:-1]
+    requests = fake_provider.requests[-len(ways) :]
+    assert not any(r.rejected for r in requests)
+    assert len({r.raw_body for r in requests}) == 1  # the same request, byte for byte

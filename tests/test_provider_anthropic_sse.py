@@ -161,7 +161,7 @@ async def _both_ways(client: Any, body: dict[str, Any]) -> tuple[list[Any], list
     the stream, then `stream_batches`."""
     theirs = [_masked(data) async for data in await create_stream(client, body)]
     stream = await create_stream(client, body)
-    batches = stream_batches(stream)
+    batches = stream_batches(stream, client)
     assert batches.ag_code.co_name == "read_events"  # the SDK installed takes our reader
     ours = [_masked(data) async for batch in batches for data in batch]
     await stream.close()
@@ -204,7 +204,7 @@ async def test_an_error_event_raises_what_the_sdk_raises(
     stream = await create_stream(client, body)
     seen: list[Any] = []
     with pytest.raises(sdk.anthropic.APIStatusError) as we_raised:
-        async for batch in stream_batches(stream):
+        async for batch in stream_batches(stream, client):
             seen.extend(batch)
     await stream.close()
     theirs, ours = sdk_raised.value, we_raised.value
@@ -228,7 +228,7 @@ async def test_the_connection_is_reused_once_a_body_is_read(
     fake_provider.enqueue(Reply.text("first answer here"), Reply.text("second answer"))
     body = {"model": provider.default_model(), **BODY}
     stream = await create_stream(client, body)
-    seen = [data async for batch in stream_batches(stream) for data in batch]
+    seen = [data async for batch in stream_batches(stream, client) for data in batch]
     await stream.close()
     assert [e["type"] for e in seen][-1] == "message_stop"
     text = "".join(e["delta"]["text"] for e in seen if e["type"] == "content_block_delta")
@@ -278,7 +278,7 @@ async def test_a_connection_dropped_mid_body_raises_what_the_sdk_raises(
     await stream.close()
     stream = await create_stream(client, body)
     with pytest.raises(Exception) as we_raised:
-        async for _ in stream_batches(stream):
+        async for _ in stream_batches(stream, client):
             pass
     await stream.close()
     theirs, ours = sdk_raised.value, we_raised.value

@@ -1,12 +1,14 @@
 """The stream's deltas read without a model apiece reach the assembler as the SDK's would.
 
 `defect_core/providers/anthropic/stream_events.py` builds a known `content_block_delta` from
-the parsed JSON itself and leaves every other event to the SDK's `construct_type`. These tests
-check the one promise that makes that safe: `StreamAssembler` reads the same from either, on
-every delta kind, and a delta of another shape takes the SDK's path. The last one streams a
-reply with every kind of block from the strict fake API on 127.0.0.1 through the real SDK both
-ways (`messages.create`, and `create_stream` read with `stream_event`) and compares what the
-assembler made of each.
+the parsed JSON itself and every other event with the SDK's public model of its type. These
+tests check the promises that make that safe: `StreamAssembler` reads the same from either, on
+every delta kind; a delta of another shape takes the SDK's model; every other event is the
+very object the SDK's own stream builds (its `construct_type` over `RawMessageStreamEvent`,
+the reference here), and an event of an unknown type is skipped by the assembler either way.
+The last one streams a reply with every kind of block from the strict fake API on 127.0.0.1
+through the real SDK both ways (`messages.create`, and `create_stream` read with
+`stream_event`) and compares what the assembler made of each.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from defect_core.providers.anthropic.provider import AnthropicProvider
 from defect_core.providers.anthropic.stream import StreamAssembler
 from defect_core.providers.anthropic.stream_events import (
     ContentDelta,
+    OtherEvent,
     content_delta,
     stream_event,
 )
@@ -81,6 +84,77 @@ def test_any_other_shape_is_left_to_the_sdk(data: Any) -> None:
         built = stream_event(data)
         assert not isinstance(built, ContentDelta)
         assert type(built) is type(_sdk_event(data))
+        assert built == _sdk_event(data)
+
+
+USAGE = {
+    "input_tokens": 12,
+    "output_tokens": 3,
+    "cache_read_input_tokens": 5,
+    "server_tool_use": {"web_search_requests": 1},
+}
+EVENTS: list[dict[str, Any]] = [
+    {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-x",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": USAGE,
+        },
+    },
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {
+        "type": "content_block_start",
+        "index": 1,
+        "content_block": {"type": "tool_use", "id": "toolu_1", "name": "n", "input": {}},
+    },
+    {
+        "type": "content_block_start",
+        "index": 2,
+        "content_block": {
+            "type": "web_search_tool_result",
+            "tool_use_id": "srvtoolu_1",
+            "content": [
+                {
+                    "type": "web_search_result",
+                    "url": "https://e.x",
+                    "title": "t",
+                    "encrypted_content": "e",
+                    "page_age": None,
+                },
+            ],
+        },
+    },
+    {"type": "content_block_start", "index": 3, "content_block": {"type": "new_block_kind"}},
+    {"type": "content_block_stop", "index": 0},
+    {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+        "usage": {"output_tokens": 9},
+    },
+    {"type": "message_stop"},
+]
+
+
+@pytest.mark.parametrize("data", EVENTS, ids=[f"{e['type']}-{i}" for i, e in enumerate(EVENTS)])
+def test_every_other_event_is_the_object_the_sdk_builds(data: dict[str, Any]) -> None:
+    built, theirs = stream_event(data), _sdk_event(data)
+    assert type(built) is type(theirs) and built == theirs
+
+
+def test_an_event_of_an_unknown_type_is_skipped_either_way() -> None:
+    data = {"type": "message_annotation", "note": {"x": 1}}
+    built = stream_event(data)
+    assert isinstance(built, OtherEvent) and built.type == "message_annotation"
+    for event in (built, _sdk_event(data)):
+        assembler = StreamAssembler(max_tokens=10)
+        assert assembler.feed(event) == []
+        assert (assembler.started, assembler.stopped, assembler.blocks) == (False, False, {})
 
 
 @pytest.fixture

@@ -262,3 +262,34 @@ def test_whatever_is_plain_is_a_valid_message() -> None:
                     message_from_dict(data)
                     checked += 1
     assert checked > 20
+
+
+def test_each_message_id_is_on_its_pieces_and_the_lines_match_the_models() -> None:
+    """A text, image or thought carries its own message's id, also when it waited behind a
+    call (the last message's text waits for nothing, the call before it waits for its
+    result); the lines stay the models' byte for byte, and cutting the conversation into
+    parts changes nothing."""
+    transcript, snapshots, subagents = conversation()
+    ids = [f"{SID}:{n}" for n in range(1, len(transcript) + 1)]
+    expected = model_lines(SID, transcript, snapshots, subagents, ids)
+    lines = list(replay_walk.iter_replay(transcript, snapshots, ReplayLines(SID), subagents, ids))
+    assert lines == expected
+    shown = [json.loads(line)["params"]["update"] for line in lines if line is not None]
+    chunks = [u for u in shown if u["sessionUpdate"].endswith("_chunk")]
+    assert [u["messageId"] for u in chunks[:3]] == [f"{SID}:1"] * 3  # text and two images
+    assert chunks[3]["sessionUpdate"] == "agent_thought_chunk"
+    assert chunks[3]["messageId"] == chunks[4]["messageId"] == f"{SID}:2"
+    assert chunks[-1]["content"]["text"] == "Half \ufffd a pair."
+    assert chunks[-1]["messageId"] == f"{SID}:{len(transcript)}"
+    assert all("messageId" not in u for u in shown if u["sessionUpdate"] == "tool_call")
+    walk = replay_walk.ReplayWalk(snapshots, ReplayLines(SID), subagents)
+    parts = list(walk.feed(transcript[:1], ids[:1]))
+    parts += walk.feed(transcript[1:], ids[1:])
+    parts += walk.finish()
+    assert parts == lines
+
+
+def test_without_ids_no_piece_carries_one() -> None:
+    transcript, snapshots, subagents = conversation()
+    lines = list(replay_walk.iter_replay(transcript, snapshots, ReplayLines(SID), subagents))
+    assert all(b'"messageId"' not in line for line in lines if line is not None)

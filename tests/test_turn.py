@@ -14,6 +14,7 @@ from defect_core.events import (
     AgentEvent,
     AgentTextDelta,
     EventBus,
+    NextMessageId,
     PermissionRequested,
     ToolCallStarted,
     ToolCallUpdated,
@@ -351,8 +352,12 @@ async def test_turn_events_start_with_the_prompt_and_end_with_turn_ended(tmp_pat
         await session.run_turn([TextBlock(text="hello there")])
         await anyio.sleep(0.05)
         tg.cancel_scope.cancel()
-    names = [type(e).__name__ for e in events.items]
+    names = [type(e).__name__ for e in events.items if not isinstance(e, NextMessageId)]
     assert names[0] == "UserPromptCommitted"
+    # Every commit (prompt, reply, results, reply) names the message that comes next.
+    assert [e.message_id for e in events.of(NextMessageId)] == [
+        f"{session.id}:{n}" for n in range(2, 6)
+    ]
     # Titled once the model answered (a prompt that failed first must not name the session).
     assert names.index("TitleChanged") > names.index("UserPromptCommitted")
     assert names[-1] == "TurnEnded"

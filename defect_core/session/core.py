@@ -30,6 +30,7 @@ import anyio
 
 from defect_core.agents.delegation import read_subagents, subagent_views
 from defect_core.config import ProviderSpec, Settings, provider_settings
+from defect_core.events import message_id
 from defect_core.hosted import hosted_web_search
 from defect_core.log import get_logger
 from defect_core.mcp import McpHub, merge_servers, supported_transports
@@ -371,7 +372,8 @@ def _history_parts(
 
     async def on_part(part: BranchPart) -> None:
         records.update(part.tool_calls)
-        await on_history(HistoryPart(part.messages, snapshots, subagents))
+        ids = [message_id(*name) for name in part.ids]
+        await on_history(HistoryPart(part.messages, snapshots, subagents, ids))
         records.drop_shown()
 
     return on_part

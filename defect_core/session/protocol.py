@@ -192,6 +192,8 @@ class HistoryPart:
     messages: Sequence[Message | PlainMessage]
     tool_calls: StoredToolCalls
     subagents: Mapping[str, str]
+    message_ids: Sequence[str] = ()
+    """Each message's id (`events.message_id`), in the same order (empty: not known)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +266,11 @@ class Session(Protocol):
 
     def transcript(self) -> list[Message]:
         """The whole original conversation (not what compaction rewrote), for replay."""
+        ...
+
+    def message_ids(self) -> list[str]:
+        """The id of each message of `transcript`, in order (`events.message_id`): the id its
+        chunks carried live (`NextMessageId`), for a replay to carry again."""
         ...
 
     async def tool_calls(self) -> StoredToolCalls:

@@ -51,6 +51,7 @@ from defect_core.events import (
     ConfigChanged,
     EventBus,
     ModeChanged,
+    NextMessageId,
     Notice,
     PlanEntry,
     TitleChanged,
@@ -59,6 +60,7 @@ from defect_core.events import (
     TurnEnded,
     TurnFailed,
     TurnStopReason,
+    message_id,
 )
 from defect_core.goal import GoalRun, GoalState, goal_prompt
 from defect_core.history import StoredMessages, VecHistory
@@ -98,7 +100,7 @@ from defect_core.session.steering import SessionSteers
 from defect_core.session.titles import SessionTitle
 from defect_core.session.toolset import ToolFacts, call_context, offer
 from defect_core.session.trusting import ProjectTrusting
-from defect_core.store import AsyncStore, SessionRecord, StoredSession
+from defect_core.store import AsyncStore, SessionRecord, StoredSession, now_iso
 from defect_core.tools.base import ToolContext, ToolRegistry
 from defect_core.turn import TurnConfig, TurnDeps, TurnResult, TurnRunner, hook_note
 
@@ -256,6 +258,9 @@ class DefaultSession:
 
     def transcript(self) -> list[Message]:
         return list(self._transcript)
+
+    def message_ids(self) -> list[str]:
+        return [message_id(*name) for name in self._ids]
 
     async def tool_calls(self) -> StoredToolCalls:
         return await self._calls.snapshots()
@@ -472,11 +477,12 @@ class DefaultSession:
         if self._store is not None:
             seq = await self._store.append_message(self._id, message)
         self._ids.append((self._id, seq))
+        await self._bus.publish(NextMessageId(message_id(self._id, seq + 1)))
         await self._checkpoints.committed(message, (self._id, seq))
         title = self._title.committed(message)
         if title is not None:
             await self._writer.update(title=title)
-            await self._bus.publish(TitleChanged(title))
+            await self._bus.publish(TitleChanged(title, now_iso()))
 
     async def _publish(self, event: AgentEvent) -> None:
         """Keep what a replay needs (tool-call states), persist it, then fan the event out."""

@@ -241,6 +241,8 @@ class BranchPart:
 
     messages: list[Message | PlainMessage]
     tool_calls: dict[str, ToolCallRecord]
+    ids: list[tuple[str, int]] = field(default_factory=list)
+    """Each message's name, `(session id, seq)`, as `StoredSession.ids` holds it."""
 
 
 class InvalidCursor(AgentError):

@@ -256,7 +256,7 @@ def _session_from_rows(
                 record = parse_tool_call(found)
                 ahead[record.tool_call_id] = record
         records = {call_id: ahead.pop(call_id) for call_id in made if call_id in ahead}
-        on_part(BranchPart(part, records))
+        on_part(BranchPart(part, records, ids[len(ids) - len(part) :]))
 
     cells: list[Cell] = []  # the bodies, kept as read: parsed again when read (`StoredMessages`)
     part: list[Message | PlainMessage] = []  # what goes to `on_part` next

@@ -18,13 +18,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from acp import schema as s
-from acp.helpers import (
-    tool_content,
-    tool_diff_content,
-    tool_terminal_ref,
-    update_agent_message_text,
-    update_agent_thought_text,
-)
 
 from defect_acp import projection, replay_walk
 from defect_acp.replayed import ReplayedCall
@@ -42,17 +35,19 @@ def displays(content: Sequence[ev.ToolDisplay]) -> list[Any]:
     out: list[Any] = []
     for item in content:
         if isinstance(item, ev.TextDisplay):
-            out.append(tool_content(s.TextContentBlock(type="text", text=item.text)))
+            text = s.TextContentBlock(type="text", text=item.text)
+            out.append(s.ContentToolCallContent(type="content", content=text))
         elif isinstance(item, ev.DiffDisplay):
-            out.append(tool_diff_content(item.path, item.new_text, item.old_text))
-        elif isinstance(item, ev.TerminalDisplay):
-            out.append(tool_terminal_ref(item.terminal_id))
-        elif isinstance(item, ev.ImageDisplay):
             out.append(
-                tool_content(
-                    s.ImageContentBlock(type="image", data=item.data, mime_type=item.media_type)
+                s.FileEditToolCallContent(
+                    type="diff", path=item.path, new_text=item.new_text, old_text=item.old_text
                 )
             )
+        elif isinstance(item, ev.TerminalDisplay):
+            out.append(s.TerminalToolCallContent(type="terminal", terminal_id=item.terminal_id))
+        elif isinstance(item, ev.ImageDisplay):
+            image = s.ImageContentBlock(type="image", data=item.data, mime_type=item.media_type)
+            out.append(s.ContentToolCallContent(type="content", content=image))
     return out
 
 
@@ -100,20 +95,26 @@ def permission_model(event: ev.PermissionRequested) -> s.ToolCallUpdate:
 class UpdateModels:
     """The `ReplayView` that builds each update with the schema's models."""
 
-    def user_text(self, text: str) -> Model:
-        return _user_chunk(s.TextContentBlock(type="text", text=text))
+    def user_text(self, text: str, message_id: str | None = None) -> Model:
+        return _user_chunk(s.TextContentBlock(type="text", text=text), message_id)
 
-    def user_image(self, block: ImageBlock) -> Model:
+    def user_image(self, block: ImageBlock, message_id: str | None = None) -> Model:
         image = s.ImageContentBlock(
             type="image", data=block.data or "", mime_type=block.media_type or "", uri=block.url
         )
-        return _user_chunk(image)
+        return _user_chunk(image, message_id)
 
-    def agent_text(self, text: str) -> Model:
-        return update_agent_message_text(text)
+    def agent_text(self, text: str, message_id: str | None = None) -> Model:
+        content = s.TextContentBlock(type="text", text=text)
+        return s.AgentMessageChunk(
+            session_update="agent_message_chunk", content=content, message_id=message_id
+        )
 
-    def thought(self, text: str) -> Model:
-        return update_agent_thought_text(text)
+    def thought(self, text: str, message_id: str | None = None) -> Model:
+        content = s.TextContentBlock(type="text", text=text)
+        return s.AgentThoughtChunk(
+            session_update="agent_thought_chunk", content=content, message_id=message_id
+        )
 
     def tool_call(self, call: ReplayedCall) -> Model:
         return s.ToolCallStart(
@@ -139,17 +140,21 @@ class UpdateModels:
         return self.tool_call(call())  # always from the snapshot, never the record
 
 
-def _user_chunk(content: Any) -> s.UserMessageChunk:
-    return s.UserMessageChunk(session_update="user_message_chunk", content=content)
+def _user_chunk(content: Any, message_id: str | None) -> s.UserMessageChunk:
+    return s.UserMessageChunk(
+        session_update="user_message_chunk", content=content, message_id=message_id
+    )
 
 
 def iter_models(
     transcript: Sequence[Message],
     tool_calls: ToolCallSnapshots,
     subagents: Mapping[str, str] | None = None,
+    message_ids: Sequence[str] = (),
 ) -> Iterator[Model]:
     """The whole replay as the schema's models."""
-    return replay_walk.iter_replay(transcript, tool_calls, UpdateModels(), dict(subagents or {}))
+    views = dict(subagents or {})
+    return replay_walk.iter_replay(transcript, tool_calls, UpdateModels(), views, message_ids)
 
 
 def model_lines(
@@ -157,11 +162,12 @@ def model_lines(
     transcript: Sequence[Message],
     tool_calls: ToolCallSnapshots,
     subagents: Mapping[str, str] | None = None,
+    message_ids: Sequence[str] = (),
 ) -> list[bytes | None]:
     """The reference lines: each model of the replay as `projection.update_line` writes it."""
     return [
         projection.update_line(session_id, u)
-        for u in iter_models(transcript, tool_calls, subagents)
+        for u in iter_models(transcript, tool_calls, subagents, message_ids)
     ]
 
 

@@ -2,8 +2,8 @@
 
 One room per job, lowest first (each module's docstring states its invariants):
 
-- `lazy_sdk.py`  the SDK's quarantine: every private name of `anthropic` defect reads (the
-                 lazy import, the call below the messages resource), behind one switch
+- `lazy_sdk.py`  the SDK's quarantine: every private name of `anthropic` defect reads (for
+                 the lazy import of the SDK, nothing else), behind one switch
 - `catalog.py`   the routes and their models: built-in lists, configured ids
                  (room for a live model listing)
 - `request.py`   the Messages body of one call: messages (content via
@@ -17,8 +17,8 @@ One room per job, lowest first (each module's docstring states its invariants):
                  `AsyncAnthropicBedrock`, credentials, timeouts (each configured provider
                  is its own `Settings` given to these builders)
 - `listing.py`   the live model lists: `GET /v1/models`, Bedrock's profiles and models
-- `call.py`      the streamed `POST /v1/messages` through the SDK client, without the
-                 SDK's messages resource (a third of the SDK to import)
+- `call.py`      the streamed `POST /v1/messages` through the SDK client's public `post`,
+                 without the SDK's messages resource (a third of the SDK to import)
 - `provider.py`  `AnthropicProvider`: models, the client's life, `stream` tying it together
 
 Invariant: importing this package loads no SDK (`anthropic`, `httpx2`, `boto3`): the registry

@@ -65,18 +65,19 @@ __all__ = [
 log = get_logger("defect.provider")
 
 # What the first streamed call needs, in the order the preload imports it: the HTTP stack,
-# the client, its errors and the stream's event types (`call.py` posts without the SDK's
-# messages resource, which would import three times as much).
+# the SDK, and the stream's event types (`call.py` posts without the SDK's messages
+# resource, which would import three times as much).
 SDK_PATH = (
     "httpx2",
     "anthropic",
-    *lazy_sdk.PRELOAD_MODULES,
     "anthropic.types.raw_message_stream_event",
     "anthropic.types.message",
 )
-# Touched after SDK_PATH, so that the names the provider reads resolve in the background too.
+# Touched after SDK_PATH, so that the names the provider reads resolve in the background too:
+# the client (and its stream), its errors.
 SDK_NAMES = (
     "AsyncAnthropic",
+    "AsyncStream",
     "DefaultAsyncHttpxClient",
     "APIStatusError",
     "APITimeoutError",
@@ -108,10 +109,7 @@ def preload_sdk() -> None:
         if _preload is not None:
             return
         lazy_sdk.install()
-        # Where the SDK's internals are not known, its modules are imported by their public
-        # names only (`import anthropic` brings the rest).
-        path = SDK_PATH if lazy_sdk.enabled() else SDK_PATH[:2]
-        _preload = BackgroundImport(path, then=_touch_names, name="defect-sdk-import")
+        _preload = BackgroundImport(SDK_PATH, then=_touch_names, name="defect-sdk-import")
         _preload.start()
 
 

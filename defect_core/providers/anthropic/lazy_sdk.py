@@ -1,22 +1,20 @@
 """The `anthropic` SDK's quarantine: every private name of the SDK defect reads, read here.
 
 Owns the switch for every reach into the SDK's internals (`enabled`), the list of those
-internals (`PRIVATE_MODULES`, `PRIVATE_ATTRIBUTES`), and each reach: `install()`, which puts
-`LazyPackageFinder` on `sys.meta_path` (once per process) to import only the part of the
-SDK a streamed Messages call uses, and the small functions the streamed call below the
-SDK's messages resource is made with (`request_options`, `raw_stream_class`,
-`own_reading`, `request_attributes` for `call.py`; `construct_event` for
-`stream_events.py`; `PRELOAD_MODULES` for `client.py`). No other module of defect reads a
-private name of the SDK (tests/test_sdk_quarantine.py walks them all), and each name listed
-exists in the SDK installed (tests/test_lazy_sdk.py).
+internals (`PRIVATE_MODULES`, `PRIVATE_ATTRIBUTES`), and the one reach left: `install()`,
+which puts `LazyPackageFinder` on `sys.meta_path` (once per process) to import only the part
+of the SDK a streamed Messages call uses. No other module of defect reads a private name of
+the SDK (tests/test_sdk_quarantine.py walks them all), and each name listed exists in the
+SDK installed (tests/test_lazy_sdk.py). The call itself uses the SDK's public API only
+(`call.py`: the client's `post`, `anthropic.AsyncStream`, the public event types).
 
 The switch says yes only for the SDK versions whose internals were checked
 (`KNOWN_VERSIONS`, read from the installed `anthropic/_version.py` without importing the
-package), and never when `DEFECT_PRIVATE_PATHS=off`. Anywhere else the SDK is used as
-documented (`import anthropic`, its whole `__init__`; `client.messages.create(stream=True)`
-and its own iteration): slower to the first token, the same requests and events.
-docs/architecture.md, "Private internals", lists every private name read;
-scripts/bench_first_token.py prints the first prompt's wait both ways in the same run.
+package), and never when `DEFECT_PRIVATE_PATHS=off`. Anywhere else the SDK is imported as
+documented (`import anthropic`, its whole `__init__`): slower to the first token, the same
+requests and events. docs/architecture.md, "Private internals", lists every private name
+read; scripts/bench_first_token.py prints the first prompt's wait both ways in the same run,
+and their ratio (a headline row of `make bench`).
 
 Why: `import anthropic` runs the package's `__init__`, which imports every type of every API
 the SDK covers (thousands of modules, most of them pydantic models: most of the wait of the
@@ -74,28 +72,21 @@ __all__ = [
     "DEFERRED_CALLS",
     "DEFERRED_MODULES",
     "KNOWN_VERSIONS",
-    "PRELOAD_MODULES",
     "PRIVATE_ATTRIBUTES",
     "PRIVATE_MODULES",
     "SWITCH",
     "LazyPackageFinder",
-    "construct_event",
     "enabled",
     "install",
     "lazily_loaded",
-    "own_reading",
-    "raw_stream_class",
-    "request_attributes",
-    "request_options",
     "sdk_version",
 ]
 
 ROOT = "anthropic"
 KNOWN_VERSIONS: frozenset[tuple[int, int]] = frozenset({(2, 14)})
-"""The SDK's (major, minor) versions whose internals were checked: this module's `__init__`
-files and deferred names (tests/test_lazy_sdk.py), `call.py`'s call and stream
-(tests/test_provider_anthropic_call.py, tests/test_provider_anthropic_sse.py), on the
-version installed. Add a version here only once those tests pass against it."""
+"""The SDK's (major, minor) versions whose internals were checked: the `__init__` files this
+module parses and the names it defers (tests/test_lazy_sdk.py), on the version installed.
+Add a version here only once those tests pass against it."""
 SWITCH = "DEFECT_PRIVATE_PATHS"
 """`off` (or `0`, `no`, `false`) keeps the SDK to its documented use, whatever the version."""
 _OFF = frozenset({"off", "0", "no", "false"})
@@ -116,18 +107,12 @@ DEFERRED_CALLS: dict[str, frozenset[str]] = {
 DEFERRED_MODULES: dict[str, frozenset[str]] = {
     "anthropic._error_classes": frozenset({"make_status_error"}),
 }
-# The modules the preload imports ahead of a streamed call, besides the public ones
-# (`client.SDK_PATH`): the client, its errors and its stream.
-PRELOAD_MODULES = ("anthropic._client", "anthropic._exceptions", "anthropic._streaming")
 PRIVATE_MODULES: tuple[str, ...] = (
     "anthropic._version",  # read as a file, `sdk_version`
     "anthropic._utils._logs",
     "anthropic._error_classes",
     "anthropic.lib._tracing",
-    "anthropic.lib._tracing._api_call",
-    "anthropic._base_client",
-    "anthropic._models",
-    *PRELOAD_MODULES,
+    "anthropic.lib._tracing._api_call",  # where the deferred calls' forwarders import from
 )
 """Every private module of the SDK this module names (tests/test_lazy_sdk.py imports each)."""
 PRIVATE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
@@ -135,22 +120,11 @@ PRIVATE_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("anthropic._utils._logs", "setup_logging"),
     ("anthropic._error_classes", "make_status_error"),
     *((package, name) for package, names in DEFERRED_CALLS.items() for name in sorted(names)),
-    ("anthropic.lib._tracing._api_call", "messages_create_request_attributes"),
-    ("anthropic._base_client", "make_request_options"),
-    ("anthropic._models", "construct_type"),
-    ("anthropic._streaming", "AsyncStream"),
-    ("anthropic._streaming", "SSEDecoder"),
-    ("anthropic._streaming.AsyncStream", "_decoder"),
-    ("anthropic._streaming.AsyncStream", "_observer"),
-    ("anthropic._streaming.AsyncStream", "_client"),
-    ("anthropic.AsyncAnthropic", "_make_status_error"),
 )
-"""Every private name this module reads: (a module or a class, a name in it or an attribute
-its instances are given). tests/test_lazy_sdk.py checks each against the installed SDK;
-tests/test_sdk_quarantine.py fails when another module reads one of these names."""
+"""Every private name this module reads: (a module, a name in it). tests/test_lazy_sdk.py
+checks each against the installed SDK; tests/test_sdk_quarantine.py fails when another
+module reads one of these names."""
 _LOGS = "anthropic._utils._logs"
-_TRACING = "anthropic.lib._tracing._api_call"
-_EVENT_UNION = "anthropic.types.raw_message_stream_event"
 # Statements of the top package's __init__ the lazy path may skip (see the docstring).
 _TOP_LEVEL_SKIPPABLE = (ast.Import, ast.If, ast.For, ast.Assign, ast.Expr)
 
@@ -192,7 +166,7 @@ def _read_version() -> tuple[int, int] | None:
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the SDK's internals may be used (the lazy import, `call.py`'s call): the
+    """Whether the SDK's internals may be used (the lazy import): the
     installed SDK is one of `KNOWN_VERSIONS` and `environ` (default: the process's) does not
     set `DEFECT_PRIVATE_PATHS` off."""
     environ = os.environ if environ is None else environ
@@ -438,61 +412,3 @@ class _LazyInit(Loader):
             return namespace[name]
         except KeyError:
             raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
-
-
-# The streamed call below the SDK's messages resource (`call.py`, `stream_events.py`): each
-# function reads the private names its docstring lists; `call.py` calls them only where
-# `enabled()` says yes, and takes the public path its docstring names anywhere else.
-
-
-def request_options(**options: Any) -> Any:
-    """The request options `messages.create` hands the client's `post`, from its keywords
-    (`anthropic._base_client.make_request_options`). The public path: `client.messages.create`
-    makes them itself."""
-    return importlib.import_module("anthropic._base_client").make_request_options(**options)
-
-
-def raw_stream_class() -> Any:
-    """The stream class that yields each event's JSON as the SDK parsed it
-    (`anthropic._streaming.AsyncStream[object]`). The public path: the stream
-    `client.messages.create(stream=True)` returns, of the SDK's event objects."""
-    return importlib.import_module("anthropic._streaming").AsyncStream[object]
-
-
-def own_reading(stream: Any) -> tuple[Any, Callable[[str, object], Exception]] | None:
-    """`stream`'s response and its client's maker of the exception an in-stream `error`
-    raises, where the SDK would read the stream with its plain SSE decoder and no tracing
-    observer waits for its items (`stream._decoder` an `anthropic._streaming.SSEDecoder`,
-    `stream._observer` None; `stream._client._make_status_error`); None anywhere else. The
-    public path: the SDK's own iteration of `stream` (`async for`)."""
-    decoder = getattr(stream, "_decoder", None)
-    sse_decoder = importlib.import_module("anthropic._streaming").SSEDecoder
-    if type(decoder) is not sse_decoder or getattr(stream, "_observer", True) is not None:
-        return None
-    response = stream.response
-    client = stream._client
-
-    def make_error(message: str, body: object) -> Exception:
-        error: Exception = client._make_status_error(message, body=body, response=response)
-        return error
-
-    return response, make_error
-
-
-def request_attributes(body: object) -> Mapping[str, Any]:
-    """The attributes `messages.create` starts its span with
-    (`anthropic.lib._tracing._api_call.messages_create_request_attributes`). The public
-    path: `client.messages.create` computes them itself."""
-    computed: Mapping[str, Any] = importlib.import_module(
-        _TRACING
-    ).messages_create_request_attributes(body)
-    return computed
-
-
-def construct_event(data: object) -> Any:
-    """One stream event's parsed JSON built as the SDK builds it: `anthropic._models`'
-    `construct_type` with the public `RawMessageStreamEvent`. The public path needs none:
-    there the SDK's own iteration hands over its event objects, passed on as they are."""
-    models = importlib.import_module("anthropic._models")
-    union = importlib.import_module(_EVENT_UNION).RawMessageStreamEvent
-    return models.construct_type(type_=union, value=data)

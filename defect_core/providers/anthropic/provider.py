@@ -200,7 +200,7 @@ class AnthropicProvider:
             self._last_sent.remember(key, request.messages)
             assembler = StreamAssembler(max_tokens=request.max_tokens)
             try:
-                async with aclosing(stream_batches(stream)) as batches:
+                async with aclosing(stream_batches(stream, client)) as batches:
                     async for batch in batches:
                         for data in batch:
                             for chunk in assembler.feed(stream_event(data)):

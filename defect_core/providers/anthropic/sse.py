@@ -13,9 +13,9 @@ Invariants:
   field is `name: value` with one leading space dropped, `data` lines join with `\\n`, an
   empty line ends an event, a comment (`:`) is ignored, an event never ended by an empty
   line is dropped. An event named `error` raises what the SDK's client makes of it
-  (`make_error(message, body)`: the caller passes the client's own maker of that error,
-  from `lazy_sdk.own_reading`), so the provider's error mapping (`errors.py`) sees exactly
-  what it saw.
+  (`make_error(message, body)`: the caller, `call.stream_batches`, passes the maker of the
+  SDK's public `APIStatusError` for the stream's response), so the provider's error mapping
+  (`errors.py`) sees exactly what it saw.
 - A failure never swallows what came before it: the events ahead of an `error` event, of
   data that is not JSON or of a line that is not UTF-8 are handed over first (as the SDK
   yields them before it raises), even when they arrived in the same read.

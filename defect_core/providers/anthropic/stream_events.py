@@ -4,15 +4,21 @@ Owns `stream_event`, which turns one event of a streamed Messages call, as the S
 `AsyncStream` parsed it (`call.create_stream` asks the SDK for the JSON itself), into what
 `StreamAssembler` is fed. A `content_block_delta` of a known kind (text, thinking, tool input,
 signature) whose fields have the types the API documents becomes a `ContentDelta` read
-straight off the JSON; every other event is built by the SDK's own `construct_type` as
-`RawMessageStreamEvent`, exactly as the SDK would have built it (`lazy_sdk.construct_event`:
-the SDK's private names are read there only).
+straight off the JSON; every other event is built as the SDK's own stream builds it, from
+public names only: validated as `anthropic.types.RawMessageStreamEvent` (pydantic's
+`TypeAdapter`, lax, as the SDK validates a union), or, where that fails (a field the API
+added, a block of a kind this SDK does not know), built by the model its type names without
+validation (`model_construct`, as the SDK falls back to). An event of a type the union does
+not name becomes an `OtherEvent`, which the assembler skips as it skips the SDK's object.
 
 Invariants:
 - What `StreamAssembler` reads of an event (`defect_core/providers/anthropic/stream.py`: it
   reads by attribute) is the same either way: `type`, `index`, `delta.type` and the delta's
   one text field. A delta of another shape (unknown kind, a field of another type) takes the
-  SDK's path, so the assembler sees what it always saw for it.
+  SDK's model, so the assembler sees what it always saw for it. A test builds every event
+  both ways and compares (tests/test_provider_anthropic_stream_events.py).
+- Public API only: the event models `anthropic.types` exports and pydantic's
+  `model_construct`; no private name of the SDK (tests/test_sdk_quarantine.py).
 - Where the SDK's stream is iterated (Bedrock; anywhere `call.stream_batches` does not read
   the bytes itself) the SDK still owns SSE decoding, `ping`s, in-stream `error` events and
   its stream observer; only the per-event build is ours (asked for `object`, the SDK hands
@@ -32,12 +38,11 @@ event.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from defect_core.providers.anthropic import lazy_sdk
-
-__all__ = ["ContentDelta", "DeltaBody", "content_delta", "stream_event"]
+__all__ = ["ContentDelta", "DeltaBody", "OtherEvent", "content_delta", "stream_event"]
 
 _DELTA_FIELDS: dict[str, str] = {
     "text_delta": "text",
@@ -92,12 +97,43 @@ def content_delta(data: object) -> ContentDelta | None:
     return ContentDelta(index, _BODIES[name](value))
 
 
+class OtherEvent(NamedTuple):
+    """An event of a type this module does not know: only its `type`, which the assembler
+    reads and skips."""
+
+    type: str
+
+
+_EVENT_MODELS: dict[str, str] = {
+    "message_start": "RawMessageStartEvent",
+    "message_delta": "RawMessageDeltaEvent",
+    "message_stop": "RawMessageStopEvent",
+    "content_block_start": "RawContentBlockStartEvent",
+    "content_block_delta": "RawContentBlockDeltaEvent",
+    "content_block_stop": "RawContentBlockStopEvent",
+}
+"""Each event type of `RawMessageStreamEvent` → its model's name in `anthropic.types`."""
+_adapter: list[Any] = []
+"""The union's `TypeAdapter`, built on the first event that needs it (then kept)."""
+
+
 def stream_event(data: object) -> Any:
-    """One event, from its parsed JSON: a `ContentDelta`, or the SDK's
-    `RawMessageStreamEvent`."""
+    """One event, from its parsed JSON: a `ContentDelta`, the SDK's model of its type (as
+    the SDK's stream builds it), or an `OtherEvent`."""
     fast = content_delta(data)
     if fast is not None:
         return fast
     if type(data) is not dict:
         return data  # already the SDK's event: its own call and iteration (`call.py`)
-    return lazy_sdk.construct_event(data)
+    kind = data.get("type")
+    name = _EVENT_MODELS.get(kind) if type(kind) is str else None
+    if name is None:
+        return OtherEvent(str(kind))
+    types = importlib.import_module("anthropic.types")
+    if not _adapter:
+        pydantic = importlib.import_module("pydantic")
+        _adapter.append(pydantic.TypeAdapter(types.RawMessageStreamEvent))
+    try:
+        return _adapter[0].validate_python(data)
+    except ValueError:  # pydantic's ValidationError: the SDK then builds without checking
+        return getattr(types, name).model_construct(**data)
