@@ -2,7 +2,8 @@
 
 Owns the roles (`user`, `assistant`), the content blocks a message can carry (text, image,
 thinking, redacted thinking, tool use, tool result, and the provider-run web search's server
-tool use and its result), their JSON form, and what a model is
+tool use and its result), the mark of a user message committed inside a running turn (a
+steer, a note: `Message.inside_turn`), their JSON form, and what a model is
 told about a tool it may call (`ToolSpec`: the tools describe themselves with it, the
 providers encode it; it lives here, below both, so neither imports the other).
 
@@ -30,6 +31,8 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, model_vali
 from pydantic.dataclasses import dataclass as value
 
 Role = Literal["user", "assistant"]
+InsideTurn = Literal["steer", "note"]
+"""The mark of a user message committed inside a running turn (`Message.inside_turn`)."""
 
 _TOLERANT = ConfigDict(extra="ignore")
 """Every value ignores fields it does not know (a newer defect's stored data still loads)."""
@@ -84,6 +87,7 @@ def trusted_message(role: Role, content: tuple[Any, ...]) -> Message:
     new = object.__new__(Message)
     object.__setattr__(new, "role", role)
     object.__setattr__(new, "content", content)
+    object.__setattr__(new, "inside_turn", None)
     return new
 
 
@@ -216,6 +220,13 @@ ContentBlock = Annotated[
 class Message(_Value):
     role: Role
     content: tuple[ContentBlock, ...]
+    inside_turn: InsideTurn | None = Field(default=None, exclude_if=lambda v: v is None)
+    """What a user message that did not start a turn is: `"steer"` (the user wrote while
+    the turn ran, `defect_core/session/steering.py`) or `"note"` (what hooks, finished
+    background tasks or a new round add inside a turn: `defect_core/turn/runner.py`). None
+    for a prompt, an answer, tool results, and any message stored before the mark existed.
+    `/rewind` lists only unmarked user messages as prompts (`session/rewind.py`). Only what
+    the store keeps: no provider sends it, and an unmarked message's JSON has no such key."""
 
     # Convenience views used by the repair, the turn runner and the projections.
     def tool_uses(self) -> list[ToolUseBlock]:

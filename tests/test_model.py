@@ -82,6 +82,17 @@ def test_a_list_of_messages_round_trips() -> None:
     assert all(isinstance(m.content, tuple) for m in loaded)
 
 
+def test_the_inside_turn_mark_round_trips_and_only_a_marked_message_stores_it() -> None:
+    steer = Message(role="user", content=(TextBlock(text="and this"),), inside_turn="steer")
+    assert message_from_json(message_to_json(steer)) == steer
+    assert message_to_dict(steer)["inside_turn"] == "steer"
+    assert steer != user("and this")  # a steer is not the prompt of the same words
+    assert "inside_turn" not in message_to_json(user("a prompt"))
+    assert message_from_dict({"role": "user", "content": []}).inside_turn is None  # older data
+    with pytest.raises(MessageFormatError):
+        message_from_dict({"role": "user", "content": [], "inside_turn": "prompt"})
+
+
 def test_helpers_build_text_blocks_from_strings() -> None:
     message = user("a", ToolResultBlock(tool_use_id="t"), "b")
     assert message.role == "user"

@@ -3,7 +3,9 @@
 Owns the command's grammar, its listing and its two halves:
 - `/rewind` lists the prompts of the current branch, newest first, numbered from the oldest
   (1), each with the files its checkpoint holds and what it does not cover (command side
-  effects outside a git work tree, files too large to capture);
+  effects outside a git work tree, files too large to capture). A prompt is a user message
+  that started a turn: what the turn committed inside it (tool results, the user's steers,
+  hooks' and background tasks' notes: `Message.inside_turn`) belongs to its turn;
 - `/rewind N` puts the workspace files back as they were before prompt N and the
   conversation back to just before it; `/rewind N files` and `/rewind N conversation` do one
   half; `force` restores files over conflicts; `/rewind undo` undoes the last rewind.
@@ -84,10 +86,15 @@ def parse(args: str) -> Request | None:
 
 
 def prompts(transcript: Sequence[Message], ids: Sequence[MessageId]) -> list[Prompt]:
-    """The user's prompts on the branch (a user message that is not tool results)."""
+    """The user's prompts on the branch: the user messages that started a turn. Not tool
+    results, nor a message marked as committed inside a running turn (`Message.inside_turn`:
+    a steer, a hook's or a background task's note). A message stored before the mark existed
+    has none, so such a steer or note of an older session still counts as a prompt."""
     out: list[Prompt] = []
     for index, (message, mid) in enumerate(zip(transcript, ids, strict=False)):
-        if message.role != "user" or any(isinstance(b, ToolResultBlock) for b in message.content):
+        if message.role != "user" or message.inside_turn is not None:
+            continue
+        if any(isinstance(b, ToolResultBlock) for b in message.content):
             continue
         text = " ".join(b.text for b in message.content if isinstance(b, TextBlock))
         out.append(Prompt(len(out) + 1, index, mid, " ".join(text.split())))

@@ -17,7 +17,9 @@ Invariants:
   again). Without a store they are kept in memory only, like the rest of such a session.
 - A delivered steer is an ordinary user message of the history, committed at the next safe
   point (`turn/runner.py`): after the results of the calls the model asked for, before the
-  next request. The stored history stays the truth; there is no second kind of message.
+  next request. The stored history stays the truth; there is no second kind of message: a
+  steer committed as a message of its own is only marked as such (`Message.inside_turn`), so
+  `/rewind` counts it as part of the turn it came in, not as a prompt.
 - A steer is never dropped: one left waiting when a turn ends otherwise (cancelled, failed,
   stopped by a limit) is committed as the user's message when the turn ends (`end`).
 - With `steering.interrupt_tools`, a steer cancels the tool calls running then (or about to
@@ -136,7 +138,7 @@ class SessionSteers:
         update of its stored copy left the message in the history already: not twice."""
         if not self._waiting:
             return None
-        message = Message(role="user", content=_joined(self._waiting))
+        message = Message(role="user", content=_joined(self._waiting), inside_turn="steer")
         if transcript and _ends_with(transcript[-1], message):
             self._waiting.clear()
             await self._save()
@@ -170,7 +172,7 @@ class SessionSteers:
     # --- helpers ----------------------------------------------------------------------------
 
     async def _commit_waiting(self) -> None:
-        message = Message(role="user", content=tuple(self.take()))
+        message = Message(role="user", content=tuple(self.take()), inside_turn="steer")
         await self._commit(message)
         await self._save()
 

@@ -23,6 +23,10 @@ Invariants:
 - Hooks (`TurnDeps.hooks`) are asked at their phases and never stop a turn by failing: a
   `user_prompt` denial ends the turn `refusal` before any request, with the reason shown;
   their context is committed with the prompt, or as a user-side note before a request.
+- Only the prompt starts a turn: every other user message the turn commits is tool results
+  or marked as inside it (`Message.inside_turn`: a steer, or a note of hooks, finished
+  background tasks or a new round), so `/rewind` offers only the prompt as a point to go
+  back to, and going back before it takes the whole turn away.
 - The runner knows no wire format and no front end: it speaks `LlmProvider`, `Tool` and
   `AgentEvent`, and reaches its session only through `TurnDeps`.
 """
@@ -145,7 +149,7 @@ class TurnRunner:
         if steers is None or not steers.waiting():
             return
         with anyio.CancelScope(shield=True):  # taken and committed as one step
-            message = Message(role="user", content=tuple(steers.take()))
+            message = Message(role="user", content=tuple(steers.take()), inside_turn="steer")
             await self._save(message)
             await self._deps.publish(MessageCommitted(message))
             await steers.delivered()
@@ -169,7 +173,7 @@ class TurnRunner:
         await self._commit_note(*blocks)
 
     async def _commit_note(self, *blocks: ContentBlock) -> None:
-        note = Message(role="user", content=blocks)
+        note = Message(role="user", content=blocks, inside_turn="note")
         with anyio.CancelScope(shield=True):
             await self._save(note)
             await self._deps.publish(MessageCommitted(note))
