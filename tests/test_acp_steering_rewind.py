@@ -6,7 +6,8 @@ that waited for the answer that would have ended the turn, a hook's note before 
 marked as part of that turn (`Message.inside_turn`): `/rewind` does not list it, going back
 before its prompt takes it away, and going back before a later prompt keeps it. A session
 stored before the mark existed (its bodies without it) lists such a steer as a prompt, as it
-always did.
+always did. A steer's live chunk carries no message id (which message it becomes is settled
+only when the turn delivers it); the replay gives it the id of that message.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tests.test_acp_steering import (
     texts_of,
     wait_calls,
 )
+from tests.test_acp_steering_history import replayed
 
 pytestmark = pytest.mark.anyio
 
@@ -196,4 +198,43 @@ async def test_a_session_stored_before_the_mark_lists_its_steer_as_a_prompt(
                 '2. "And this too."',
                 '1. "First."',
             ]
+            agent.assert_schema_clean()
+
+
+async def test_a_steer_is_shown_live_without_an_id_and_replayed_with_its_messages(
+    tmp_path: Path,
+) -> None:
+    """docs/acp-additions.md, Message ids: which message a steer becomes is settled only when
+    the turn delivers it, so its live chunk has no id; the replay gives it the stored one."""
+    work = tmp_path / "work"
+    work.mkdir()
+    gate = threading.Event()
+    with FakeProvider() as fake:
+        fake.enqueue(gated(Reply.text("All done."), gate), Reply.text("Then also that."))
+        async with spawn_defect(env=anthropic_env(tmp_path, fake), cwd=work) as agent:
+            await agent.initialize()
+            session_id = await agent.new_session(work)
+            await steered_turn(agent, fake, session_id, gate)
+            (live,) = [
+                u
+                for _, u in agent.client.updates
+                if u.session_update == "user_message_chunk"
+                and getattr(u.content, "text", "") == "And this too."
+            ]
+            assert live.message_id is None
+        async with spawn_defect(env=anthropic_env(tmp_path, fake), cwd=work) as agent:
+            await agent.initialize()
+            await agent.conn.load_session(cwd=str(work), session_id=session_id, mcp_servers=[])
+            ids = {
+                u["content"].get("text"): u.get("messageId")
+                for u in replayed(agent)
+                if u["sessionUpdate"] in ("user_message_chunk", "agent_message_chunk")
+            }
+            # prompt, answer, the steer as a message of its own, the answer it led to
+            assert ids == {
+                "First.": f"{session_id}:1",
+                "All done.": f"{session_id}:2",
+                "And this too.": f"{session_id}:3",
+                "Then also that.": f"{session_id}:4",
+            }
             agent.assert_schema_clean()
