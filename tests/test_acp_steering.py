@@ -6,13 +6,17 @@ writes. So each steer lands exactly where the test says: during a model stream, 
 call, after the answer that would have ended the turn, after the turn has ended. What is
 checked is what the strict fake was sent (every request legal; the steers after the tool
 results, in order, in one user message — after the `tool` messages on the chat wire), what
-the editor was shown (the steer as `user_message_chunk`), and the answer of each request.
+the editor was shown (the steer as `user_message_chunk`), and the answer of each request. A
+steer the store cannot save (the database held locked by another process) is answered
+`failed` and kept nowhere, and the session serves on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -304,6 +308,49 @@ async def test_the_opt_in_may_come_with_initialize(tmp_path: Path) -> None:
             assert (await agent.prompt(session_id, "Now.")).stop_reason == "end_turn"
             assert (await steer(agent, session_id, "Still idle?"))["outcome"] == "promptRequired"
         assert len(model_calls(fake)) == 1
+
+
+async def test_a_steer_the_store_cannot_save_fails_and_the_session_goes_on(
+    tmp_path: Path,
+) -> None:
+    """Another process holds the session database locked (longer than the store waits): the
+    steer cannot be saved, so it is not taken — `failed`, nothing shown, stored nor sent —
+    and once the lock is gone the turn ends as it would have, and the session serves on."""
+    gate = threading.Event()
+    db = tmp_path / "state" / "sessions.sqlite3"
+    with FakeProvider() as fake:
+        fake.enqueue(
+            gated(Reply.text("All done."), gate), Reply.text("Again."), Reply.text("Heard.")
+        )
+        async with spawn_defect(env=anthropic_env(tmp_path, fake)) as agent:
+            await agent.initialize()
+            session_id = await agent.new_session(tmp_path)
+            turn = asyncio.create_task(agent.prompt(session_id, "Do it."))
+            await wait_calls(fake, 1)
+            with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as holder:
+                holder.execute("BEGIN EXCLUSIVE")
+                answer = await asyncio.wait_for(steer(agent, session_id, "Lost?"), TIMEOUT)
+                holder.execute("ROLLBACK")
+            assert answer["outcome"] == "failed"
+            assert "locked by another process" in answer["reason"]
+            gate.set()
+            assert (await asyncio.wait_for(turn, TIMEOUT)).stop_reason == "end_turn"
+            assert "Lost?" not in user_chunks(agent)
+            assert (await agent.prompt(session_id, "Once more.")).stop_reason == "end_turn"
+            assert (await steer(agent, session_id, "Idle now."))["outcome"] == "startedNewTurn"
+            await agent.client.wait_for(
+                lambda: agent.client.text(session_id).endswith("Heard."), TIMEOUT
+            )
+            agent.assert_schema_clean()
+        assert_all_accepted(fake)
+        calls = model_calls(fake)
+        said = [t for m in calls[2].messages for t in texts_of(m["content"])]
+        assert said == ["Do it.", "All done.", "Once more.", "Again.", "Idle now."]
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        bodies = conn.execute("SELECT body FROM messages ORDER BY seq").fetchall()
+        (config,) = conn.execute("SELECT config FROM sessions").fetchone()
+    assert not any("Lost?" in body for (body,) in bodies)
+    assert "Lost?" not in config
 
 
 async def test_initialize_advertises_steering(tmp_path: Path) -> None:
