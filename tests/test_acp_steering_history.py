@@ -2,7 +2,7 @@
 
 - kill -9 right after `injected` (the model's stream held open, so the turn never delivered
   the steer): a new process loads the session, the replay shows the steer, and the next
-  request is legal and carries it;
+  request is legal and carries it, and `/rewind` lists it with its prompt's turn;
 - a steer delivered during a tool call is replayed where it joined the history (after the
   call's card, before the answer it led to), `/rewind` lists it as part of its prompt's turn
   (not a prompt of its own) and takes it away with that turn, and a fork keeps it.
@@ -111,6 +111,12 @@ async def test_a_steer_acknowledged_before_a_kill_is_there_after_a_restart(
             ]
             response = await asyncio.wait_for(agent.prompt(session_id, "Again."), TIMEOUT)
             assert response.stop_reason == "end_turn"
+            # Committed when the session was loaded, the steer is still its turn's, no prompt.
+            before = len(agent.client.text(session_id))
+            await asyncio.wait_for(agent.prompt(session_id, "/rewind"), TIMEOUT)
+            listing = agent.client.text(session_id)[before:]
+            assert '2. "Again."' in listing and '1. "Start."' in listing
+            assert "Keep this." not in listing
             agent.assert_schema_clean()
         assert_all_accepted(fake)
         (call,) = model_calls(fake)
