@@ -70,9 +70,11 @@ coarse: two same-size writes within one tick look alike). An older git without
 `--show-scope` is listed every time. A cache hit stats about two dozen paths.
 
 Limits: the key names are known just before the command; a driver defined in between (only
-by something already running commands beside this one) is not overridden. The same holds for
-a system file at a place this build of git reads but `/etc/gitconfig` is not, created while
-the cache holds an entry and absent or empty when it was listed (only its owner, root, can).
+by something already running commands beside this one) is not overridden. Nor, while an
+entry lasts, is a driver written into a system file that this build of git keeps elsewhere
+than `/etc/gitconfig` and that held no key when listed (only its owner, root, can write it).
+The racy window takes file times from this machine's clock; a network file system whose
+server runs more than `RACY_NS` behind narrows it.
 Nothing here reads a patch (`-p`), which is where textconv and external diffs act.
 """
 
@@ -238,15 +240,17 @@ def _ident(path: str, *, content: bool = True) -> Ident:
     """`path`'s identity, following links as git does: device, inode, mode and owner and,
     for a file's `content`, its size, mtime and ctime in ns (a directory's own times change
     with every entry made in it, and what git reads in one is keyed by name); None when
-    absent."""
+    absent. Raises `_Unkeyable` for what cannot be examined or identified."""
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError) as exc:
         raise _Unkeyable(path) from exc
-    if not content or stat_mod.S_ISDIR(st.st_mode):
+    if not content or stat_mod.S_ISDIR(st.st_mode) or path == os.devnull:
         return (st.st_dev, st.st_ino, st.st_mode, st.st_uid)
+    if not stat_mod.S_ISREG(st.st_mode):
+        raise _Unkeyable(path)  # a pipe or a device: what it yields has no identity
     return (
         st.st_dev,
         st.st_ino,
@@ -317,6 +321,8 @@ def _user_files(env: dict[str, str | None]) -> list[str]:
         files.append(os.path.join(xdg, "git", "config"))
     if home:
         files += [os.path.join(home, ".config", "git", "config"), os.path.join(home, ".gitconfig")]
+    if not all(os.path.isabs(f) for f in files):
+        raise _Unkeyable("a relative configuration path")  # git's own cwd would resolve it
     return files
 
 

@@ -237,3 +237,28 @@ def test_the_cache_is_bounded(rig: Rig) -> None:
     assert len(safe_git._cache) == safe_git.CACHE_ENTRIES
     rig.status(rig.repo / f"d{safe_git.CACHE_ENTRIES + 3}")  # the newest is kept
     assert len(rig.listings) == safe_git.CACHE_ENTRIES + 4
+
+
+def test_another_global_file_named_by_the_environment_is_listed(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`GIT_CONFIG_GLOBAL` (kept: it only names the user's file) chooses another file: the
+    cached listing of the first is not reused."""
+    first, second = rig.root / "first.gitconfig", rig.root / "second.gitconfig"
+    first.write_text(rig.disarmed())
+    second.write_text(rig.disarmed("filter"))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(first))
+    rig.settle(first, second, *(rig.repo / ".git").iterdir())
+    rig.status()
+    rig.status()
+    assert len(rig.listings) == 1
+
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(second))
+    rig.stale()
+    rig.status()
+    assert len(rig.listings) == 2
+    assert not rig.marker.exists()
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(second))
+    rig.stale()
+    subprocess.run(["git", "status"], cwd=rig.repo, env=dict(os.environ), check=False)
+    assert rig.marker.exists()
