@@ -24,6 +24,11 @@ The overhead can come out below zero: a held old file is freed when the flush cl
 not by the rename on the tool's path as without a checkpoint (that work moves into the
 blob-storing figure, with the read of the old content).
 
+It also times a shell command's checkpoint in a git work tree of 100 committed files, one
+modified (`Checkpointer.before_command`, the command, `after_command`: five git calls through
+`defect_core/safe_git.py`, which lists git's configuration keys only when a configuration file
+changed), reported as the median per command.
+
 It reports and never asserts: the exit status is 0 whatever the figures. `--json PATH` also
 writes `{"figures": [{"name", "value", "unit", "target", "ok"}]}` for tooling
 (scripts/bench_all.py).
@@ -35,8 +40,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -192,6 +200,48 @@ async def measure(root: Path, state: Path, rounds: int) -> list[Figure]:
     ]
 
 
+GIT_FILES = 100
+GIT_COMMANDS = 20
+
+
+def _git_setup(repo: Path, *args: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+
+
+def measure_shell(repo: Path, state: Path) -> Figure:
+    """One shell command's checkpoint in a git work tree (the command itself not timed)."""
+    repo.mkdir()
+    rng = random.Random(7)
+    for i in range(GIT_FILES):
+        (repo / f"mod{i:03}.py").write_text(source_text(rng)[:4096])
+    _git_setup(repo, "init", "-q")
+    _git_setup(repo, "add", "-A")
+    _git_setup(repo, "-c", "user.name=b", "-c", "user.email=b@b.invalid", "commit", "-qm", "b")
+    (repo / "mod000.py").write_text("modified\n")
+    time.sleep(2.1)  # older than any racy window: the state a session meets
+    times: list[float] = []
+    for n in range(GIT_COMMANDS + 1):
+        cp = Checkpointer(repo, BlobStore.in_state_dir(state / f"shell{n}"), turn_id=f"s{n}")
+        t = time.perf_counter()
+        watch = cp.before_command()
+        spent = time.perf_counter() - t
+        (repo / "mod001.py").write_text(f"round {n}\n")
+        t = time.perf_counter()
+        cp.after_command(watch)
+        spent += time.perf_counter() - t
+        cp.finish()
+        if n:  # the first one warms up
+            times.append(spent)
+    return Figure(
+        "shell command checkpoint, git work tree",
+        round(statistics.median(times) * 1000, 1),
+        "ms",
+        None,
+        True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
@@ -202,6 +252,8 @@ def main() -> None:
         root, state = Path(tmp) / "work", Path(tmp) / "state"
         root.mkdir()
         figures = anyio.run(measure, root, state, 4 if args.quick else 10)
+        if shutil.which("git") is not None:
+            figures.append(measure_shell(Path(tmp) / "git", state))
 
     print(f"checkpoints benchmark ({FILES} files of {FILE_BYTES // 1024} kB; medians)")
     print(f"{'figure':<40} {'value':>10} {'target':>10}  ok")

@@ -18,8 +18,8 @@ Invariants:
   `safe_git.run_git`, read-only (`GIT_OPTIONAL_LOCKS=0`, so not even the index's stat cache
   is refreshed), with no fsmonitor, filter, hook, lazy fetch or replaced object, and without
   the user's `GIT_*` variables, so git looks at the workspace's own repository. The key
-  names it overrides are read again for every command: the command in between may have
-  written `.git/config`.
+  names it overrides are read again whenever a configuration file changed (`safe_git`'s
+  cache): the command in between may have written `.git/config`.
 - A prior is only ever what the file held before the command: an index blob is trusted only
   for files git itself says are unchanged against the index.
 - Memory held between before and after is bounded by the budget.
