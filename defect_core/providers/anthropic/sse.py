@@ -41,6 +41,10 @@ from typing import Any
 
 __all__ = ["SseReader", "read_events"]
 
+_SPECIAL = ("ping", "error")
+"""Event names `_batches` does not parse as data: skipped, or raised."""
+_loads = json.loads
+
 ErrorMaker = Callable[[str, object], Exception]
 """`make_error(message, body)`: the exception an `error` event raises."""
 
@@ -62,6 +66,10 @@ class SseReader:
         to a line that is not UTF-8 (then `error` is set and nothing more is read)."""
         if self.error is not None:
             return []
+        if not self._tail and not self._event and not self._data:
+            single = _single_event(chunk)
+            if single is not None:
+                return single
         buffer = self._tail + chunk if self._tail else chunk
         if b"\r" in buffer:
             lines = buffer.splitlines()
@@ -110,6 +118,24 @@ class SseReader:
         return events
 
 
+def _single_event(chunk: bytes) -> list[tuple[str, str]] | None:
+    """The events of `chunk` when it is exactly one event in the form the API writes
+    (`event: NAME\\ndata: DATA\\n\\n`, no `\\r`, both UTF-8), read between two events:
+    what `SseReader._lines` makes of those three lines, without splitting them; None for
+    anything else (the general path reads it)."""
+    if chunk[:7] != b"event: " or chunk[-2:] != b"\n\n" or b"\r" in chunk:
+        return None
+    first = chunk.find(b"\n")
+    if chunk[first + 1 : first + 7] != b"data: " or chunk.find(b"\n", first + 1) != len(chunk) - 2:
+        return None
+    try:
+        name = chunk[7:first].decode("utf-8")
+        data = chunk[first + 7 : -2].decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # the general path fails on that line as the SDK does
+    return [(name, data)] if name else []
+
+
 async def read_events(
     body: AsyncIterator[bytes], make_error: ErrorMaker, status_code: int
 ) -> AsyncGenerator[list[Any], None]:
@@ -121,7 +147,11 @@ async def read_events(
     reader = SseReader()
     try:
         async for chunk in body:
-            for batch in _batches(reader.feed(chunk), make_error, status_code):
+            events = reader.feed(chunk)
+            if len(events) == 1 and events[0][0] not in _SPECIAL and events[0][1]:
+                yield [_loads(events[0][1])]  # one plain event: as `_batches` would hand it
+                continue
+            for batch in _batches(events, make_error, status_code):
                 yield batch
             if reader.error is not None:
                 raise reader.error
