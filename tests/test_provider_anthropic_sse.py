@@ -92,6 +92,26 @@ def test_a_single_event_read_that_is_not_utf8_fails_as_the_sdk_does() -> None:
     assert isinstance(reader.error, UnicodeDecodeError)
 
 
+@pytest.mark.anyio
+async def test_a_line_that_is_not_utf8_stops_the_stream_at_the_read_that_held_it() -> None:
+    # One plain event, then the bad line, in one read: the event is handed over and the
+    # error raised before any later read is taken.
+    reads = [b'event: a\ndata: {"n": 1}\n\nevent: b\ndata: \xff\n\n', b"event: c\ndata: {}\n\n"]
+    taken: list[bytes] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        for read in reads:
+            taken.append(read)
+            yield read
+
+    seen: list[Any] = []
+    with pytest.raises(UnicodeDecodeError):
+        async for batch in read_events(body(), lambda m, b: RuntimeError(m), 200):
+            seen.extend(batch)
+    assert seen == [{"n": 1}]
+    assert taken == reads[:1]
+
+
 def test_every_event_complete_in_a_read_comes_out_of_that_read() -> None:
     reader = SseReader()
     first = reader.feed(b"event: a\ndata: 1\n\nevent: b\ndata: 2\n\nevent: c\nda")

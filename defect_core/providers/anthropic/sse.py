@@ -22,15 +22,22 @@ Invariants:
 - Nothing is held back that could be handed on: every event complete in a read is returned
   by that read (the first delta leaves as soon as its bytes arrived). Only a read that ends
   in `\\r` keeps its last line until the next read says whether a `\\n` follows.
+- A piece that is exactly one event as the API writes it (`event: NAME\\ndata: DATA\\n\\n`,
+  nothing held from the piece before) is read without splitting its lines; it yields what
+  the line-by-line path yields for it (tests/test_provider_anthropic_sse.py holds both to
+  the SDK's decoder), and anything else takes that path.
 - Pure: bytes in, events out; no SDK import, no I/O (the provider iterates the response).
 
 Why: under a fast stream the SDK's reader costs several Python generator steps, a line
 decode and an object per line and per event, on the event loop that also forwards the
 deltas to the editor; on a busy machine that CPU time was the latency of a burst of deltas
 (scripts/bench_turn.py). This reader does one pass over each piece of the body httpx hands
-over. The SDK still posts the request, checks its status and maps an error answer; the
-provider uses this reader only where the SDK's plain `SSEDecoder` would run (the Anthropic
-API route, no tracing observer), and leaves Bedrock's event-stream framing to the SDK.
+over. httpx's public reader hands over one HTTP chunk per piece, and the API writes one
+event per chunk, so the per-piece cost is a per-delta cost: the one-event shortcut takes a
+few function calls per delta off it. The SDK still posts the request, checks its status
+and maps an error answer; the provider uses this reader only where the SDK's plain
+`SSEDecoder` would run (the Anthropic API route, no tracing observer), and leaves
+Bedrock's event-stream framing to the SDK.
 """
 
 from __future__ import annotations
@@ -150,9 +157,9 @@ async def read_events(
             events = reader.feed(chunk)
             if len(events) == 1 and events[0][0] not in _SPECIAL and events[0][1]:
                 yield [_loads(events[0][1])]  # one plain event: as `_batches` would hand it
-                continue
-            for batch in _batches(events, make_error, status_code):
-                yield batch
+            else:
+                for batch in _batches(events, make_error, status_code):
+                    yield batch
             if reader.error is not None:
                 raise reader.error
         for batch in _batches(reader.finish(), make_error, status_code):
