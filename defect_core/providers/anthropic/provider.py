@@ -26,6 +26,12 @@ Invariants:
   (`request.py`), so it reads back what it cached before the switch.
 - The call is logged once when it starts and once when it ends (completed or failed), with
   its request id, token usage and duration; never its content.
+- A piece of the stream that came alone (after `QUIET_GAP` of waiting) hands the event loop
+  back once its events were handed on: the updates they made are written to the editor
+  before the next network read is set up (httpx's and anyio's public reader arms the
+  socket, a timer and several context managers per read, tens of microseconds that
+  otherwise came first: scripts/bench_turn.py, the paced delta latency). The events and
+  their order are unchanged.
 - Once its response is closed, a stream hands the event loop back (shielded from cancel)
   before its message is assembled and committed: a stream's end is not one stretch during
   which other sessions' deltas wait (scripts/bench_turn.py, sessions at once).
@@ -77,6 +83,12 @@ from defect_core.providers.base import (
 __all__ = ["AnthropicProvider", "anthropic_provider", "bedrock_provider"]
 
 log = get_logger("defect.provider")
+
+QUIET_GAP = 0.003
+"""Seconds a stream was waited on, at least, for its next piece to count as one that came
+alone (a model pausing, a paced stream): the loop is then handed over once after its
+events, before the next read. A piece that came sooner is part of a fast stream, whose
+pieces would each pay that extra turn of the loop."""
 
 
 class AnthropicProvider:
@@ -201,10 +213,15 @@ class AnthropicProvider:
             assembler = StreamAssembler(max_tokens=request.max_tokens)
             try:
                 async with aclosing(stream_batches(stream, client)) as batches:
+                    asked = time.monotonic()
                     async for batch in batches:
+                        alone = time.monotonic() - asked >= QUIET_GAP
                         for data in batch:
                             for chunk in assembler.feed(stream_event(data)):
                                 yield chunk
+                        if alone:  # its update leaves before the next read is set up
+                            await anyio.lowlevel.checkpoint()
+                        asked = time.monotonic()
             except ProviderError:
                 raise
             except Exception as exc:
