@@ -366,22 +366,29 @@ async def test_the_loop_is_handed_back_between_closing_the_stream_and_assembling
 async def test_a_delta_that_came_alone_is_let_out_before_the_next_read(
     fake_provider: FakeProvider, opened: list[AnthropicProvider], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The fake waits far longer than QUIET_GAP before each event: once a delta is handed on,
-    # another task (the one writing the update to the editor, in the agent) gets the loop
-    # before the provider asks the body for its next piece.
+    # The fake waits far longer than QUIET_GAP before each event, and the loop has nothing
+    # else to do: once a delta is handed on, the task it woke (the one writing the update to
+    # the editor, in the agent) runs before the provider asks the body for its next piece.
     from defect_core.providers.anthropic import provider as provider_module
 
     provider = anthropic_provider(Settings(provider="anthropic", base_url=fake_provider.url))
     opened.append(provider)
-    ticker = Ticker()
+    wake, woken = anyio.create_memory_object_stream[None](64)
+    ran = 0
     log: list[tuple[str, int]] = []
     batches_of = provider_module.stream_batches
+
+    async def writer() -> None:
+        nonlocal ran
+        async with woken:
+            async for _ in woken:
+                ran += 1
 
     async def watched(stream: Any, client: Any) -> AsyncIterator[list[Any]]:
         batches = batches_of(stream, client)
         try:
             while True:
-                log.append(("ask", ticker.ticks))
+                log.append(("ask", ran))
                 try:
                     batch = await batches.__anext__()
                 except StopAsyncIteration:
@@ -393,11 +400,12 @@ async def test_a_delta_that_came_alone_is_let_out_before_the_next_read(
     fake_provider.enqueue(Reply.text("one two three four five six").slow(0.02))
     monkeypatch.setattr(provider_module, "stream_batches", watched)
     async with anyio.create_task_group() as group:
-        group.start_soon(ticker.run)
-        async for chunk in provider.stream(_request(provider)):
-            if isinstance(chunk, TextDelta):
-                log.append(("delta", ticker.ticks))
-        ticker.stop()
+        group.start_soon(writer)
+        async with wake:
+            async for chunk in provider.stream(_request(provider)):
+                if isinstance(chunk, TextDelta):
+                    log.append(("delta", ran))
+                    wake.send_nowait(None)
     pairs = [(a[1], b[1]) for a, b in itertools.pairwise(log) if (a[0], b[0]) == ("delta", "ask")]
     assert len(pairs) > 1, log
     assert all(asked > handed for handed, asked in pairs), log
