@@ -108,12 +108,22 @@ TARGET_BURST_P95_MS = 5.0
 QUIET_MACHINE_CORES = 0.5
 """Other load (cores) above which a run's burst latencies measure the machine more than the
 agent: interleaved on this 2-core machine with about one core of other load, one build's
-median of 4 sessions at once ranged 3 to 12 ms over 5 rounds, the next one's 10 to 63 ms.
-Near saturation a few µs of CPU per delta show as several milliseconds of latency: reading
-the body through httpx2's public `aiter_raw` (one HTTP chunk per step, through httpx2's and
-httpcore2's generators) instead of one piece per network read off httpcore2's internals cost
-about 10 µs per delta and doubled that median under equal other load (5.9 → 11.6 ms, paced
-0.43 → 0.62 ms, 5 interleaved rounds each); the targets are set for a machine without it."""
+median of 4 sessions at once ranged 3 to 12 ms over 5 runs, the next one's 10 to 63 ms.
+Near saturation a few µs of CPU per delta show as several milliseconds of latency; the
+targets are set for a machine without it.
+
+The body's reader, measured with `python scripts/bench_turn.py --round-trips 5`, builds
+interleaved, 5 runs each on a quiet machine (other load under 0.1 core), medians of paced
+delta / 4 sessions at once / agent CPU per delta: one piece per network read off
+httpcore2's and anyio's internals 0.44 ms / 1.3 ms / 72.5 µs; httpx2's public `aiter_raw`
+(one HTTP chunk per step, parsed by h11 on its own and passed up httpcore2's and httpx2's
+generators; anyio arms the socket, a timer and context managers around each network read)
+0.49 ms / 3.0 ms / 75 µs; that reader with the one-event shortcut of
+defect_core/providers/anthropic/sse.py and the provider's hand-over after a piece that
+came alone (`QUIET_GAP`, defect_core/providers/anthropic/provider.py) 0.45 ms / 5.4 ms /
+87.5 µs, and in 4 more runs 0.53 / 6.3 / 78.8 against 0.80 / 5.3 / 86.2 without the two.
+The 4-sessions median moves by milliseconds between runs of one build, and the CPU figure
+is counted in 10 ms clock ticks (12.5 µs per delta here): compare medians of many runs."""
 
 
 def marked_text(first: int, count: int) -> str:

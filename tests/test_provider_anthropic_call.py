@@ -8,11 +8,13 @@ options: path, headers, extra body, timeout). An SDK release that changes
 `create` fails here. With a tracer provider set the call is `messages.create` itself (its
 spans are the SDK's), and the switch of the SDK's internals (`DEFECT_PRIVATE_PATHS`) changes
 nothing of the call. The last tests check that a call hands the event loop back between the
-phases of building its request, and between closing its stream and assembling the message.
+phases of building its request, between closing its stream and assembling the message, and
+after a delta that came alone, before the next read of the body.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -31,7 +33,7 @@ from defect_core.providers.anthropic.call import create_stream, ordered_body
 from defect_core.providers.anthropic.provider import AnthropicProvider
 from defect_core.providers.anthropic.request import encode_request, route_options
 from defect_core.providers.anthropic.stream import StreamAssembler
-from defect_core.providers.base import Completed, ModelRequest, ToolSpec
+from defect_core.providers.base import Completed, ModelRequest, TextDelta, ToolSpec
 from defect_fakeapi import (
     DEFAULT_API_KEY,
     DEFAULT_AWS_ACCESS_KEY_ID,
@@ -359,6 +361,54 @@ async def test_the_loop_is_handed_back_between_closing_the_stream_and_assembling
         ticker.stop()
     assert isinstance(chunks[-1], Completed) and chunks[-1].message.text() == "hello there"
     assert seen["closed"] < seen["assembling"], seen
+
+
+async def test_a_delta_that_came_alone_is_let_out_before_the_next_read(
+    fake_provider: FakeProvider, opened: list[AnthropicProvider], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fake waits far longer than QUIET_GAP before each event, and the loop has nothing
+    # else to do: once a delta is handed on, the task it woke (the one writing the update to
+    # the editor, in the agent) runs before the provider asks the body for its next piece.
+    from defect_core.providers.anthropic import provider as provider_module
+
+    provider = anthropic_provider(Settings(provider="anthropic", base_url=fake_provider.url))
+    opened.append(provider)
+    wake, woken = anyio.create_memory_object_stream[None](64)
+    ran = 0
+    log: list[tuple[str, int]] = []
+    batches_of = provider_module.stream_batches
+
+    async def writer() -> None:
+        nonlocal ran
+        async with woken:
+            async for _ in woken:
+                ran += 1
+
+    async def watched(stream: Any, client: Any) -> AsyncIterator[list[Any]]:
+        batches = batches_of(stream, client)
+        try:
+            while True:
+                log.append(("ask", ran))
+                try:
+                    batch = await batches.__anext__()
+                except StopAsyncIteration:
+                    return
+                yield batch
+        finally:
+            await batches.aclose()
+
+    fake_provider.enqueue(Reply.text("one two three four five six").slow(0.02))
+    monkeypatch.setattr(provider_module, "stream_batches", watched)
+    async with anyio.create_task_group() as group:
+        group.start_soon(writer)
+        async with wake:
+            async for chunk in provider.stream(_request(provider)):
+                if isinstance(chunk, TextDelta):
+                    log.append(("delta", ran))
+                    wake.send_nowait(None)
+    pairs = [(a[1], b[1]) for a, b in itertools.pairwise(log) if (a[0], b[0]) == ("delta", "ask")]
+    assert len(pairs) > 1, log
+    assert all(asked > handed for handed, asked in pairs), log
 
 
 @pytest.mark.parametrize("route", ["anthropic", "bedrock"])

@@ -64,6 +64,54 @@ def test_events_match_the_sdk_decoder_wherever_the_reads_split(stream: bytes) ->
     assert _ours([stream[i : i + 1] for i in range(len(stream))]) == expected
 
 
+ONE_EVENT_READS = [
+    b'event: message_start\ndata: {"a": 1}\n\n',
+    b"event: a:b\ndata: x: y\n\n",
+    b"event:  spaced\ndata:  two\n\n",
+    b"event: \ndata: unnamed\n\n",
+    b"event: e\ndata: \n\n",
+    b"event: e\ndata: one\ndata: two\n\n",
+    b"event: e\ndata:tight\n\n",
+    b"event: e\r\ndata: crlf\r\n\r\n",
+    b"event: ping\ndata: {}\n\n",
+]
+
+
+def test_reads_of_one_event_each_match_the_sdk_decoder() -> None:
+    # Each read is one whole event, as the API writes one per HTTP chunk: the reader's
+    # shortcut for such a read must say what the line-by-line path and the SDK say.
+    expected = _sdk_events(b"".join(ONE_EVENT_READS))
+    assert _ours(ONE_EVENT_READS) == expected
+    assert ("", "unnamed") not in expected and ("a:b", "x: y") in expected
+
+
+def test_a_single_event_read_that_is_not_utf8_fails_as_the_sdk_does() -> None:
+    reader = SseReader()
+    assert reader.feed(b"event: a\ndata: 1\n\n") == [("a", "1")]
+    assert reader.feed(b"event: b\ndata: \xff\n\n") == []
+    assert isinstance(reader.error, UnicodeDecodeError)
+
+
+@pytest.mark.anyio
+async def test_a_line_that_is_not_utf8_stops_the_stream_at_the_read_that_held_it() -> None:
+    # One plain event, then the bad line, in one read: the event is handed over and the
+    # error raised before any later read is taken.
+    reads = [b'event: a\ndata: {"n": 1}\n\nevent: b\ndata: \xff\n\n', b"event: c\ndata: {}\n\n"]
+    taken: list[bytes] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        for read in reads:
+            taken.append(read)
+            yield read
+
+    seen: list[Any] = []
+    with pytest.raises(UnicodeDecodeError):
+        async for batch in read_events(body(), lambda m, b: RuntimeError(m), 200):
+            seen.extend(batch)
+    assert seen == [{"n": 1}]
+    assert taken == reads[:1]
+
+
 def test_every_event_complete_in_a_read_comes_out_of_that_read() -> None:
     reader = SseReader()
     first = reader.feed(b"event: a\ndata: 1\n\nevent: b\ndata: 2\n\nevent: c\nda")

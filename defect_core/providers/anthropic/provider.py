@@ -26,6 +26,12 @@ Invariants:
   (`request.py`), so it reads back what it cached before the switch.
 - The call is logged once when it starts and once when it ends (completed or failed), with
   its request id, token usage and duration; never its content.
+- A piece of the stream that came alone (after `QUIET_GAP` of an idle loop) hands the loop
+  back once its events were handed on: the updates they made are written to the editor
+  before the next network read is set up (httpx's and anyio's public reader arms the
+  socket, a timer and several context managers per read, tens of microseconds that
+  otherwise came first: scripts/bench_turn.py, the paced delta latency). The events and
+  their order are unchanged.
 - Once its response is closed, a stream hands the event loop back (shielded from cancel)
   before its message is assembled and committed: a stream's end is not one stretch during
   which other sessions' deltas wait (scripts/bench_turn.py, sessions at once).
@@ -77,6 +83,14 @@ from defect_core.providers.base import (
 __all__ = ["AnthropicProvider", "anthropic_provider", "bedrock_provider"]
 
 log = get_logger("defect.provider")
+
+QUIET_GAP = 0.003
+"""Seconds the event loop sat idle, at least, waiting for a stream's next piece, for that
+piece to count as one that came alone (a model pausing, a paced stream): the loop is then
+handed over once after its events, before the next read. Idle is the wait less the CPU
+time the loop's thread spent meanwhile (other sessions' deltas): a piece that came sooner,
+or while the loop was busy, is part of a fast stream, whose pieces would each pay that
+extra turn of the loop where it is scarce."""
 
 
 class AnthropicProvider:
@@ -201,10 +215,19 @@ class AnthropicProvider:
             assembler = StreamAssembler(max_tokens=request.max_tokens)
             try:
                 async with aclosing(stream_batches(stream, client)) as batches:
+                    asked, busy = time.monotonic(), time.thread_time()
                     async for batch in batches:
+                        waited = time.monotonic() - asked
+                        # Alone: the loop sat idle for it (the wait less its thread's CPU).
+                        alone = waited >= QUIET_GAP and (
+                            waited - (time.thread_time() - busy) >= QUIET_GAP
+                        )
                         for data in batch:
                             for chunk in assembler.feed(stream_event(data)):
                                 yield chunk
+                        if alone:  # its update leaves before the next read is set up
+                            await anyio.lowlevel.checkpoint()
+                        asked, busy = time.monotonic(), time.thread_time()
             except ProviderError:
                 raise
             except Exception as exc:

@@ -22,15 +22,22 @@ Invariants:
 - Nothing is held back that could be handed on: every event complete in a read is returned
   by that read (the first delta leaves as soon as its bytes arrived). Only a read that ends
   in `\\r` keeps its last line until the next read says whether a `\\n` follows.
+- A piece that is exactly one event as the API writes it (`event: NAME\\ndata: DATA\\n\\n`,
+  nothing held from the piece before) is read without splitting its lines; it yields what
+  the line-by-line path yields for it (tests/test_provider_anthropic_sse.py holds both to
+  the SDK's decoder), and anything else takes that path.
 - Pure: bytes in, events out; no SDK import, no I/O (the provider iterates the response).
 
 Why: under a fast stream the SDK's reader costs several Python generator steps, a line
 decode and an object per line and per event, on the event loop that also forwards the
 deltas to the editor; on a busy machine that CPU time was the latency of a burst of deltas
 (scripts/bench_turn.py). This reader does one pass over each piece of the body httpx hands
-over. The SDK still posts the request, checks its status and maps an error answer; the
-provider uses this reader only where the SDK's plain `SSEDecoder` would run (the Anthropic
-API route, no tracing observer), and leaves Bedrock's event-stream framing to the SDK.
+over. httpx's public reader hands over one HTTP chunk per piece, and the API writes one
+event per chunk, so the per-piece cost is a per-delta cost: the one-event shortcut takes a
+few function calls per delta off it. The SDK still posts the request, checks its status
+and maps an error answer; the provider uses this reader only where the SDK's plain
+`SSEDecoder` would run (the Anthropic API route, no tracing observer), and leaves
+Bedrock's event-stream framing to the SDK.
 """
 
 from __future__ import annotations
@@ -40,6 +47,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
 __all__ = ["SseReader", "read_events"]
+
+_SPECIAL = ("ping", "error")
+"""Event names `_batches` does not parse as data: skipped, or raised."""
+_loads = json.loads
 
 ErrorMaker = Callable[[str, object], Exception]
 """`make_error(message, body)`: the exception an `error` event raises."""
@@ -62,6 +73,10 @@ class SseReader:
         to a line that is not UTF-8 (then `error` is set and nothing more is read)."""
         if self.error is not None:
             return []
+        if not self._tail and not self._event and not self._data:
+            single = _single_event(chunk)
+            if single is not None:
+                return single
         buffer = self._tail + chunk if self._tail else chunk
         if b"\r" in buffer:
             lines = buffer.splitlines()
@@ -110,6 +125,24 @@ class SseReader:
         return events
 
 
+def _single_event(chunk: bytes) -> list[tuple[str, str]] | None:
+    """The events of `chunk` when it is exactly one event in the form the API writes
+    (`event: NAME\\ndata: DATA\\n\\n`, no `\\r`, both UTF-8), read between two events:
+    what `SseReader._lines` makes of those three lines, without splitting them; None for
+    anything else (the general path reads it)."""
+    if chunk[:7] != b"event: " or chunk[-2:] != b"\n\n" or b"\r" in chunk:
+        return None
+    first = chunk.find(b"\n")
+    if chunk[first + 1 : first + 7] != b"data: " or chunk.find(b"\n", first + 1) != len(chunk) - 2:
+        return None
+    try:
+        name = chunk[7:first].decode("utf-8")
+        data = chunk[first + 7 : -2].decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # the general path fails on that line as the SDK does
+    return [(name, data)] if name else []
+
+
 async def read_events(
     body: AsyncIterator[bytes], make_error: ErrorMaker, status_code: int
 ) -> AsyncGenerator[list[Any], None]:
@@ -121,8 +154,12 @@ async def read_events(
     reader = SseReader()
     try:
         async for chunk in body:
-            for batch in _batches(reader.feed(chunk), make_error, status_code):
-                yield batch
+            events = reader.feed(chunk)
+            if len(events) == 1 and events[0][0] not in _SPECIAL and events[0][1]:
+                yield [_loads(events[0][1])]  # one plain event: as `_batches` would hand it
+            else:
+                for batch in _batches(events, make_error, status_code):
+                    yield batch
             if reader.error is not None:
                 raise reader.error
         for batch in _batches(reader.finish(), make_error, status_code):
