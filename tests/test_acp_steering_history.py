@@ -21,13 +21,14 @@ from typing import Any
 import pytest
 
 from defect_fakeapi import FakeProvider, Reply
-from tests.support.acp_harness import Agent, spawn_defect
-from tests.test_acp_steering import (
+from tests.support.acp_harness import spawn_defect
+from tests.support.steering import (
     TIMEOUT,
     anthropic_env,
     assert_all_accepted,
     gated,
     model_calls,
+    replayed,
     steer,
     texts_of,
     wait_calls,
@@ -38,22 +39,6 @@ from tests.test_acp_steering import (
 pytestmark = pytest.mark.anyio
 
 Json = dict[str, Any]
-
-
-def replayed(agent: Agent, method: str = "session/load") -> list[Json]:
-    """The updates written between the last `method` request and its answer."""
-    messages = agent.wire.messages
-    request = [m for d, m in messages if d == "client" and m.get("method") == method][-1]
-    start = next(i for i, (d, m) in enumerate(messages) if m is request)
-    out: list[Json] = []
-    for direction, message in messages[start + 1 :]:
-        if direction != "agent":
-            continue
-        if message.get("id") == request["id"] and "method" not in message:
-            return out
-        if message.get("method") == "session/update":
-            out.append(message["params"]["update"])
-    raise AssertionError(f"{method} was not answered")
 
 
 def shown(updates: list[Json]) -> list[tuple[str, str]]:

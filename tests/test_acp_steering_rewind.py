@@ -23,17 +23,17 @@ import pytest
 
 from defect_fakeapi import FakeProvider, Reply
 from tests.support.acp_harness import Agent, spawn_defect
-from tests.test_acp_steering import (
+from tests.support.steering import (
     TIMEOUT,
     anthropic_env,
     assert_all_accepted,
     gated,
     model_calls,
+    replayed,
     steer,
     texts_of,
     wait_calls,
 )
-from tests.test_acp_steering_history import replayed
 
 pytestmark = pytest.mark.anyio
 
