@@ -211,10 +211,13 @@ def _cleared_text(name: str, args: dict[str, object], chars: int) -> str:
 
 
 def _start_of_recent_turns(messages: list[Message], turns: int) -> int:
-    """Index of the first message of the last `turns` user turns (prompts, not results)."""
+    """Index of the first message of the last `turns` user turns: prompts, not results, nor
+    a steer or note committed inside a turn (`Message.inside_turn`), which belongs to the
+    turn it joined."""
     seen = 0
     for index in range(len(messages) - 1, -1, -1):
-        if _is_turn_start(messages[index]):
+        message = messages[index]
+        if message.inside_turn is None and _is_turn_start(message):
             seen += 1
             if seen >= turns:
                 return index

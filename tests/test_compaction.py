@@ -88,6 +88,24 @@ def test_micro_compaction_clears_old_large_results_and_keeps_ids() -> None:
     assert micro_compact(messages[:8], Thresholds(micro_keep_turns=2)) is None
 
 
+def test_a_steer_inside_a_turn_does_not_count_as_a_turn_of_its_own() -> None:
+    """Steers and notes join the turn they came in: the last `micro_keep_turns` prompts'
+    results stay whole however often the person steered."""
+    messages = [m for i in range(4) for m in tool_round(i, 5_000)]
+    steered = [*messages[:-1], Message(role="user", content=(TextBlock(text="use tabs"),),
+                                       inside_turn="steer"), messages[-1]]  # fmt: skip
+    for history in (messages, steered):
+        out = micro_compact(history, Thresholds(micro_keep_turns=2))
+        assert out is not None
+        cleared = [
+            b.tool_use_id
+            for m in out
+            for b in m.content
+            if isinstance(b, ToolResultBlock) and str(b.content).startswith(CLEARED_PREFIX)
+        ]
+        assert cleared == ["toolu_0", "toolu_1"], history is steered
+
+
 def test_micro_compaction_leaves_small_results_alone() -> None:
     messages = [m for i in range(5) for m in tool_round(i, 100)]
     assert micro_compact(messages, Thresholds(micro_keep_turns=1)) is None
