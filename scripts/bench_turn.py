@@ -112,16 +112,15 @@ median of 4 sessions at once ranged 3 to 12 ms over 5 runs, the next one's 10 to
 Near saturation a few µs of CPU per delta show as several milliseconds of latency; the
 targets are set for a machine without it.
 
-The body's reader, measured with `python scripts/bench_turn.py --round-trips 5`, builds
-interleaved, 5 runs each on a quiet machine (other load under 0.1 core), medians of paced
-delta / 4 sessions at once / agent CPU per delta: one piece per network read off
-httpcore2's and anyio's internals 0.44 ms / 1.3 ms / 72.5 µs; httpx2's public `aiter_raw`
-(one HTTP chunk per step, parsed by h11 on its own and passed up httpcore2's and httpx2's
-generators; anyio arms the socket, a timer and context managers around each network read)
-0.49 ms / 3.0 ms / 75 µs; that reader with the one-event shortcut of
-defect_core/providers/anthropic/sse.py and the provider's hand-over after a piece that
-came alone (`QUIET_GAP`, defect_core/providers/anthropic/provider.py) 0.45 ms / 5.4 ms /
-87.5 µs, and in 4 more runs 0.53 / 6.3 / 78.8 against 0.80 / 5.3 / 86.2 without the two.
+The body's reader, measured with `python scripts/bench_turn.py`, builds interleaved, 4 runs
+each on a quiet machine (other load under 0.1 core), medians of paced delta / 4 sessions at
+once, median and p95 / agent CPU per delta: one piece per network read off httpcore2's and
+anyio's internals (before the public-API re-shape) 0.55 ms / 2.05 ms, 5.9 ms / 70 µs;
+httpx2's own transport (one HTTP chunk per step through httpcore2 and h11, anyio's timer
+and cancel scope per read) 0.49 ms / 3.0-12 ms / 75-95 µs; the providers' own transport
+(defect_core/providers/asyncio_http.py: one piece per network read, public APIs only)
+0.41 ms / 1.6 ms, 4.5 ms / 66 µs, and without the provider's hand-over after a piece that
+came alone (`QUIET_GAP`, defect_core/providers/anthropic/provider.py) 0.58 ms / 2.15 ms.
 The 4-sessions median moves by milliseconds between runs of one build, and the CPU figure
 is counted in 10 ms clock ticks (12.5 µs per delta here): compare medians of many runs."""
 

@@ -275,12 +275,17 @@ def _timeout(sdk: Sdk, settings: Settings) -> Any:
 def _http_client(sdk: Sdk, settings: Settings) -> Any:
     """The SDK's defaults (pool limits, keep-alive) without its wrapper's `__del__`, which
     closes a dropped client on whatever loop runs at collection time - a different, live
-    loop when the one that opened the sockets is gone, where the close then fails. Its one
+    loop when the one that opened the sockets is gone, where the close then fails; sending
+    through asyncio's sockets (`providers/asyncio_http.py`) unless a proxy is set. Its one
     request hook hands the event loop back between the SDK's request build and httpx's send
     (`hand_back_the_loop`)."""
-    return sdk.anthropic.DefaultAsyncHttpxClient(
-        timeout=_timeout(sdk, settings), event_hooks={"request": [hand_back_the_loop]}
-    )
+    timeout, hooks = _timeout(sdk, settings), {"request": [hand_back_the_loop]}
+    from defect_core.providers import asyncio_http
+
+    if asyncio_http.proxied():
+        return sdk.anthropic.DefaultAsyncHttpxClient(timeout=timeout, event_hooks=hooks)
+    limits = sdk.anthropic.DEFAULT_CONNECTION_LIMITS
+    return asyncio_http.direct_client(timeout=timeout, limits=limits, event_hooks=hooks)
 
 
 async def hand_back_the_loop(request: object) -> None:

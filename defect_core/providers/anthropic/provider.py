@@ -28,10 +28,9 @@ Invariants:
   its request id, token usage and duration; never its content.
 - A piece of the stream that came alone (after `QUIET_GAP` of an idle loop) hands the loop
   back once its events were handed on: the updates they made are written to the editor
-  before the next network read is set up (httpx's and anyio's public reader arms the
-  socket, a timer and several context managers per read, tens of microseconds that
-  otherwise came first: scripts/bench_turn.py, the paced delta latency). The events and
-  their order are unchanged.
+  before the stream's next read is set up and any other work the loop holds (measured with
+  and without it: scripts/bench_turn.py, the paced delta latency). The events and their
+  order are unchanged.
 - Once its response is closed, a stream hands the event loop back (shielded from cancel)
   before its message is assembled and committed: a stream's end is not one stretch during
   which other sessions' deltas wait (scripts/bench_turn.py, sessions at once).

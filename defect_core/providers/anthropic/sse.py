@@ -32,9 +32,10 @@ Why: under a fast stream the SDK's reader costs several Python generator steps, 
 decode and an object per line and per event, on the event loop that also forwards the
 deltas to the editor; on a busy machine that CPU time was the latency of a burst of deltas
 (scripts/bench_turn.py). This reader does one pass over each piece of the body httpx hands
-over. httpx's public reader hands over one HTTP chunk per piece, and the API writes one
-event per chunk, so the per-piece cost is a per-delta cost: the one-event shortcut takes a
-few function calls per delta off it. The SDK still posts the request, checks its status
+over: one network read's worth through the providers' own transport
+(defect_core/providers/asyncio_http.py), one HTTP chunk through httpx2's. A paced stream's
+read holds one event, so the one-event shortcut takes a few function calls per delta off
+it. The SDK still posts the request, checks its status
 and maps an error answer; the provider uses this reader only where the SDK's plain
 `SSEDecoder` would run (the Anthropic API route, no tracing observer), and leaves
 Bedrock's event-stream framing to the SDK.
