@@ -229,11 +229,11 @@ async def _exchange(
         method=request.method, target=request.url.raw_path, headers=request.headers.raw
     )
     try:
-        await connection.write(state.send(sent), write_timeout)
+        await connection.write(state.send(sent) or b"", write_timeout)
         async for part in request.stream:  # type: ignore[union-attr]  # httpx2 gives async
             if part:
-                await connection.write(state.send(h11.Data(data=part)), write_timeout)
-        await connection.write(state.send(h11.EndOfMessage()), write_timeout)
+                await connection.write(state.send(h11.Data(data=part)) or b"", write_timeout)
+        await connection.write(state.send(h11.EndOfMessage()) or b"", write_timeout)
     except h11.LocalProtocolError as exc:
         raise httpx2.LocalProtocolError(str(exc)) from exc
     while True:
@@ -451,6 +451,8 @@ class _Connection:
                 reader.waiter = None
 
     async def write(self, data: bytes, timeout: float | None) -> None:  # noqa: ASYNC109
+        if not data:
+            return
         reader = self._reader
         if reader.ended or self._transport.is_closing():
             raise httpx2.WriteError("the connection is closed")
