@@ -319,3 +319,31 @@ def test_without_a_proxy_the_environment_names_none(monkeypatch: pytest.MonkeyPa
     assert not asyncio_http.proxied()
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     assert asyncio_http.proxied()
+
+
+@pytest.mark.anyio
+async def test_the_providers_client_hands_over_a_network_read_as_one_piece(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client the provider builds sends through this transport: five chunks written at
+    once arrive as one piece (httpx2's own transport would hand over five)."""
+    events = [b"data: %d\n\n" % n for n in range(5)]
+
+    async def at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + b"".join(_chunk(e) for e in events) + b"0\r\n\r\n")
+        await writer.drain()
+
+    for scheme in ("HTTP", "HTTPS", "ALL"):
+        monkeypatch.delenv(f"{scheme}_PROXY", raising=False)
+        monkeypatch.delenv(f"{scheme.lower()}_proxy", raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    async with serving(at_once) as server:
+        url = f"http://127.0.0.1:{server.port}"
+        provider = anthropic_provider(Settings(provider="anthropic", base_url=url))
+        try:
+            client, _ = await provider._ready()
+            async with client.with_streaming_response.models.list() as response:
+                pieces = [piece async for piece in response.iter_bytes()]
+        finally:
+            await provider.aclose()
+    assert pieces == [b"".join(events)]

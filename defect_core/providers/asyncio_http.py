@@ -401,7 +401,7 @@ class _Reader(asyncio.Protocol):
         first = pieces.popleft() if len(pieces) == 1 else b"".join(pieces)
         pieces.clear()
         self.buffered = 0
-        if self.paused and self.buffered <= HIGH_WATER // 4 and self.transport is not None:
+        if self.paused and self.transport is not None:  # drained: read the socket again
             self.paused = False
             self.transport.resume_reading()
         return first
