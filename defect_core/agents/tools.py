@@ -48,16 +48,11 @@ class SpawnArgs(ToolArgs):
     agent: str = Field(min_length=1, description="The profile to start (one of those listed).")
     task: str = Field(
         min_length=1,
-        description=(
-            "The whole task, self-contained: the subagent sees nothing of this conversation."
-        ),
+        description="The whole task, self-contained (see above).",
     )
     run_in_background: bool = Field(
         default=False,
-        description=(
-            "Return at once with a task id and go on working; the outcome is delivered to you "
-            "when it finishes."
-        ),
+        description="Run it as a background task (see above).",
     )
 
 

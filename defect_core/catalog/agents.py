@@ -60,8 +60,7 @@ GENERAL = AgentProfile(
     name="general",
     description=(
         "A general-purpose agent for a self-contained task: researching a question across "
-        "the workspace, or a multi-step change. Give it everything it needs in the task; it "
-        "answers with a report."
+        "the workspace, or a multi-step change; it answers with a report."
     ),
     prompt=(
         "You are a subagent: another agent gave you one task. You cannot ask anyone "

@@ -54,11 +54,11 @@ class OptionArgs(ToolArgs):
 class AskUserArgs(ToolArgs):
     question: Text = Field(max_length=2000, description="The question, complete on its own.")
     options: list[OptionArgs] = Field(
-        min_length=2, max_length=8, description="The answers to choose from (2 to 8)."
+        min_length=2, max_length=8, description="The answers to choose from."
     )
     allow_free_text: bool = Field(
         default=False,
-        description="Whether the user may type an answer of their own instead of choosing.",
+        description="Let the user type their own answer instead of choosing.",
     )
 
 

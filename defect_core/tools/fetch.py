@@ -69,8 +69,8 @@ class FetchArgs(ToolArgs):
     url: str = Field(min_length=1, description="The http:// or https:// URL to GET.")
     format: Literal["markdown", "text", "raw"] = Field(
         default="markdown",
-        description="markdown (HTML converted, the default), text (HTML as readable text) "
-        "or raw (the body as is). JSON and plain text come back as they are in every format.",
+        description="How HTML comes back: markdown (the default), text (readable text) or raw "
+        "(the body as is).",
     )
     max_bytes: int = Field(
         default=DEFAULT_MAX_BYTES,
