@@ -347,3 +347,25 @@ async def test_the_providers_client_hands_over_a_network_read_as_one_piece(
         finally:
             await provider.aclose()
     assert pieces == [b"".join(events)]
+
+
+@pytest.mark.anyio
+async def test_an_untrusted_certificate_raises_what_httpx2s_own_transport_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server whose certificate nothing trusts: the handshake fails the same way, and the
+    connection is not kept (the next request fails again, it does not hang)."""
+    tls = self_signed(tmp_path, "127.0.0.1")
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    outcomes = {}
+    async with serving(_streamed, ssl=tls.server) as server:
+        url = server.url.replace("http://", "https://")
+        for name, client in _clients():
+            async with client:
+                outcomes[name] = await _outcome(client, url)
+                assert await _outcome(client, url) == outcomes[name]
+    ours, theirs = outcomes["asyncio"], outcomes["httpx2"]
+    assert ours[0] == theirs[0] == "ConnectError"
+    assert "CERTIFICATE_VERIFY_FAILED" in ours[1]
+    assert _same_words(ours[1], theirs[1]), (ours, theirs)

@@ -185,28 +185,39 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
             raise httpx2.ConnectTimeout("") from None
         except OSError as exc:
             raise httpx2.ConnectError(str(exc)) from exc
-        sock = transport.get_extra_info("socket")
-        for option in keepalive_socket_options():
-            sock.setsockopt(*option)
-        if scheme == b"https":
-            sni = request.extensions.get("sni_hostname") or host.decode("ascii")
-            try:
-                async with asyncio.timeout(timeout):
-                    secured = await loop.start_tls(
-                        transport, reader, self._ssl, server_hostname=sni
-                    )
-            except TimeoutError:
-                transport.close()
-                raise httpx2.ConnectTimeout("") from None
-            except (OSError, ssl.SSLError) as exc:
-                transport.close()
-                raise httpx2.ConnectError(str(exc)) from exc
-            if secured is None:
-                transport.close()
-                raise httpx2.ConnectError("the connection closed during the TLS handshake")
-            transport = secured
-        assert isinstance(transport, asyncio.Transport)
+        try:
+            sock = transport.get_extra_info("socket")
+            for option in keepalive_socket_options():
+                sock.setsockopt(*option)
+            if scheme == b"https":
+                transport = await self._secured(transport, reader, request, host, timeout)
+        except BaseException:  # a failed handshake, or a cancel: the socket is not kept
+            transport.close()
+            raise
         return _Connection(origin, transport, reader)
+
+    async def _secured(
+        self,
+        transport: asyncio.Transport,
+        reader: _Reader,
+        request: httpx2.Request,
+        host: bytes,
+        timeout: float | None,  # noqa: ASYNC109 - httpx2's connect timeout
+    ) -> asyncio.Transport:
+        """`transport` with TLS started over it, for `host` (or the request's SNI name)."""
+        sni = request.extensions.get("sni_hostname") or host.decode("ascii")
+        try:
+            async with asyncio.timeout(timeout):
+                secured = await reader.loop.start_tls(
+                    transport, reader, self._ssl, server_hostname=sni
+                )
+        except TimeoutError:
+            raise httpx2.ConnectTimeout("") from None
+        except (OSError, ssl.SSLError) as exc:
+            raise httpx2.ConnectError(str(exc)) from exc
+        if secured is None:
+            raise httpx2.ConnectError("the connection closed during the TLS handshake")
+        return secured
 
     async def aclose(self) -> None:
         for kept in self._idle.values():
@@ -494,5 +505,9 @@ class _Connection:
         sock = self._transport.get_extra_info("socket")
         if sock is None or sock.fileno() < 0:
             return True
-        ready, _, _ = select.select([sock.fileno()], [], [], 0)
-        return bool(ready)
+        if not hasattr(select, "poll"):  # select() takes descriptors below 1024 only
+            ready, _, _ = select.select([sock.fileno()], [], [], 0)
+            return bool(ready)
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
