@@ -14,8 +14,10 @@ Here a network read's chunks cost a few slices and one `find` each.
 Invariants:
 - Pure: bytes in, bytes out; no I/O, no clock. A malformed body raises `BodyError` with h11's
   wording for the same fault, and a body cut short is told by `BodyReader.incomplete`, in
-  h11's words (what httpx2's own transport raises, so a provider's errors read the same:
-  tests/test_provider_asyncio_http.py).
+  h11's words (what httpx2's own transport raises, so a provider's errors read the same).
+  As with h11, the body bytes before a fault are handed over first (`broken` then holds the
+  fault). tests/test_http_body.py holds every framing to h11's own output, split at every
+  kind of place.
 - Chunk extensions are ignored and trailers skipped, as h11 does; a chunk-size line longer
   than `MAX_LINE` is refused rather than buffered without end.
 """
