@@ -188,3 +188,34 @@ async def test_a_fork_does_not_take_the_steers_its_origin_waits_on(tmp_path: Pat
         assert fork.config == {"reasoning_effort": "low"}
     finally:
         await store.aclose()
+
+
+async def test_wait_idle_waits_for_a_turn_still_starting(tmp_path: Path) -> None:
+    """Before the model loop takes steers (commands, hooks, the system prompt come first),
+    a steer is refused and `wait_idle` waits for the turn's end: what the bridge does then
+    (wait, and run the steer as a prompt) neither spins nor runs ahead."""
+    session, _ = await make(tmp_path, [{"text": "first"}])
+    gate = anyio.Event()
+    ready = session._ready_prompt
+
+    async def held() -> None:
+        await gate.wait()
+        await ready()
+
+    session._ready_prompt = held  # type: ignore[method-assign]
+    stops: list[str] = []
+    async with anyio.create_task_group() as tg:
+
+        async def turn() -> None:
+            stops.append(await session.run_turn([TextBlock(text="Go.")]))
+
+        tg.start_soon(turn)
+        await anyio.sleep(0.05)  # the turn is starting, held before its model loop
+        assert not await session.steering.offer([TextBlock(text=STEER)])
+        with anyio.move_on_after(0.2) as waited:
+            await session.steering.wait_idle()
+        assert waited.cancelled_caught, "wait_idle returned while the turn was starting"
+        gate.set()
+        with anyio.fail_after(5):
+            await session.steering.wait_idle()
+        assert stops == ["end_turn"]

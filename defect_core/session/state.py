@@ -308,6 +308,7 @@ class DefaultSession:
         if not prompt and goal is None:
             raise InvalidOption("the prompt is empty")
         self._running, self._turn = True, self._turn + 1
+        self.steering.starting()  # wait_idle waits from here: commands and hooks included
         turn = self._turn
         try:
             await self.refresh_commands()

@@ -109,10 +109,14 @@ class SessionSteers:
             self._tools.cancel()
         return True
 
-    def begin(self) -> None:
-        """A turn starts: it takes steers until it closes them."""
-        self._open = True
+    def starting(self) -> None:
+        """The session starts running a turn (its commands and hooks come first): from now
+        `wait_idle` waits for it to end, even before the turn takes steers."""
         self._idle = anyio.Event()
+
+    def begin(self) -> None:
+        """The turn's model loop starts: it takes steers until it closes them."""
+        self._open = True
 
     async def end(self) -> None:
         """The turn's work is over, however it ended: no more steers, and any still waiting
