@@ -31,7 +31,14 @@ from typing import Any, Protocol
 from acp import RequestError
 from acp import schema as s
 
-__all__ = ["TERMINAL_METHOD_ID", "AuthDoor", "auth_methods", "authenticate", "logout"]
+__all__ = [
+    "TERMINAL_METHOD_ID",
+    "AuthDoor",
+    "agent_auth_capabilities",
+    "auth_methods",
+    "authenticate",
+    "logout",
+]
 
 TERMINAL_METHOD_ID = "defect-login"
 AUTH_REQUIRED = -32000

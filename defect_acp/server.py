@@ -44,6 +44,7 @@ from defect_acp.fastimport import warm_turn_path
 from defect_acp.params import guard_params
 from defect_acp.sdk_compat import add_request_route, agent_connection
 from defect_acp.steering import INITIALIZE_META, SteeringRoute
+from defect_acp.steering import METHOD as STEERING_METHOD
 from defect_acp.transport import LineWriter, StdioTransport, open_stdin_reader
 from defect_acp.updates import SessionPump, StreamedReplay, after_open_updates, replay
 from defect_core import __version__
@@ -452,7 +453,7 @@ class DefectAgent:
 
     async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """Extension requests (`_`-prefixed; the SDK hands them over without the `_`)."""
-        if method == "session/steering":
+        if method == STEERING_METHOD:
             return await self._steering.handle(params)
         raise RequestError.method_not_found(f"_{method}")
 

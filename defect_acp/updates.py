@@ -15,8 +15,9 @@ Invariants:
 - A permission question never hangs a turn: a client that cannot answer it counts as a
   rejection.
 - Every chunk of a message of the conversation carries that message's id, live (the session's
-  `NextMessageId`, until its turn ends) and replayed alike; text outside the conversation (a
-  notice, a slash command's answer) carries none.
+  `NextMessageId`, until its turn ends) and replayed alike, except a steer's live chunk: which
+  message it joins is settled later, and its replay carries that one's id. Text outside the
+  conversation (a notice, a slash command's answer) carries none.
 - A call shown by what it publishes (`update_plan`: its `plan` update) gets no tool-call card;
   only a refused one does, once it failed, with why (`cards.SHOWN_BY_THEIR_EVENT`).
 - What an event or a stored message looks like on the wire is decided in
@@ -108,10 +109,10 @@ class SessionPump:
         self._questions: set[asyncio.Task[None]] = set()
         self._refresh: asyncio.Task[None] | None = None
         self._lines = projection.UpdateLines(session.id)
-        self._user = ReplayLines(session.id)
-        """A steer's lines (`SteerReceived`): the user's message, as a replay writes it."""
         """Text deltas' and cards' lines, written straight from their JSON (the line
         `update_line` writes for the model, without building one per update)."""
+        self._user = ReplayLines(session.id)
+        """A steer's lines (`SteerReceived`): the user's message, as a replay writes it."""
         self._held: dict[str, ev.ToolCallStarted] = {}
         """Calls shown by their own event (`cards.SHOWN_BY_THEIR_EVENT`), until they end:
         a refused one is shown then, as a failed card."""
@@ -253,7 +254,7 @@ class SessionPump:
 
     def _steer_lines(self, content: Sequence[Any]) -> list[bytes | None]:
         """A steer, shown as the user's message as it arrives (a replay shows it where it
-        joined the history: the same chunks)."""
+        joined the history: the same text, with that message's id)."""
         return [
             self._user.user_text(b.text) if isinstance(b, TextBlock) else self._user.user_image(b)
             for b in content

@@ -9,9 +9,10 @@ Invariants:
 - Read at the moment of asking, never before: building the door reads nothing (it is built
   before `initialize`), and `problem` re-reads the store, so a login made in another process
   is seen at once.
-- Its answers say what is missing in the words the provider would use at prompt time
-  (`providers/anthropic/client.py`, `api_key`), with `defect login` as the way out; no secret
-  is ever in them.
+- Its answers say what is missing (for Anthropic in the words the provider would use at
+  prompt time: `providers/anthropic/client.py`, `api_key`; for the others a line naming the
+  variable or the AWS setting), with `defect login` as the way out; no secret is ever in
+  them.
 """
 
 from __future__ import annotations
@@ -32,17 +33,22 @@ class StoredAuth:
 
     async def problem(self) -> str | None:
         from defect_core.config import provider_settings, provider_spec
-        from defect_core.config.credentials import credential_source
+        from defect_core.config.credentials import (
+            credential_source,
+            environment_source,
+            stored_credential,
+        )
 
         spec = provider_spec(self._settings, self._settings.provider)
         if spec is None:
             return None  # a broken configuration: every session says so itself
-        source = credential_source(spec)
-        if spec.kind == "bedrock" and source is not None and source.startswith("AWS default"):
-            import anyio
+        if spec.kind == "bedrock":
+            if environment_source(spec) is not None or stored_credential(spec.name) is not None:
+                return None
+            import anyio  # neither: boto3's default chain decides
 
             return await anyio.to_thread.run_sync(_aws_chain_problem, spec.profile)
-        if source is not None:
+        if credential_source(spec) is not None:
             return None
         if spec.kind == "anthropic":
             from defect_core.providers.anthropic.client import api_key

@@ -245,7 +245,7 @@ def _verify(spec: ProviderSpec, settings: Settings, entry: StoredCredential) -> 
             region=entry.region,
         )
     except VerificationFailed as failed:
-        raise _Stop(f"{failed.message}; nothing was saved") from None
+        raise _Stop(f"{failed}; nothing was saved") from None
 
 
 def _warn_shadowed(spec: ProviderSpec) -> None:
@@ -265,20 +265,21 @@ def _logout(provider: str | None, settings: Settings) -> int:
         CredentialsError,
         credentials_file,
         environment_source,
+        remove_credentials,
     )
-    from defect_core.config.credentials import remove_credentials as remove
 
     path = credentials_file()
     try:
-        removed = remove(path, provider)
+        removed = remove_credentials(path, provider)
     except CredentialsError as exc:
         raise _Stop(str(exc)) from None
     if not removed:
         _say(f"nothing stored{f' for {provider}' if provider else ''} in {path}")
         return 0
     _say(f"removed the stored credentials of {', '.join(removed)} from {path}")
+    choices = _choices(settings)
     for name in removed:
-        spec = _choices(settings).get(name)
+        spec = choices.get(name)
         variable = environment_source(spec) if spec is not None else None
         if variable:
             _say(f"note: {variable} is still set in this environment; {name} keeps using it")

@@ -40,8 +40,6 @@ from defect_core.media import image_problem
 from defect_core.model import ContentBlock, ImageBlock, TextBlock
 from defect_core.session import Session
 
-INPUT_FORMATS = ("text", "stream-json")
-
 
 class BadLine(ValueError):
     """A line that is no user message: why, in a few words."""

@@ -115,8 +115,6 @@ class ExecRequest:
     """`--trust-project`: the project's own settings that need trust apply for this run."""
     input_format: str = "text"
     """`stream-json`: the user's messages are JSON lines on stdin (`exec_input.py`)."""
-    first: list[ContentBlock] | None = None
-    """The prompt read as stdin's first message (`stream-json`)."""
 
 
 def run_exec(
@@ -159,14 +157,14 @@ async def _run(
         for notice in session.notices():
             printer.event(ev.Notice(notice, "warning"))
         lines = StdinLines() if request.input_format == "stream-json" else None
+        first: list[ContentBlock] | None = None  # the prompt, read as stdin's first message
         if lines is not None:
             lines.start()
             if not request.prompt and request.goal is None:
                 first = await lines.first()
                 if first is None:
                     raise InvalidOption("no message on stdin (--input-format stream-json)")
-                request.first = first
-        stop, error = await _turn(session, request, printer, lines)
+        stop, error = await _turn(session, request, printer, lines, first)
     except AgentError as exc:  # a refused session (configuration, store) or --model
         sys.stderr.write(f"defect exec: {exc}\n")
         return EXIT_CODES["usage"]
@@ -200,12 +198,17 @@ async def _select_model(session: Session, model: str) -> None:
 
 
 async def _turn(
-    session: Session, request: ExecRequest, printer: Printer, lines: StdinLines | None
+    session: Session,
+    request: ExecRequest,
+    printer: Printer,
+    lines: StdinLines | None,
+    stdin_prompt: list[ContentBlock] | None,
 ) -> tuple[str, str | None]:
     """Run the turn (or the goal; with `lines`, steered and followed by stdin's messages)
-    while printing its events; (stop reason, failure message or None)."""
+    while printing its events, its prompt `stdin_prompt` when stdin gave it; (stop reason,
+    failure message or None)."""
     text: list[ContentBlock] = [TextBlock(text=request.prompt)] if request.prompt else []
-    text = request.first or text
+    text = stdin_prompt or text
     stream = session.subscribe()
     assert isinstance(stream, MemoryObjectReceiveStream)  # read without waiting, below
     outcome: dict[str, Any] = {"stop": "cancelled", "error": None}

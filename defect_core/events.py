@@ -234,7 +234,6 @@ class ElicitationCompleted:
     done with: the front end may tell the editor (`elicitation/complete`)."""
 
     elicitation_id: str
-    source: str
 
 
 @dataclass(frozen=True, slots=True)

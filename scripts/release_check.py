@@ -14,9 +14,10 @@ Owns the release gate, in the order a failure is cheapest to see:
 4. the registry's CI, here: the wheel installed into a fresh venv answers `initialize` with a
    working Agent or Terminal auth method (`registry_check.main --wheel`).
 
-Invariants: the working tree is never written (the build runs on a copy); each failure is
-one line on stderr naming the file and the two values that differ; the exit status is 0 only
-when every step passed.
+Invariants: the working tree is never written (the build runs on a copy); every failed step
+is said on stderr (a version that differs as one line naming the file and both values, a
+failed build or check with the end of its output); the exit status is 0 only when every step
+passed.
 
 Usage: `python scripts/release_check.py [--root DIR] [--out DIR] [--no-registry]`.
 """

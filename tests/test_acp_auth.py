@@ -26,7 +26,7 @@ from defect_fakeapi import (
     FakeProvider,
     Reply,
 )
-from tests.support.acp_harness import REPO, agent_env, raw_session, spawn_defect
+from tests.support.acp_harness import agent_env, raw_session, run_defect, spawn_defect
 
 pytestmark = pytest.mark.anyio
 
@@ -48,16 +48,7 @@ def keyless_env(tmp_path: Path, fake: FakeProvider, **extra: str) -> dict[str, s
 
 
 def login(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "defect_cli", "login", "--provider", "anthropic", "--api-key-stdin"],
-        input=DEFAULT_API_KEY,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_defect(["login", "--provider", "anthropic", "--api-key-stdin"], env, DEFAULT_API_KEY)
 
 
 async def test_a_client_that_runs_terminal_auth_is_offered_defect_login(
@@ -187,24 +178,15 @@ async def test_bedrock_credentials_stored_by_login_reach_the_running_agent(
 
             args = ["login", "--provider", "bedrock", "--region", "us-east-1"]
             args += ["--profile", "fake"] if how == "profile" else ["--bearer-token-stdin"]
-            logged_in = subprocess.run(
-                [sys.executable, "-m", "defect_cli", *args],
-                input=token if how == "bearer token" else "",
-                env=env,
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
+            logged_in = run_defect(args, env, token if how == "bearer token" else "")
             assert logged_in.returncode == 0, logged_in.stderr
 
             assert await agent.conn.authenticate(method_id="defect-login") is not None
             assert (await agent.prompt(sid, "hello")).stop_reason == "end_turn"
             assert agent.client.text(sid) == "Hello from Bedrock."
 
-            logout = [sys.executable, "-m", "defect_cli", "logout", "--provider", "bedrock"]
-            subprocess.run(logout, env=env, cwd=REPO, capture_output=True, timeout=60, check=True)
+            logged_out_now = run_defect(["logout", "--provider", "bedrock"], env)
+            assert logged_out_now.returncode == 0, logged_out_now.stderr
             with pytest.raises(RequestError) as logged_out:  # the client built before is gone
                 await agent.prompt(sid, "hello again")
             assert logged_out.value.code == -32000

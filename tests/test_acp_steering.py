@@ -39,6 +39,7 @@ from tests.support.steering import (
     user_chunks,
     wait_calls,
     wait_in_progress,
+    wait_turn_ended,
     waiting_command,
 )
 
@@ -160,14 +161,7 @@ async def test_a_steer_after_the_turn_starts_one(tmp_path: Path) -> None:
             assert (await agent.prompt(session_id, "One.")).stop_reason == "end_turn"
             assert await steer(agent, session_id, "Two.") == {"outcome": "startedNewTurn"}
 
-            def ended() -> bool:
-                return any(
-                    u.session_update == "session_info_update"
-                    and (u.field_meta or {}).get("steering", {}).get("turnEnded")
-                    for _, u in agent.client.updates
-                )
-
-            await agent.client.wait_for(ended, TIMEOUT)
+            await wait_turn_ended(agent, 1)
             assert agent.client.text(session_id) == "First.Second."
             info = [
                 u.field_meta["steering"]["turnEnded"]

@@ -33,6 +33,7 @@ from tests.support.steering import (
     steer,
     texts_of,
     wait_calls,
+    wait_turn_ended,
 )
 
 pytestmark = pytest.mark.anyio
@@ -67,23 +68,6 @@ async def steered_turn(
     assert (await steer(agent, session_id, "And this too."))["outcome"] == "injected"
     gate.set()
     assert (await asyncio.wait_for(turn, TIMEOUT)).stop_reason == "end_turn"
-
-
-async def wait_turn_ended(agent: Agent, count: int) -> None:
-    """Wait for the `count`th end of a turn a steer started (`_meta.steering.turnEnded`)."""
-
-    def ended() -> bool:
-        return (
-            sum(
-                1
-                for _, u in agent.client.updates
-                if u.session_update == "session_info_update"
-                and (u.field_meta or {}).get("steering", {}).get("turnEnded")
-            )
-            >= count
-        )
-
-    await agent.client.wait_for(ended, TIMEOUT)
 
 
 async def test_a_steer_of_its_own_is_part_of_its_prompts_turn(tmp_path: Path) -> None:

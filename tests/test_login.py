@@ -13,7 +13,6 @@ import os
 import pty
 import select
 import stat
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from defect_fakeapi import (
     DEFAULT_AWS_SECRET_KEY,
     FakeProvider,
 )
-from tests.support.acp_harness import REPO, agent_env
+from tests.support.acp_harness import REPO, agent_env, run_defect
 
 WRONG_KEY = "sk-ant-api03-this-key-is-wrong-4242"
 
@@ -35,8 +34,7 @@ def login_env(tmp_path: Path, fake: FakeProvider, **extra: str) -> dict[str, str
     """An environment with no key, the user's configuration under `tmp_path`, and the
     Anthropic endpoint at the fake."""
     extra.setdefault("ANTHROPIC_BASE_URL", fake.url)
-    env = agent_env(XDG_CONFIG_HOME=str(tmp_path / "xdg"), **extra)
-    env.pop("ANTHROPIC_API_KEY", None)
+    env = agent_env(XDG_CONFIG_HOME=str(tmp_path / "xdg"), **extra)  # no ANTHROPIC_* kept
     env["HOME"] = str(tmp_path / "home")
     return env
 
@@ -81,21 +79,6 @@ def in_terminal(
     return os.waitstatus_to_exitcode(status), screen.replace(b"\x00", b"").decode(errors="replace")
 
 
-def defect(
-    args: list[str], env: dict[str, str], stdin: str = ""
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "defect_cli", *args],
-        input=stdin,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_a_wrong_key_is_refused_at_once_and_nothing_is_stored(
     fake_provider: FakeProvider, tmp_path: Path
 ) -> None:
@@ -125,23 +108,25 @@ def test_a_right_key_is_stored_privately_shown_by_status_and_removed_by_logout(
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert DEFAULT_API_KEY in path.read_text()
 
-    shown = defect(["auth", "status"], env)
+    shown = run_defect(["auth", "status"], env)
     assert shown.returncode == 0
     assert f"anthropic    stored credentials (API key …{DEFAULT_API_KEY[-4:]})" in shown.stdout
     assert DEFAULT_API_KEY not in shown.stdout + shown.stderr
 
-    out = defect(["logout", "--provider", "anthropic"], env)
+    out = run_defect(["logout", "--provider", "anthropic"], env)
     assert out.returncode == 0 and "removed the stored credentials of anthropic" in out.stderr
     assert not path.exists()
-    assert "anthropic    none: run `defect login" in defect(["auth", "status"], env).stdout
+    assert "anthropic    none: run `defect login" in run_defect(["auth", "status"], env).stdout
 
 
 def test_the_environment_beats_the_stored_key(fake_provider: FakeProvider, tmp_path: Path) -> None:
     env = login_env(tmp_path, fake_provider)
-    saved = defect(["login", "--provider", "anthropic", "--api-key-stdin"], env, DEFAULT_API_KEY)
+    saved = run_defect(
+        ["login", "--provider", "anthropic", "--api-key-stdin"], env, DEFAULT_API_KEY
+    )
     assert saved.returncode == 0, saved.stderr
     env["ANTHROPIC_API_KEY"] = "sk-ant-from-the-environment-0000"
-    shown = defect(["auth", "status"], env).stdout
+    shown = run_defect(["auth", "status"], env).stdout
     assert "anthropic    environment variable ANTHROPIC_API_KEY" in shown
 
 
@@ -149,10 +134,10 @@ def test_a_credentials_file_open_to_others_is_refused_with_the_fix(
     fake_provider: FakeProvider, tmp_path: Path
 ) -> None:
     env = login_env(tmp_path, fake_provider)
-    assert defect(["login", "--api-key-stdin"], env, DEFAULT_API_KEY).returncode == 0
+    assert run_defect(["login", "--api-key-stdin"], env, DEFAULT_API_KEY).returncode == 0
     path = stored_file(tmp_path)
     os.chmod(path, 0o640)
-    shown = defect(["auth", "status"], env).stdout
+    shown = run_defect(["auth", "status"], env).stdout
     assert "anthropic    none" in shown
     assert f"(refused: {path} is readable by others (mode 640)" in shown
     assert shown.rstrip().endswith(f"run `chmod 600 {path}`)")
@@ -162,7 +147,7 @@ def test_an_unreachable_provider_stores_nothing(
     fake_provider: FakeProvider, tmp_path: Path
 ) -> None:
     env = login_env(tmp_path, fake_provider, ANTHROPIC_BASE_URL="http://127.0.0.1:9")
-    out = defect(["login", "--provider", "anthropic", "--api-key-stdin"], env, DEFAULT_API_KEY)
+    out = run_defect(["login", "--provider", "anthropic", "--api-key-stdin"], env, DEFAULT_API_KEY)
     assert out.returncode == 1
     assert out.stderr.strip().endswith("could not be reached: Connection error.; nothing was saved")
     assert DEFAULT_API_KEY not in out.stderr
@@ -179,12 +164,12 @@ def test_an_openai_compatible_provider_of_the_configuration(
         f'[providers.local]\nkind = "openai"\nbase_url = "{fake_provider.url}/v1"\n'
         'api_key_env = "LOCAL_KEY"\nmodels = ["tiny-coder"]\n'
     )
-    wrong = defect(["login", "--provider", "local", "--api-key-stdin"], env, WRONG_KEY)
+    wrong = run_defect(["login", "--provider", "local", "--api-key-stdin"], env, WRONG_KEY)
     assert wrong.returncode == 1 and "refused the key (401)" in wrong.stderr
-    right = defect(["login", "--provider", "local", "--api-key-stdin"], env, DEFAULT_API_KEY)
+    right = run_defect(["login", "--provider", "local", "--api-key-stdin"], env, DEFAULT_API_KEY)
     assert right.returncode == 0, right.stderr
-    assert "local        stored credentials (API key" in defect(["auth", "status"], env).stdout
-    unknown = defect(["login", "--provider", "nope", "--api-key-stdin"], env, DEFAULT_API_KEY)
+    assert "local        stored credentials (API key" in run_defect(["auth", "status"], env).stdout
+    unknown = run_defect(["login", "--provider", "nope", "--api-key-stdin"], env, DEFAULT_API_KEY)
     assert unknown.returncode == 2
     assert "no provider 'nope' takes a login; choose one of anthropic, bedrock, local" in (
         unknown.stderr
@@ -195,7 +180,7 @@ def test_bedrock_with_a_profile_that_does_not_exist_stores_nothing(
     fake_provider: FakeProvider, tmp_path: Path
 ) -> None:
     env = login_env(tmp_path, fake_provider, AWS_CONFIG_FILE=str(tmp_path / "aws-config"))
-    out = defect(
+    out = run_defect(
         ["login", "--provider", "bedrock", "--profile", "nobody", "--region", "us-east-1"], env
     )
     assert out.returncode == 1
@@ -204,7 +189,7 @@ def test_bedrock_with_a_profile_that_does_not_exist_stores_nothing(
 
 
 def test_login_without_a_terminal_says_how(fake_provider: FakeProvider, tmp_path: Path) -> None:
-    out = defect(["login"], login_env(tmp_path, fake_provider))
+    out = run_defect(["login"], login_env(tmp_path, fake_provider))
     assert out.returncode == 2
     assert "not a terminal: pass --provider NAME --api-key-stdin" in out.stderr
 
@@ -214,7 +199,7 @@ def test_logout_with_nothing_stored(
     fake_provider: FakeProvider, tmp_path: Path, provider: str | None
 ) -> None:
     args = ["logout"] + (["--provider", provider] if provider else [])
-    out = defect(args, login_env(tmp_path, fake_provider))
+    out = run_defect(args, login_env(tmp_path, fake_provider))
     assert out.returncode == 0 and "nothing stored" in out.stderr
 
 
@@ -247,19 +232,19 @@ def test_bedrock_stores_a_profile_name_the_provider_accepted(
 ) -> None:
     env = bedrock_env(tmp_path, fake_provider)
     login = ["login", "--provider", "bedrock", "--region", "us-east-1", "--profile"]
-    wrong = defect([*login, "wrong"], env)
+    wrong = run_defect([*login, "wrong"], env)
     assert wrong.returncode == 1
     assert "Bedrock (us-east-1) refused the credentials: UnrecognizedClientException" in (
         wrong.stderr
     )
     assert not stored_file(tmp_path).exists()
-    right = defect([*login, "fake"], env)
+    right = run_defect([*login, "fake"], env)
     assert right.returncode == 0, right.stderr
     text = stored_file(tmp_path).read_text()
     assert 'profile = "fake"' in text and 'region = "us-east-1"' in text
     assert DEFAULT_AWS_SECRET_KEY not in text and DEFAULT_AWS_ACCESS_KEY_ID not in text
     assert [r.route for r in fake_provider.listings] == ["foundation_models"] * 2
-    shown = defect(["auth", "status"], env).stdout
+    shown = run_defect(["auth", "status"], env).stdout
     assert "bedrock      stored credentials (AWS profile 'fake', region us-east-1)" in shown
 
 
@@ -268,9 +253,9 @@ def test_bedrock_bearer_token_is_checked_then_stored(tmp_path: Path) -> None:
     with FakeProvider(bedrock_bearer_token=token) as fake:
         env = bedrock_env(tmp_path, fake)
         login = ["login", "--provider", "bedrock", "--bearer-token-stdin", "--region", "eu-west-1"]
-        wrong = defect(login, env, "bedrock-api-key-wrong")
+        wrong = run_defect(login, env, "bedrock-api-key-wrong")
         assert wrong.returncode == 1 and "refused the credentials" in wrong.stderr
-        right = defect(login, env, token)
+        right = run_defect(login, env, token)
         assert right.returncode == 0, right.stderr
         assert token not in right.stderr
         assert f"Bedrock bearer token …{token[-4:]}" in right.stderr

@@ -283,7 +283,6 @@ async def test_with_a_proxy_in_the_environment_the_provider_goes_through_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A proxy the environment names is used (httpx2's own client), never bypassed."""
-    seen: list[bytes] = []
 
     async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
@@ -302,20 +301,18 @@ async def test_with_a_proxy_in_the_environment_the_provider_goes_through_it(
                 await client.models.list()
         finally:
             await provider.aclose()
-        seen = server.requests
+    seen = server.requests
     assert seen and seen[0].startswith(b"GET http://api.invalid/v1/models")
 
 
+def _without_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    for scheme in ("HTTP", "HTTPS", "ALL"):
+        monkeypatch.delenv(f"{scheme}_PROXY", raising=False)
+        monkeypatch.delenv(f"{scheme.lower()}_proxy", raising=False)
+
+
 def test_without_a_proxy_the_environment_names_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    _without_proxies(monkeypatch)
     assert not asyncio_http.proxied()
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     assert asyncio_http.proxied()
@@ -333,9 +330,7 @@ async def test_the_providers_client_hands_over_a_network_read_as_one_piece(
         writer.write(HEAD + b"".join(_chunk(e) for e in events) + b"0\r\n\r\n")
         await writer.drain()
 
-    for scheme in ("HTTP", "HTTPS", "ALL"):
-        monkeypatch.delenv(f"{scheme}_PROXY", raising=False)
-        monkeypatch.delenv(f"{scheme.lower()}_proxy", raising=False)
+    _without_proxies(monkeypatch)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     async with serving(at_once) as server:
         url = f"http://127.0.0.1:{server.port}"

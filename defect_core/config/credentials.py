@@ -28,7 +28,7 @@ Invariants:
   `redaction.remember_secret` (and the log's line filter), so no log line, transcript or error
   shows it. AWS secrets are never stored: a profile is a name boto3 resolves.
 - Cheap and lazy: nothing reads the file on import or on `initialize`; a look-up stats the
-  file and parses it again only when its modification time, size or inode changed, so a
+  file and parses it again only when its modification time, size, inode or mode changed, so a
   `defect login` in another process is seen by the next call of a running agent.
 """
 
@@ -49,6 +49,7 @@ from defect_core.log import filter_lines, get_logger
 from defect_core.redaction import hide_remembered, remember_secret
 
 __all__ = [
+    "BEDROCK_ENVIRONMENT",
     "CredentialsError",
     "CredentialsRefused",
     "Secret",
@@ -62,6 +63,10 @@ __all__ = [
     "stored_credential",
     "stored_problem",
 ]
+
+BEDROCK_ENVIRONMENT = ("AWS_BEARER_TOKEN_BEDROCK", "AWS_ACCESS_KEY_ID", "AWS_PROFILE")
+"""The variables that choose Bedrock's credentials in the environment (they beat the stored
+ones); `providers/anthropic/client.py` watches the same ones."""
 
 log = get_logger("defect.config")
 
@@ -247,7 +252,7 @@ def environment_source(spec: ProviderSpec, env: Mapping[str, str] | None = None)
     env = os.environ if env is None else env
     names: tuple[str, ...]
     if spec.kind == "bedrock":
-        names = ("AWS_BEARER_TOKEN_BEDROCK", "AWS_ACCESS_KEY_ID", "AWS_PROFILE")
+        names = BEDROCK_ENVIRONMENT
     else:
         names = (spec.api_key_env,) if spec.api_key_env else ()
     return next((name for name in names if env.get(name, "").strip()), None)
@@ -291,14 +296,20 @@ def _render(entries: Mapping[str, StoredCredential]) -> str:
     return "".join(lines)
 
 
+def _entries_to_change(path: Path) -> dict[str, StoredCredential]:
+    """The entries a change starts from: a file refused for its mode still gives them (the
+    change writes it 0600 again)."""
+    try:
+        return read_credentials(path)
+    except CredentialsRefused:
+        return _parse(path, path.read_text(encoding="utf-8"))
+
+
 def save_credential(path: Path, entry: StoredCredential) -> None:
     """Store `entry`, replacing the provider's earlier one. A file refused for its mode keeps
     its other entries and is written 0600 again; one that cannot be parsed raises
     `CredentialsError` (nothing is lost)."""
-    try:
-        entries = read_credentials(path)
-    except CredentialsRefused:
-        entries = _parse(path, path.read_text(encoding="utf-8"))
+    entries = _entries_to_change(path)
     entries[entry.provider] = entry
     write_private(path, _render(entries))
 
@@ -306,10 +317,7 @@ def save_credential(path: Path, entry: StoredCredential) -> None:
 def remove_credentials(path: Path, provider: str | None = None) -> list[str]:
     """Remove `provider`'s entry (every entry when None); the names removed. The file goes
     when nothing is left in it."""
-    try:
-        entries = read_credentials(path)
-    except CredentialsRefused:
-        entries = _parse(path, path.read_text(encoding="utf-8"))
+    entries = _entries_to_change(path)
     removed = sorted(entries) if provider is None else [p for p in entries if p == provider]
     for name in removed:
         del entries[name]

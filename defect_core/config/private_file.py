@@ -10,7 +10,7 @@ Invariants:
   0600 by `tempfile.mkstemp`), is flushed to disk and renamed over the old file, so a crash
   leaves the old file or the new one, never half of one, and never a moment where the file
   is readable by others.
-- A directory it creates is 0700: what lives beside the configuration may be secret.
+- The directory it creates for the file is 0700: what lives beside the configuration may be secret.
 
 Why a room of its own: two files share the same care, and it is stated and written once.
 """

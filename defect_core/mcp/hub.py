@@ -162,7 +162,7 @@ class McpHub:
 
     async def _completed(self, conn: Connection, elicitation_id: str) -> None:
         if self._tell is not None and not self._closed:
-            await self._tell(ElicitationCompleted(elicitation_id, conn.name))
+            await self._tell(ElicitationCompleted(elicitation_id))
 
     async def _elicit(self, conn: Connection, params: object) -> object:
         """A server's elicitation, tied to its latest running tool call (if any), which it

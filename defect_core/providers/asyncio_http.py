@@ -69,8 +69,8 @@ __all__ = [
     "HIGH_WATER",
     "AsyncioTransport",
     "direct_client",
-    "keepalive_socket_options",
     "proxied",
+    "sdk_client",
 ]
 
 HIGH_WATER = 512 * 1024
@@ -86,7 +86,7 @@ def proxied() -> bool:
     return any(proxies.get(scheme) for scheme in ("http", "https", "all"))
 
 
-def keepalive_socket_options() -> list[tuple[int, int, int]]:
+def _keepalive_socket_options() -> list[tuple[int, int, int]]:
     """The TCP keep-alive options the SDKs' default clients set on every connection (a
     stream that goes quiet for minutes while a model thinks must not be dropped by a NAT)."""
     options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
@@ -102,6 +102,24 @@ def keepalive_socket_options() -> list[tuple[int, int, int]]:
     if idle is not None:
         options.append((socket.IPPROTO_TCP, idle, 60))
     return options
+
+
+def sdk_client(
+    sdk: Any,
+    *,
+    timeout: httpx2.Timeout,
+    event_hooks: Mapping[str, list[Callable[..., Any]]] | None = None,
+) -> httpx2.AsyncClient:
+    """The `http_client=` for the SDK module `sdk` (`anthropic` or `openai`: both have
+    `DefaultAsyncHttpxClient` and `DEFAULT_CONNECTION_LIMITS`): `direct_client` with the SDK's
+    pool limits, or, where the environment names a proxy (`proxied`), the SDK's own default
+    client, which goes through it. `event_hooks` as httpx2 takes them."""
+    if proxied():
+        hooks = {} if event_hooks is None else {"event_hooks": dict(event_hooks)}
+        client: httpx2.AsyncClient = sdk.DefaultAsyncHttpxClient(timeout=timeout, **hooks)
+        return client
+    limits = sdk.DEFAULT_CONNECTION_LIMITS
+    return direct_client(timeout=timeout, limits=limits, event_hooks=event_hooks)
 
 
 def direct_client(
@@ -187,7 +205,7 @@ class AsyncioTransport(httpx2.AsyncBaseTransport):
             raise httpx2.ConnectError(str(exc)) from exc
         try:
             sock = transport.get_extra_info("socket")
-            for option in keepalive_socket_options():
+            for option in _keepalive_socket_options():
                 sock.setsockopt(*option)
             if scheme == b"https":
                 transport = await self._secured(transport, reader, request, host, timeout)
@@ -254,7 +272,7 @@ async def _exchange(
             raise httpx2.RemoteProtocolError(str(exc)) from exc
         if event is h11.NEED_DATA:
             data = await connection.read(read_timeout)
-            if not data and state.their_state is h11.SEND_RESPONSE:
+            if not data:  # no response yet, so the server hung up before answering
                 raise httpx2.RemoteProtocolError("Server disconnected without sending a response.")
             state.receive_data(data)
         elif isinstance(event, h11.Response):
@@ -263,7 +281,8 @@ async def _exchange(
             raise httpx2.RemoteProtocolError(f"unexpected {type(event).__name__} before a response")
     leftover, _ = state.trailing_data
     framing = _framing(request.method, event)
-    keep = not isinstance(framing, UntilClosed) and _keeps_alive(request, event)
+    # h11 has read both sides' `Connection` headers and the version: DONE keeps it alive.
+    keep = not isinstance(framing, UntilClosed) and state.our_state is h11.DONE
     return httpx2.Response(
         status_code=event.status_code,
         headers=event.headers.raw_items(),
@@ -287,15 +306,6 @@ def _framing(method: str, response: h11.Response) -> BodyReader:
         if name == b"content-length":
             length = int(value)
     return UntilClosed() if length is None else Sized(length)
-
-
-def _keeps_alive(request: httpx2.Request, response: h11.Response) -> bool:
-    """Whether both sides let the connection serve another exchange."""
-    if response.http_version != b"1.1":
-        return False
-    said = [v for n, v in response.headers if n == b"connection"]
-    said += [v for n, v in request.headers.raw if n.lower() == b"connection"]
-    return not any(b"close" in value.lower() for value in said)
 
 
 class _Body(httpx2.AsyncByteStream):
@@ -409,13 +419,13 @@ class _Reader(asyncio.Protocol):
     def take(self) -> bytes:
         """All that is buffered (some is), in one piece."""
         pieces = self.pieces
-        first = pieces.popleft() if len(pieces) == 1 else b"".join(pieces)
+        data = pieces.popleft() if len(pieces) == 1 else b"".join(pieces)
         pieces.clear()
         self.buffered = 0
         if self.paused and self.transport is not None:  # drained: read the socket again
             self.paused = False
             self.transport.resume_reading()
-        return first
+        return data
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:

@@ -29,7 +29,8 @@ import re
 __all__ = ["MAX_LINE", "BodyError", "BodyReader", "Chunked", "Sized", "UntilClosed"]
 
 MAX_LINE = 16 * 1024
-"""The longest chunk-size or trailer line taken before the body is refused as malformed."""
+"""The longest chunk-size line, or trailer section, taken before the body is refused as
+malformed."""
 
 _SIZE = re.compile(rb"([0-9A-Fa-f]{1,20})(?:;.*)?[ \t]*\r\n")
 _BLANK_LINE = re.compile(rb"\n\r?\n")
@@ -41,13 +42,14 @@ class BodyError(Exception):
 
 
 class BodyReader:
-    """One response's body framing, fed network reads in order."""
+    """One response's body framing, fed network reads in order until it is `done` (or
+    `broken`)."""
 
     done: bool = False
     leftover: bytes = b""
     broken: str | None = None
     """Why the body broke after the bytes the last `feed` returned (h11 hands those over
-    first): the caller raises it once it has passed them on, and the next `feed` does."""
+    first): the caller raises it once it has passed them on, and feeds no more."""
 
     def feed(self, data: bytes) -> bytes:
         raise NotImplementedError
@@ -76,9 +78,6 @@ class Sized(BodyReader):
         self.done = length == 0
 
     def feed(self, data: bytes) -> bytes:
-        if self.done:
-            self.leftover += data
-            return b""
         wanted = self.length - self.received
         if len(data) >= wanted:
             self.done = True
@@ -111,11 +110,6 @@ class Chunked(BodyReader):
         """The zero-size chunk came: trailer lines until a blank one."""
 
     def feed(self, data: bytes) -> bytes:
-        if self.broken is not None:
-            raise BodyError(self.broken)
-        if self.done:
-            self.leftover += data
-            return b""
         if self._pending:
             data, self._pending = self._pending + data, b""
         out: list[bytes] = []

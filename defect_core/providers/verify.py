@@ -3,17 +3,17 @@ saves it.
 
 Owns `verify_credential`: for a provider (`config.ProviderSpec`, built with the process's
 settings as `registry.build_named` would build it) and the credential a person just typed,
-the Anthropic API's or an OpenAI-compatible server's `GET /v1/models` (one page of one
-model), or Bedrock's `ListFoundationModels`: through boto3 with a profile, over the SDK's
-HTTP client with a bearer token (as `AsyncAnthropicBedrock` sends one).
+the Anthropic API's or an OpenAI-compatible server's `GET /v1/models` (one page), or
+Bedrock's `ListFoundationModels`: through boto3 with a profile, over the SDK's HTTP client
+with a bearer token (as `AsyncAnthropicBedrock` sends one).
 
 Invariants:
 - The call goes where the provider itself would send it: `base_url` of the user's
   configuration or `ANTHROPIC_BASE_URL` (`config.provider_settings`), never a project's
   choice (the caller reads the user's configuration only: docs/security.md).
-- A failure is `VerificationFailed` with one line: `refused` when the provider said the
-  credential is wrong, else the provider could not be asked (network, timeout, another
-  answer). Nothing here stores anything, and the secret is never in the message.
+- A failure is `VerificationFailed` with one line saying whether the provider refused the
+  credential or could not be asked (network, timeout, another answer). Nothing here stores
+  anything, and the secret is never in the message.
 - SDKs are imported inside the call: importing this module costs nothing.
 """
 
@@ -29,12 +29,8 @@ __all__ = ["VerificationFailed", "verify_credential"]
 
 
 class VerificationFailed(Exception):
-    """The credential could not be confirmed; `refused`: the provider said it is wrong."""
-
-    def __init__(self, message: str, *, refused: bool) -> None:
-        super().__init__(message)
-        self.message = message
-        self.refused = refused
+    """The credential could not be confirmed: the provider said it is wrong, or could not be
+    asked; the message (one line) says which."""
 
 
 def verify_credential(
@@ -55,7 +51,7 @@ def verify_credential(
         return asyncio.run(_openai(own, spec, api_key or ""))
     if spec.kind == "bedrock":
         return _bedrock(own, bearer_token, profile, region)
-    raise VerificationFailed(f"{spec.name} ({spec.kind}) needs no login", refused=False)
+    raise VerificationFailed(f"{spec.name} ({spec.kind}) needs no login")
 
 
 async def _anthropic(settings: Settings, key: str) -> str:
@@ -96,17 +92,16 @@ def _failure(exc: Exception, sdk: Any, where: str) -> VerificationFailed:
     """One line for what the SDK raised: refused, another answer, or unreachable."""
     if isinstance(exc, sdk.AuthenticationError | sdk.PermissionDeniedError):
         return VerificationFailed(
-            f"{where} refused the key ({exc.status_code}): check it and try again", refused=True
+            f"{where} refused the key ({exc.status_code}): check it and try again"
         )
     if isinstance(exc, sdk.APIStatusError):
         return VerificationFailed(
             f"{where} answered {exc.status_code} when asked for its models: the key could not "
-            "be checked",
-            refused=False,
+            "be checked"
         )
     if isinstance(exc, sdk.APIConnectionError):  # a timeout is one too
-        return VerificationFailed(f"{where} could not be reached: {exc}", refused=False)
-    return VerificationFailed(f"{where}: {type(exc).__name__}: {exc}", refused=False)
+        return VerificationFailed(f"{where} could not be reached: {exc}")
+    return VerificationFailed(f"{where}: {type(exc).__name__}: {exc}")
 
 
 def _bedrock(
@@ -125,9 +120,7 @@ def _bedrock(
         session = boto3.Session(profile_name=None if bearer_token else profile)
         region = region or session.region_name
         if not region:
-            raise VerificationFailed(
-                "no AWS region: pass --region (e.g. --region us-east-1)", refused=False
-            )
+            raise VerificationFailed("no AWS region: pass --region (e.g. --region us-east-1)")
         if bearer_token:
             return _bedrock_bearer(settings, bearer_token, region)
         client = session.client(
@@ -136,15 +129,14 @@ def _bedrock(
         client.list_foundation_models(byProvider="Anthropic")
     except botocore.exceptions.ProfileNotFound:
         raise VerificationFailed(
-            f"the AWS profile {profile!r} does not exist (see `aws configure list-profiles`)",
-            refused=True,
+            f"the AWS profile {profile!r} does not exist (see `aws configure list-profiles`)"
         ) from None
     except botocore.exceptions.ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         raise _bedrock_failure(region, code, exc.response.get("ResponseMetadata", {})) from None
     except botocore.exceptions.BotoCoreError as exc:
         message = f"Bedrock ({region}) could not be asked: {exc}"
-        raise VerificationFailed(message, refused=False) from None
+        raise VerificationFailed(message) from None
     return f"Bedrock ({region})"
 
 
@@ -153,10 +145,8 @@ _REFUSALS = ("UnrecognizedClientException", "AccessDeniedException", "ExpiredTok
 
 def _bedrock_failure(region: str | None, code: str, detail: object) -> VerificationFailed:
     if code in _REFUSALS:
-        return VerificationFailed(
-            f"Bedrock ({region}) refused the credentials: {code}", refused=True
-        )
-    return VerificationFailed(f"Bedrock ({region}) answered {code or detail}", refused=False)
+        return VerificationFailed(f"Bedrock ({region}) refused the credentials: {code}")
+    return VerificationFailed(f"Bedrock ({region}) answered {code or detail}")
 
 
 def _bedrock_bearer(settings: Settings, token: str, region: str) -> str:
@@ -176,7 +166,7 @@ def _bedrock_bearer(settings: Settings, token: str, region: str) -> str:
         )
     except httpx.HTTPError as exc:
         message = f"Bedrock ({region}) could not be reached: {type(exc).__name__}"
-        raise VerificationFailed(message, refused=False) from None
+        raise VerificationFailed(message) from None
     if response.status_code != 200:
         code = response.headers.get("x-amzn-errortype", "").split(":")[0]
         if not code and response.status_code in (401, 403):

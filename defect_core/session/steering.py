@@ -2,7 +2,7 @@
 
 Owns `SessionSteers`, one per session: the steers waiting for the running turn (its
 `turn.deps.SteerInbox`), their stored copy, and whether a turn takes steers at all. A steer
-reaches it through `Session.steer` (the ACP bridge's `_session/steering`, the lines
+reaches it through `Session.steering.offer` (the ACP bridge's `_session/steering`, the lines
 `defect exec --input-format stream-json` reads after the first); `docs/editors.md` says what
 the user sees.
 
@@ -147,8 +147,7 @@ class SessionSteers:
             self._waiting.clear()
             await self._save()
             return None
-        await self._commit_waiting()
-        return message
+        return await self._commit_waiting()
 
     # --- the running turn's side (`turn.deps.SteerInbox`) ------------------------------------
 
@@ -175,10 +174,12 @@ class SessionSteers:
 
     # --- helpers ----------------------------------------------------------------------------
 
-    async def _commit_waiting(self) -> None:
+    async def _commit_waiting(self) -> Message:
+        """Commit the waiting steers as one user message; that message."""
         message = Message(role="user", content=tuple(self.take()), inside_turn="steer")
         await self._commit(message)
         await self._save()
+        return message
 
     async def _save(self) -> None:
         if self._store is not None:

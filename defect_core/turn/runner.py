@@ -227,7 +227,7 @@ class TurnRunner:
             with anyio.CancelScope(shield=True):
                 await self._commit_results(calls, steered=scope.cancelled_caught)
 
-    async def _commit_results(self, calls: list[ToolCall], *, steered: bool = False) -> None:
+    async def _commit_results(self, calls: list[ToolCall], *, steered: bool) -> None:
         """Settle the calls that did not finish (cancelled; `steered`: by a steer, under
         `steering.interrupt_tools`), then commit every result as one user message, in
         `tool_use` order."""

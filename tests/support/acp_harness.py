@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -364,6 +365,23 @@ def agent_env(**extra: str) -> dict[str, str]:
     env.setdefault("DEFECT_LOG_LEVEL", "info")
     env.update(extra)
     return env
+
+
+def run_defect(
+    args: list[str], env: dict[str, str], stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """`defect ARGS` run to its end from the repository (a login, a logout, a status): its
+    exit status and output, for the test to judge."""
+    return subprocess.run(
+        [sys.executable, "-m", "defect_cli", *args],
+        input=stdin,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def script_env(

@@ -75,6 +75,23 @@ async def wait_in_progress(agent: Agent) -> None:
     await agent.client.wait_for(running, TIMEOUT)
 
 
+async def wait_turn_ended(agent: Agent, count: int) -> None:
+    """Wait for the `count`th end of a turn a steer started (`_meta.steering.turnEnded`)."""
+
+    def ended() -> bool:
+        return (
+            sum(
+                1
+                for _, u in agent.client.updates
+                if u.session_update == "session_info_update"
+                and (u.field_meta or {}).get("steering", {}).get("turnEnded")
+            )
+            >= count
+        )
+
+    await agent.client.wait_for(ended, TIMEOUT)
+
+
 def user_chunks(agent: Agent) -> list[str]:
     return [
         u.content.text

@@ -42,7 +42,11 @@ import anyio
 
 from defect_core.background_import import FOREGROUND, BackgroundImport
 from defect_core.config import Settings
-from defect_core.config.credentials import stored_credential, stored_problem
+from defect_core.config.credentials import (
+    BEDROCK_ENVIRONMENT,
+    stored_credential,
+    stored_problem,
+)
 from defect_core.log import get_logger
 from defect_core.providers.anthropic import lazy_sdk
 from defect_core.providers.base import CredentialsMissing
@@ -259,13 +263,14 @@ def bedrock_client(sdk: Sdk, settings: Settings, name: str = "bedrock") -> Any:
 def bedrock_identity(name: str = "bedrock") -> tuple[object, ...]:
     """What a Bedrock client was built from, cheaply (the variables and the stored entry,
     one `stat`): the provider builds a new client when it changes (a login, a logout)."""
-    names = ("AWS_BEARER_TOKEN_BEDROCK", "AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_REGION")
+    names = (*BEDROCK_ENVIRONMENT, "AWS_REGION")
     return (*(os.environ.get(n, "") for n in names), stored_credential(name))
 
 
 def _aws_in_environment() -> bool:
     """Did the environment choose AWS credentials (they beat the stored ones)?"""
-    return any(os.environ.get(name, "").strip() for name in ("AWS_ACCESS_KEY_ID", "AWS_PROFILE"))
+    chosen = BEDROCK_ENVIRONMENT[1:]  # a bearer token is not an AWS credential
+    return any(os.environ.get(name, "").strip() for name in chosen)
 
 
 def _timeout(sdk: Sdk, settings: Settings) -> Any:
@@ -279,13 +284,10 @@ def _http_client(sdk: Sdk, settings: Settings) -> Any:
     through asyncio's sockets (`providers/asyncio_http.py`) unless a proxy is set. Its one
     request hook hands the event loop back between the SDK's request build and httpx's send
     (`hand_back_the_loop`)."""
-    timeout, hooks = _timeout(sdk, settings), {"request": [hand_back_the_loop]}
-    from defect_core.providers import asyncio_http
+    from defect_core.providers.asyncio_http import sdk_client
 
-    if asyncio_http.proxied():
-        return sdk.anthropic.DefaultAsyncHttpxClient(timeout=timeout, event_hooks=hooks)
-    limits = sdk.anthropic.DEFAULT_CONNECTION_LIMITS
-    return asyncio_http.direct_client(timeout=timeout, limits=limits, event_hooks=hooks)
+    hooks = {"request": [hand_back_the_loop]}
+    return sdk_client(sdk.anthropic, timeout=_timeout(sdk, settings), event_hooks=hooks)
 
 
 async def hand_back_the_loop(request: object) -> None:

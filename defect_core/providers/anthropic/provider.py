@@ -287,12 +287,13 @@ class AnthropicProvider:
                 if self._client is None or key != self._client_key:
                     self._client = anthropic_client(self._sdk, self._settings, key)
                     self._client_key = key
-            elif self._client is None or bedrock_identity(self._name) != self._identity:
-                identity = bedrock_identity(self._name)  # a login or logout: a new client
-                self._client = await anyio.to_thread.run_sync(
-                    bedrock_client, self._sdk, self._settings, self._name
-                )
-                self._identity = identity
+            else:
+                identity = bedrock_identity(self._name)
+                if self._client is None or identity != self._identity:  # a login or logout
+                    self._client = await anyio.to_thread.run_sync(
+                        bedrock_client, self._sdk, self._settings, self._name
+                    )
+                    self._identity = identity
             return self._client, self._sdk
 
     async def aclose(self) -> None:

@@ -230,6 +230,8 @@ class OpenAICompatProvider:
                 self._sdk = await load_sdk()
             key = self._api_key()
             if self._client is None or key != self._client_key:
+                from defect_core.providers.asyncio_http import sdk_client
+
                 sdk = self._sdk
                 timeout = sdk.Timeout(
                     self._settings.read_timeout, connect=self._settings.connect_timeout
@@ -239,7 +241,8 @@ class OpenAICompatProvider:
                     base_url=self._spec.base_url or OPENAI_BASE_URL,
                     max_retries=0,
                     timeout=timeout,
-                    http_client=_http_client(sdk, timeout),
+                    # the SDK's defaults, over asyncio's sockets unless a proxy is set
+                    http_client=sdk_client(sdk, timeout=timeout),
                 )
                 self._client_key = key
             return self._client, self._sdk
@@ -249,17 +252,6 @@ class OpenAICompatProvider:
         client, self._client = self._client, None
         if client is not None and self._loop is _running_loop():
             await client.close()
-
-
-def _http_client(sdk: ModuleType, timeout: Any) -> Any:
-    """The SDK's default client's settings, sending through asyncio's sockets
-    (`providers/asyncio_http.py`) unless the environment names a proxy."""
-    from defect_core.providers import asyncio_http
-
-    if asyncio_http.proxied():
-        return sdk.DefaultAsyncHttpxClient(timeout=timeout)
-    limits = sdk.DEFAULT_CONNECTION_LIMITS
-    return asyncio_http.direct_client(timeout=timeout, limits=limits)
 
 
 def _running_loop() -> object:
