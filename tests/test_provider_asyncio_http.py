@@ -364,3 +364,20 @@ async def test_an_untrusted_certificate_raises_what_httpx2s_own_transport_raises
     assert ours[0] == theirs[0] == "ConnectError"
     assert "CERTIFICATE_VERIFY_FAILED" in ours[1]
     assert _same_words(ours[1], theirs[1]), (ours, theirs)
+
+
+@pytest.mark.anyio
+async def test_bytes_after_a_response_without_a_body_are_not_read_as_the_next_one() -> None:
+    """A 204 followed by stray bytes: the connection is not kept, so the next request gets
+    its own answer instead of those bytes."""
+
+    async def stray(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 204 No Content\r\n\r\nstray bytes")
+        await writer.drain()
+
+    async with serving(stray) as server:
+        _, client = _clients()[1]
+        async with client:
+            assert await _outcome(client, server.url) == ("204", "")
+            assert await _outcome(client, server.url) == ("204", "")
+        assert server.connections == 2

@@ -283,6 +283,8 @@ async def _exchange(
     framing = _framing(request.method, event)
     # h11 has read both sides' `Connection` headers and the version: DONE keeps it alive.
     keep = not isinstance(framing, UntilClosed) and state.our_state is h11.DONE
+    if framing.done and leftover:  # bytes after a body that has none (HEAD, 204, 304)
+        keep = False
     return httpx2.Response(
         status_code=event.status_code,
         headers=event.headers.raw_items(),
